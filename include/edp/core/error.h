@@ -1,0 +1,50 @@
+// Errors: every failure is an edp::Error (a std::runtime_error) whose message carries the
+// context a user can act on (file, offset, tensor name, shapes, what to try).
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace edp {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Bad input data (malformed files, wrong sizes): the message names the file and what was
+// expected versus found.
+class DataError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Shapes or dtypes that do not fit together.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+template <typename... Args>
+std::string concat(Args&&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace detail
+
+}  // namespace edp
+
+// EDP_CHECK(cond, msg...) throws edp::Error with file:line and the streamed message.
+#define EDP_CHECK(cond, ...)                                                          \
+  do {                                                                                \
+    if (!(cond))                                                                      \
+      throw ::edp::Error(::edp::detail::concat(__FILE__, ":", __LINE__, ": ",         \
+                                               __VA_ARGS__));                         \
+  } while (0)
+
+#define EDP_CHECK_SHAPE(cond, ...)                                                    \
+  do {                                                                                \
+    if (!(cond)) throw ::edp::ShapeError(::edp::detail::concat(__VA_ARGS__));         \
+  } while (0)

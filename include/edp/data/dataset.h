@@ -1,0 +1,81 @@
+// Datasets: random access to (features, label) pairs. Readers for the IDX format (MNIST,
+// Fashion-MNIST; gzip or plain) and CIFAR-10 binary batches, plus a learnable synthetic set.
+// Malformed input throws edp::DataError naming the file, what was expected and what was found.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edp/core/tensor.h"
+
+namespace edp::data {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  // Shape of one sample's features, e.g. [1, 28, 28].
+  virtual Shape sample_shape() const = 0;
+  virtual int num_classes() const = 0;
+  // Writes sample i's features (sample_shape().numel() float32 values) to `out`, returns its label.
+  // Must be safe to call from several threads at once.
+  virtual int32_t get(int64_t i, float* out) const = 0;
+};
+
+// Features held in memory as float32 [N, ...sample_shape], labels as int32 [N].
+class TensorDataset : public Dataset {
+ public:
+  TensorDataset(Tensor features, std::vector<int32_t> labels, int num_classes);
+  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+  Shape sample_shape() const override;
+  int num_classes() const override { return num_classes_; }
+  int32_t get(int64_t i, float* out) const override;
+  const Tensor& features() const { return features_; }
+  const std::vector<int32_t>& labels() const { return labels_; }
+  // The first n samples (a view of the same features; n is clamped to size()).
+  std::shared_ptr<TensorDataset> head(int64_t n) const;
+
+ private:
+  Tensor features_;
+  std::vector<int32_t> labels_;
+  int num_classes_;
+};
+
+// Per-channel affine normalisation applied after scaling bytes to [0, 1]: (x/255 - mean)/std.
+struct Normalize {
+  std::vector<float> mean{0.0f};
+  std::vector<float> std{1.0f};
+};
+
+// IDX files (http://yann.lecun.com/exdb/mnist/ format), gzip-compressed or plain.
+// Images: magic 0x00000803, [N, rows, cols] uint8. Labels: magic 0x00000801, [N] uint8.
+struct IdxImages {
+  int64_t count = 0, rows = 0, cols = 0;
+  std::vector<uint8_t> pixels;  // count*rows*cols
+};
+IdxImages read_idx_images(const std::string& path);
+std::vector<uint8_t> read_idx_labels(const std::string& path);
+
+// Loads a pair of IDX files into a dataset of [N, 1, rows, cols] float32 features.
+std::shared_ptr<TensorDataset> load_idx(const std::string& images_path,
+                                        const std::string& labels_path, const Normalize& norm,
+                                        int num_classes = 10);
+
+// Fashion-MNIST / MNIST from a directory holding train-images-idx3-ubyte(.gz) etc.
+// split is "train" or "test". Normalised with the Fashion-MNIST training mean/std.
+constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+std::shared_ptr<TensorDataset> load_fashion_mnist(const std::string& dir, const std::string& split);
+
+// CIFAR-10 binary version: files of 10000 records of 1 label byte + 3072 pixel bytes (CHW).
+// dir holds data_batch_1..5.bin (train) and test_batch.bin (test).
+std::shared_ptr<TensorDataset> load_cifar10_files(const std::vector<std::string>& files,
+                                                  const Normalize& norm);
+std::shared_ptr<TensorDataset> load_cifar10(const std::string& dir, const std::string& split);
+
+// A learnable synthetic classification set: class prototypes drawn from N(0,1) plus per-sample
+// Gaussian noise; features [n, ...shape]. Same seed → same data.
+std::shared_ptr<TensorDataset> make_synthetic(int64_t n, Shape sample_shape, int num_classes,
+                                              uint64_t seed, float noise = 1.0f);
+
+}  // namespace edp::data
