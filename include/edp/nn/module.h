@@ -1,0 +1,88 @@
+// Module and Parameter: layers with explicit forward/backward (no autograd tape).
+//
+// Gradient contract (held by every layer):
+//   - forward(x) caches what backward needs and returns y.
+//   - backward(dy) returns dx and ACCUMULATES parameter gradients (grad += ...), so that several
+//     backward passes (micro-batches) add up until zero_grad(). Activation gradients (the
+//     returned dx) are OVERWRITTEN: a fresh tensor each call.
+//   - When a layer has finished accumulating a parameter's gradient for this backward pass it
+//     calls Parameter::mark_grad_ready(), which fires the parameter's hooks; DistributedDataParallel
+//     uses these to start a bucket's allreduce while the rest of backward runs.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "edp/core/tensor.h"
+
+namespace edp::nn {
+
+struct Parameter {
+  std::string name;  // stable dotted name, e.g. "features.0.weight"
+  Tensor value;
+  Tensor grad;  // same shape/dtype/device as value
+  std::vector<std::function<void(Parameter&)>> grad_ready_hooks;
+
+  void mark_grad_ready() {
+    for (auto& h : grad_ready_hooks) h(*this);
+  }
+};
+
+// A named tensor that is state but not trained (BatchNorm running statistics).
+struct Buffer {
+  std::string name;
+  Tensor value;
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  virtual Tensor backward(const Tensor& grad_out) = 0;
+  virtual std::string type_name() const = 0;
+
+  // All parameters / buffers of this module and its children, in registration order, with
+  // dotted names. Pointers stay valid for the module's lifetime.
+  std::vector<Parameter*> parameters();
+  std::vector<Buffer*> buffers();
+  void zero_grad();
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Converts parameters, buffers and future activations to `dtype` (float64 for gradient checks).
+  void to(DType dtype);
+  // Moves parameters and buffers to `device`.
+  void to(Device device);
+  int64_t num_parameters();
+  std::string summary();  // one line per parameter: name, shape
+
+  // Children in registration order (name, module).
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
+    return children_;
+  }
+
+ protected:
+  Parameter& register_parameter(const std::string& name, Tensor value);
+  Buffer& register_buffer(const std::string& name, Tensor value);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    children_.emplace_back(name, m);
+    return m;
+  }
+  virtual void on_train_changed() {}
+
+  bool training_ = true;
+
+ private:
+  void collect(const std::string& prefix, std::vector<Parameter*>& ps, std::vector<Buffer*>* bs);
+  // unique_ptr: stable addresses for hooks and optimizer state.
+  std::vector<std::unique_ptr<Parameter>> params_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+using ModulePtr = std::shared_ptr<Module>;
+
+}  // namespace edp::nn
