@@ -58,6 +58,11 @@ class Module {
   int64_t num_parameters();
   std::string summary();  // one line per parameter: name, shape
 
+  // Whether backward must compute the input gradient. The first layer of a network does not
+  // need it (nothing upstream is trained); containers pass this to their first child.
+  virtual void set_input_grad(bool on) { input_grad_ = on; }
+  bool input_grad() const { return input_grad_; }
+
   // Children in registration order (name, module).
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
     return children_;
@@ -74,6 +79,7 @@ class Module {
   virtual void on_train_changed() {}
 
   bool training_ = true;
+  bool input_grad_ = true;
 
  private:
   void collect(const std::string& prefix, std::vector<Parameter*>& ps, std::vector<Buffer*>* bs);

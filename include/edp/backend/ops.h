@@ -1,0 +1,81 @@
+// The op set every layer is built from. Each op checks shapes (errors name both shapes), then
+// dispatches on device and dtype: the CPU implementation (Eigen + OpenMP, float32 and float64)
+// lives in src/backend/cpu_*.cpp and is also the oracle for the CUDA one.
+//
+// Conventions: activations are NCHW; weights of Linear are [out, in], of Conv2d
+// [out, in, k, k]. Functions named *_backward return the input gradient (a fresh tensor, or an
+// undefined one when want_dx is false) and ACCUMULATE into parameter gradients (dw += ...).
+#pragma once
+#include <cstdint>
+
+#include "edp/core/tensor.h"
+
+namespace edp::ops {
+
+// ---- dense ---------------------------------------------------------------------------------
+// y[N, out] = x[N, in] · w[out, in]^T + b[out]   (b may be undefined)
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);
+// dx = dy · w;  dw += dy^T · x;  db += Σ_n dy
+Tensor linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
+                       bool want_dx);
+
+// ---- convolution (square kernel, zero padding, implicit GEMM per sample) ----------------------
+struct Conv2dGeometry {
+  int64_t stride = 1;
+  int64_t pad = 0;
+};
+// y[N, Co, Ho, Wo] with Ho = (H + 2 pad - k) / stride + 1
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dGeometry g);
+Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
+                       Conv2dGeometry g, bool want_dx);
+
+// ---- pooling -------------------------------------------------------------------------------
+// Max over k×k windows with the given stride (no padding); argmax (int32, per output element,
+// the flat index within the input plane) is kept for backward.
+Tensor maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, Tensor& argmax);
+Tensor maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Shape& x_shape);
+// Mean over H×W: [N, C, H, W] → [N, C]
+Tensor global_avgpool_forward(const Tensor& x);
+Tensor global_avgpool_backward(const Tensor& dy, const Shape& x_shape);
+
+// ---- elementwise ---------------------------------------------------------------------------
+Tensor relu_forward(const Tensor& x);
+Tensor relu_backward(const Tensor& y, const Tensor& dy);  // uses the output: dy where y > 0
+// GELU(x) = x Φ(x) (exact, erf form); dGELU = Φ(x) + x φ(x)
+Tensor gelu_forward(const Tensor& x);
+Tensor gelu_backward(const Tensor& x, const Tensor& dy);
+// Inverted dropout: y = x · mask / (1 - p), mask ~ Bernoulli(1 - p) from (seed, counter).
+Tensor dropout_forward(const Tensor& x, double p, uint64_t seed, Tensor& mask);
+Tensor dropout_backward(const Tensor& dy, const Tensor& mask, double p);
+Tensor add(const Tensor& a, const Tensor& b);
+void add_(Tensor& a, const Tensor& b);               // a += b
+void axpy_(Tensor& y, double alpha, const Tensor& x);  // y += alpha x
+void scale_(Tensor& x, double alpha);                  // x *= alpha
+
+// ---- normalisation -------------------------------------------------------------------------
+// Training mode: batch statistics over (N, H, W) per channel; running stats updated as
+// running = (1 - momentum) running + momentum batch (variance unbiased). save_mean/save_invstd
+// [C] are kept for backward.
+Tensor batchnorm2d_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 Tensor& running_mean, Tensor& running_var, double momentum,
+                                 double eps, Tensor& save_mean, Tensor& save_invstd);
+Tensor batchnorm2d_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& running_mean, const Tensor& running_var, double eps);
+Tensor batchnorm2d_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                            const Tensor& save_mean, const Tensor& save_invstd, Tensor& dgamma,
+                            Tensor& dbeta);
+
+// ---- loss ------------------------------------------------------------------------------------
+// Mean over the batch of -log softmax(logits)[label]; probs [N, C] kept for backward.
+double softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& probs);
+// dlogits = (probs - onehot(labels)) · scale   (scale = 1/N for the mean loss)
+Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, double scale);
+// Rows whose argmax equals the label.
+int64_t count_correct(const Tensor& logits, const Tensor& labels);
+
+// ---- reductions ------------------------------------------------------------------------------
+// Deterministic for a given thread count: fixed chunking, partials combined in order, in double.
+double sum(const Tensor& x);
+double sum_squares(const Tensor& x);
+
+}  // namespace edp::ops

@@ -1,0 +1,78 @@
+// Optimizers over a list of parameters, with PyTorch's update rules so that results can be
+// compared with it directly:
+//   SGD:   g = grad + wd·p;  buf = μ·buf + (1-dampening)·g (buf = g on the first step);
+//          g = nesterov ? g + μ·buf : buf;  p -= lr·g
+//   AdamW: p -= lr·wd·p (decoupled);  m = β1 m + (1-β1) g;  v = β2 v + (1-β2) g²;
+//          p -= lr · (m / (1-β1^t)) / (√(v / (1-β2^t)) + ε)
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "edp/nn/module.h"
+
+namespace edp::optim {
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<nn::Parameter*> params, double lr);
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  void zero_grad();
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  int64_t steps() const { return steps_; }
+  const std::vector<nn::Parameter*>& params() const { return params_; }
+  // Per-parameter state tensors in a fixed order (momentum buffers, Adam moments), for
+  // checkpoints; steps() is the rest of the state.
+  virtual std::vector<Tensor*> state() = 0;
+  void set_steps(int64_t s) { steps_ = s; }
+
+ protected:
+  std::vector<nn::Parameter*> params_;
+  double lr_;
+  int64_t steps_ = 0;
+};
+
+struct SGDOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<nn::Parameter*> params, SGDOptions o);
+  void step() override;
+  std::vector<Tensor*> state() override;
+
+ private:
+  SGDOptions o_;
+  std::vector<Tensor> buf_;
+};
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<nn::Parameter*> params, AdamWOptions o);
+  void step() override;
+  std::vector<Tensor*> state() override;
+
+ private:
+  AdamWOptions o_;
+  std::vector<Tensor> m_, v_;
+};
+
+// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm
+// before clipping.
+double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm);
+
+}  // namespace edp::optim

@@ -1,0 +1,46 @@
+// Private helpers of the CPU backend: dtype dispatch, Eigen maps, device checks.
+#pragma once
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+
+#include "edp/core/error.h"
+#include "edp/core/tensor.h"
+
+namespace edp::ops::cpu {
+
+template <typename T>
+using MatR = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+template <typename T>
+using CMatR = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+// Calls f(T{}) with T = float or double according to the tensor's dtype.
+template <typename F>
+auto dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::F32: return f(float{});
+    case DType::F64: return f(double{});
+    default: break;
+  }
+  throw ShapeError(std::string(op) + ": dtype " + dtype_name(t) + " is not supported (float32 or float64)");
+}
+
+inline void require_cpu(const Tensor& t, const char* op, const char* name) {
+  EDP_CHECK(t.defined(), op, ": ", name, " is undefined");
+  if (!t.device().is_cpu())
+    throw Error(std::string(op) + ": " + name + " is on " + t.device().str() +
+                " and this op has no CUDA implementation in this build");
+}
+
+inline void require_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  EDP_CHECK_SHAPE(a.dtype() == b.dtype(), op, ": dtypes differ: ", a.str(), " vs ", b.str());
+}
+
+// The [begin, end) share of `n` items for thread t of T (static, deterministic partition).
+inline void thread_range(int64_t n, int t, int T, int64_t& begin, int64_t& end) {
+  begin = n * t / T;
+  end = n * (t + 1) / T;
+}
+
+}  // namespace edp::ops::cpu

@@ -1,0 +1,208 @@
+// Conv2d on the CPU as implicit GEMM per sample: im2col of one sample into a thread-local
+// buffer [Ci·k·k, Ho·Wo], then out_n[Co, Ho·Wo] = W[Co, Ci·k·k] · col. Samples are split
+// statically across threads (each GEMM single-threaded), so the result is deterministic for a
+// given thread count and the output lands directly in NCHW without a transpose. Backward
+// recomputes col (cheap next to the GEMMs) instead of keeping it: per-thread dW partials are
+// summed in thread order.
+#include <vector>
+
+#include "cpu_common.h"
+#include "edp/backend/ops.h"
+
+namespace edp::ops {
+using namespace cpu;
+
+namespace {
+
+struct ConvDims {
+  int64_t N, C, H, W, O, k, Ho, Wo, stride, pad;
+  int64_t K() const { return C * k * k; }
+  int64_t P() const { return Ho * Wo; }
+};
+
+ConvDims conv_dims(const Tensor& x, const Tensor& w, Conv2dGeometry g, const char* op) {
+  EDP_CHECK_SHAPE(x.ndim() == 4, op, ": input must be [N, C, H, W], got ", x.shape().str());
+  EDP_CHECK_SHAPE(w.ndim() == 4 && w.dim(2) == w.dim(3), op,
+                  ": weight must be [Co, Ci, k, k], got ", w.shape().str());
+  EDP_CHECK_SHAPE(x.dim(1) == w.dim(1), op, ": input ", x.shape().str(), " has ", x.dim(1),
+                  " channels but weight ", w.shape().str(), " expects ", w.dim(1));
+  EDP_CHECK(g.stride >= 1 && g.pad >= 0, op, ": stride must be >= 1 and pad >= 0");
+  ConvDims d{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), 0, 0, g.stride, g.pad};
+  EDP_CHECK_SHAPE(d.H + 2 * d.pad >= d.k && d.W + 2 * d.pad >= d.k, op, ": input ",
+                  x.shape().str(), " with padding ", d.pad, " is smaller than the kernel ", d.k);
+  d.Ho = (d.H + 2 * d.pad - d.k) / d.stride + 1;
+  d.Wo = (d.W + 2 * d.pad - d.k) / d.stride + 1;
+  return d;
+}
+
+// col[(c·k + kh)·k + kw][oh·Wo + ow] = x[c][oh·s - p + kh][ow·s - p + kw] (0 outside).
+template <typename T>
+void im2col(const T* x, T* col, const ConvDims& d) {
+  for (int64_t c = 0; c < d.C; ++c)
+    for (int64_t kh = 0; kh < d.k; ++kh)
+      for (int64_t kw = 0; kw < d.k; ++kw) {
+        T* row = col + ((c * d.k + kh) * d.k + kw) * d.P();
+        const T* plane = x + c * d.H * d.W;
+        for (int64_t oh = 0; oh < d.Ho; ++oh) {
+          const int64_t ih = oh * d.stride - d.pad + kh;
+          T* out = row + oh * d.Wo;
+          if (ih < 0 || ih >= d.H) {
+            std::fill(out, out + d.Wo, T(0));
+            continue;
+          }
+          const T* in = plane + ih * d.W;
+          if (d.stride == 1) {
+            // Valid ow range: 0 <= ow - p + kw < W.
+            const int64_t lo = std::clamp<int64_t>(d.pad - kw, 0, d.Wo);
+            const int64_t hi = std::clamp<int64_t>(d.W + d.pad - kw, lo, d.Wo);
+            std::fill(out, out + lo, T(0));
+            std::copy(in + lo - d.pad + kw, in + hi - d.pad + kw, out + lo);
+            std::fill(out + hi, out + d.Wo, T(0));
+          } else {
+            for (int64_t ow = 0; ow < d.Wo; ++ow) {
+              const int64_t iw = ow * d.stride - d.pad + kw;
+              out[ow] = (iw >= 0 && iw < d.W) ? in[iw] : T(0);
+            }
+          }
+        }
+      }
+}
+
+// The adjoint of im2col: x[c][ih][iw] += col[...] (x must be zeroed by the caller).
+template <typename T>
+void col2im(const T* col, T* x, const ConvDims& d) {
+  for (int64_t c = 0; c < d.C; ++c)
+    for (int64_t kh = 0; kh < d.k; ++kh)
+      for (int64_t kw = 0; kw < d.k; ++kw) {
+        const T* row = col + ((c * d.k + kh) * d.k + kw) * d.P();
+        T* plane = x + c * d.H * d.W;
+        for (int64_t oh = 0; oh < d.Ho; ++oh) {
+          const int64_t ih = oh * d.stride - d.pad + kh;
+          if (ih < 0 || ih >= d.H) continue;
+          const T* in = row + oh * d.Wo;
+          T* out = plane + ih * d.W;
+          if (d.stride == 1) {
+            const int64_t lo = std::clamp<int64_t>(d.pad - kw, 0, d.Wo);
+            const int64_t hi = std::clamp<int64_t>(d.W + d.pad - kw, lo, d.Wo);
+            T* o = out - d.pad + kw;
+            for (int64_t ow = lo; ow < hi; ++ow) o[ow] += in[ow];
+          } else {
+            for (int64_t ow = 0; ow < d.Wo; ++ow) {
+              const int64_t iw = ow * d.stride - d.pad + kw;
+              if (iw >= 0 && iw < d.W) out[iw] += in[ow];
+            }
+          }
+        }
+      }
+}
+
+// 1×1 convolution with stride 1 and no padding needs no im2col: col is the input plane itself.
+bool is_pointwise(const ConvDims& d) { return d.k == 1 && d.stride == 1 && d.pad == 0; }
+
+}  // namespace
+
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dGeometry g) {
+  const char* op = "conv2d_forward";
+  require_cpu(x, op, "input");
+  require_cpu(w, op, "weight");
+  require_dtype(x, w, op);
+  const ConvDims d = conv_dims(x, w, g, op);
+  if (b.defined())
+    EDP_CHECK_SHAPE(b.ndim() == 1 && b.dim(0) == d.O, op, ": bias ", b.shape().str(),
+                    " does not fit weight ", w.shape().str());
+  Tensor y({d.N, d.O, d.Ho, d.Wo}, x.dtype());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    const T* bp = b.defined() ? b.data<T>() : nullptr;
+    CMatR<T> Wm(w.data<T>(), d.O, d.K());
+#pragma omp parallel
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      int64_t n0, n1;
+      thread_range(d.N, t, nt, n0, n1);
+      std::vector<T> colbuf(is_pointwise(d) ? 0 : static_cast<size_t>(d.K() * d.P()));
+      for (int64_t n = n0; n < n1; ++n) {
+        const T* xn = xp + n * d.C * d.H * d.W;
+        const T* col = xn;
+        if (!is_pointwise(d)) {
+          im2col(xn, colbuf.data(), d);
+          col = colbuf.data();
+        }
+        MatR<T> Y(yp + n * d.O * d.P(), d.O, d.P());
+        Y.noalias() = Wm * CMatR<T>(col, d.K(), d.P());
+        if (bp)
+          for (int64_t o = 0; o < d.O; ++o) Y.row(o).array() += bp[o];
+      }
+    }
+  });
+  return y;
+}
+
+Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
+                       Conv2dGeometry g, bool want_dx) {
+  const char* op = "conv2d_backward";
+  require_cpu(dy, op, "grad_output");
+  const ConvDims d = conv_dims(x, w, g, op);
+  EDP_CHECK_SHAPE(dy.shape() == Shape({d.N, d.O, d.Ho, d.Wo}), op, ": grad_output ",
+                  dy.shape().str(), " does not match the output [", d.N, ", ", d.O, ", ", d.Ho,
+                  ", ", d.Wo, "]");
+  check_same_shape(dw, w, "conv2d_backward: weight grad vs weight");
+  Tensor dx;
+  if (want_dx) dx = Tensor::zeros(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const T* xp = x.data<T>();
+    const T* dyp = dy.data<T>();
+    CMatR<T> Wm(w.data<T>(), d.O, d.K());
+    const int T_ = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(d.N)));
+    std::vector<Mat> dw_part(static_cast<size_t>(T_));
+    std::vector<Eigen::Matrix<T, Eigen::Dynamic, 1>> db_part(static_cast<size_t>(T_));
+#pragma omp parallel num_threads(T_)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      int64_t n0, n1;
+      thread_range(d.N, t, nt, n0, n1);
+      Mat& DWt = dw_part[static_cast<size_t>(t)];
+      DWt.setZero(d.O, d.K());
+      auto& DBt = db_part[static_cast<size_t>(t)];
+      DBt.setZero(d.O);
+      std::vector<T> colbuf(is_pointwise(d) ? 0 : static_cast<size_t>(d.K() * d.P()));
+      Mat dcol;
+      for (int64_t n = n0; n < n1; ++n) {
+        const T* xn = xp + n * d.C * d.H * d.W;
+        const T* col = xn;
+        if (!is_pointwise(d)) {
+          im2col(xn, colbuf.data(), d);
+          col = colbuf.data();
+        }
+        CMatR<T> DY(dyp + n * d.O * d.P(), d.O, d.P());
+        DWt.noalias() += DY * CMatR<T>(col, d.K(), d.P()).transpose();
+        if (db) DBt += DY.rowwise().sum();
+        if (want_dx) {
+          T* dxn = dx.data<T>() + n * d.C * d.H * d.W;
+          if (is_pointwise(d)) {
+            MatR<T>(dxn, d.K(), d.P()).noalias() = Wm.transpose() * DY;
+          } else {
+            dcol.noalias() = Wm.transpose() * DY;
+            col2im(dcol.data(), dxn, d);
+          }
+        }
+      }
+    }
+    MatR<T> DW(dw.data<T>(), d.O, d.K());
+    for (int t = 0; t < T_; ++t) {
+      if (dw_part[static_cast<size_t>(t)].size()) DW += dw_part[static_cast<size_t>(t)];
+    }
+    if (db) {
+      Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> DB(db->data<T>(), d.O);
+      for (int t = 0; t < T_; ++t)
+        if (db_part[static_cast<size_t>(t)].size()) DB += db_part[static_cast<size_t>(t)];
+    }
+  });
+  return dx;
+}
+
+}  // namespace edp::ops

@@ -1,0 +1,61 @@
+// Linear layer math on the CPU: Eigen GEMM (multi-threaded through OpenMP inside Eigen).
+#include "cpu_common.h"
+#include "edp/backend/ops.h"
+
+namespace edp::ops {
+using namespace cpu;
+
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const char* op = "linear_forward";
+  require_cpu(x, op, "input");
+  require_cpu(w, op, "weight");
+  EDP_CHECK_SHAPE(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1), op,
+                  ": input ", x.shape().str(), " does not fit weight ", w.shape().str(),
+                  " (expected input [N, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
+  require_dtype(x, w, op);
+  if (b.defined())
+    EDP_CHECK_SHAPE(b.ndim() == 1 && b.dim(0) == w.dim(0), op, ": bias ", b.shape().str(),
+                    " does not fit weight ", w.shape().str());
+  const int64_t N = x.dim(0), I = x.dim(1), O = w.dim(0);
+  Tensor y({N, O}, x.dtype());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    MatR<T> Y(y.data<T>(), N, O);
+    CMatR<T> X(x.data<T>(), N, I), W(w.data<T>(), O, I);
+    Y.noalias() = X * W.transpose();
+    if (b.defined()) {
+      Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> B(b.data<T>(), O);
+      Y.rowwise() += B;
+    }
+  });
+  return y;
+}
+
+Tensor linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
+                       bool want_dx) {
+  const char* op = "linear_backward";
+  require_cpu(dy, op, "grad_output");
+  const int64_t N = x.dim(0), I = x.dim(1), O = w.dim(0);
+  EDP_CHECK_SHAPE(dy.ndim() == 2 && dy.dim(0) == N && dy.dim(1) == O, op, ": grad_output ",
+                  dy.shape().str(), " does not match output [", N, ", ", O, "]");
+  check_same_shape(dw, w, "linear_backward: weight grad vs weight");
+  Tensor dx;
+  if (want_dx) dx = Tensor({N, I}, x.dtype());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    CMatR<T> X(x.data<T>(), N, I), W(w.data<T>(), O, I), DY(dy.data<T>(), N, O);
+    MatR<T> DW(dw.data<T>(), O, I);
+    DW.noalias() += DY.transpose() * X;
+    if (db) {
+      Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> DB(db->data<T>(), O);
+      DB += DY.colwise().sum();
+    }
+    if (want_dx) {
+      MatR<T> DX(dx.data<T>(), N, I);
+      DX.noalias() = DY * W;
+    }
+  });
+  return dx;
+}
+
+}  // namespace edp::ops

@@ -1,0 +1,225 @@
+// BatchNorm2d and softmax cross-entropy on the CPU. Per-channel / per-row work is owned by one
+// thread each and statistics are accumulated in double, so results are deterministic.
+#include <cmath>
+#include <vector>
+
+#include "cpu_common.h"
+#include "edp/backend/ops.h"
+
+namespace edp::ops {
+using namespace cpu;
+
+namespace {
+void check_bn(const Tensor& x, const Tensor& gamma, const char* op) {
+  require_cpu(x, op, "input");
+  EDP_CHECK_SHAPE(x.ndim() == 4, op, ": input must be [N, C, H, W], got ", x.shape().str());
+  EDP_CHECK_SHAPE(gamma.ndim() == 1 && gamma.dim(0) == x.dim(1), op, ": input ",
+                  x.shape().str(), " has ", x.dim(1), " channels but the layer has ",
+                  gamma.numel());
+}
+}  // namespace
+
+Tensor batchnorm2d_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 Tensor& running_mean, Tensor& running_var, double momentum,
+                                 double eps, Tensor& save_mean, Tensor& save_invstd) {
+  const char* op = "batchnorm2d_forward";
+  check_bn(x, gamma, op);
+  const int64_t N = x.dim(0), C = x.dim(1), P = x.dim(2) * x.dim(3), M = N * P;
+  EDP_CHECK_SHAPE(M > 1, op, ": training needs more than one value per channel, got input ",
+                  x.shape().str());
+  Tensor y(x.shape(), x.dtype());
+  save_mean = Tensor({C}, x.dtype());
+  save_invstd = Tensor({C}, x.dtype());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    const T *g = gamma.data<T>(), *b = beta.data<T>();
+    T *rm = running_mean.data<T>(), *rv = running_var.data<T>();
+    T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; ++c) {
+      double s = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* p = xp + (n * C + c) * P;
+        for (int64_t i = 0; i < P; ++i) s += p[i];
+      }
+      const double mean = s / static_cast<double>(M);
+      double ss = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* p = xp + (n * C + c) * P;
+        for (int64_t i = 0; i < P; ++i) {
+          const double d = p[i] - mean;
+          ss += d * d;
+        }
+      }
+      const double var = ss / static_cast<double>(M);  // biased: used to normalise
+      const double invstd = 1.0 / std::sqrt(var + eps);
+      sm[c] = static_cast<T>(mean);
+      si[c] = static_cast<T>(invstd);
+      rm[c] = static_cast<T>((1 - momentum) * rm[c] + momentum * mean);
+      rv[c] = static_cast<T>((1 - momentum) * rv[c] +
+                             momentum * ss / static_cast<double>(M - 1));
+      const T a = static_cast<T>(g[c] * invstd), bb = static_cast<T>(b[c] - g[c] * invstd * mean);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* p = xp + (n * C + c) * P;
+        T* q = yp + (n * C + c) * P;
+        for (int64_t i = 0; i < P; ++i) q[i] = a * p[i] + bb;
+      }
+    }
+  });
+  return y;
+}
+
+Tensor batchnorm2d_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& running_mean, const Tensor& running_var,
+                                double eps) {
+  const char* op = "batchnorm2d_forward(eval)";
+  check_bn(x, gamma, op);
+  const int64_t N = x.dim(0), C = x.dim(1), P = x.dim(2) * x.dim(3);
+  Tensor y(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    const T *g = gamma.data<T>(), *b = beta.data<T>();
+    const T *rm = running_mean.data<T>(), *rv = running_var.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t nc = 0; nc < N * C; ++nc) {
+      const int64_t c = nc % C;
+      const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
+      const T a = static_cast<T>(g[c] * invstd), bb = static_cast<T>(b[c] - g[c] * invstd * rm[c]);
+      const T* p = xp + nc * P;
+      T* q = yp + nc * P;
+      for (int64_t i = 0; i < P; ++i) q[i] = a * p[i] + bb;
+    }
+  });
+  return y;
+}
+
+// With x̂ = (x - μ)·σ⁻¹ and y = γ x̂ + β over M values per channel:
+//   dβ = Σ dy,  dγ = Σ dy·x̂,  dx = γ σ⁻¹ (dy - dβ/M - x̂ dγ/M)
+Tensor batchnorm2d_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                            const Tensor& save_mean, const Tensor& save_invstd, Tensor& dgamma,
+                            Tensor& dbeta) {
+  const char* op = "batchnorm2d_backward";
+  check_bn(x, gamma, op);
+  check_same_shape(x, dy, "batchnorm2d_backward: input vs grad_output");
+  const int64_t N = x.dim(0), C = x.dim(1), P = x.dim(2) * x.dim(3), M = N * P;
+  Tensor dx(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T *xp = x.data<T>(), *gp = dy.data<T>(), *g = gamma.data<T>();
+    const T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
+    T *dg = dgamma.data<T>(), *db = dbeta.data<T>(), *out = dx.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; ++c) {
+      const double mean = sm[c], invstd = si[c];
+      double sdy = 0, sdyx = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* p = xp + (n * C + c) * P;
+        const T* q = gp + (n * C + c) * P;
+        for (int64_t i = 0; i < P; ++i) {
+          sdy += q[i];
+          sdyx += q[i] * (p[i] - mean) * invstd;
+        }
+      }
+      dg[c] += static_cast<T>(sdyx);
+      db[c] += static_cast<T>(sdy);
+      const double k = g[c] * invstd, mdy = sdy / static_cast<double>(M),
+                   mdyx = sdyx / static_cast<double>(M);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* p = xp + (n * C + c) * P;
+        const T* q = gp + (n * C + c) * P;
+        T* o = out + (n * C + c) * P;
+        for (int64_t i = 0; i < P; ++i)
+          o[i] = static_cast<T>(k * (q[i] - mdy - (p[i] - mean) * invstd * mdyx));
+      }
+    }
+  });
+  return dx;
+}
+
+namespace {
+void check_ce(const Tensor& logits, const Tensor& labels, const char* op) {
+  require_cpu(logits, op, "logits");
+  require_cpu(labels, op, "labels");
+  EDP_CHECK_SHAPE(logits.ndim() == 2, op, ": logits must be [N, classes], got ",
+                  logits.shape().str());
+  EDP_CHECK_SHAPE(labels.ndim() == 1 && labels.dim(0) == logits.dim(0) &&
+                      labels.dtype() == DType::I32,
+                  op, ": labels ", labels.str(), " do not fit logits ", logits.shape().str(),
+                  " (expected int32[", logits.dim(0), "])");
+}
+}  // namespace
+
+double softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& probs) {
+  const char* op = "softmax_cross_entropy";
+  check_ce(logits, labels, op);
+  const int64_t N = logits.dim(0), C = logits.dim(1);
+  probs = Tensor(logits.shape(), logits.dtype());
+  std::vector<double> row_loss(static_cast<size_t>(N));
+  const int32_t* lab = labels.data<int32_t>();
+  for (int64_t n = 0; n < N; ++n)
+    EDP_CHECK_SHAPE(lab[n] >= 0 && lab[n] < C, op, ": label ", lab[n], " of row ", n,
+                    " is outside [0, ", C, ")");
+  dispatch_float(logits.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* z = logits.data<T>();
+    T* p = probs.data<T>();
+#pragma omp parallel for schedule(static) if (N * C > 65536)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* zr = z + n * C;
+      T* pr = p + n * C;
+      T mx = zr[0];
+      for (int64_t c = 1; c < C; ++c) mx = std::max(mx, zr[c]);
+      double s = 0;
+      for (int64_t c = 0; c < C; ++c) s += std::exp(static_cast<double>(zr[c] - mx));
+      const double log_s = std::log(s);
+      for (int64_t c = 0; c < C; ++c)
+        pr[c] = static_cast<T>(std::exp(static_cast<double>(zr[c] - mx) - log_s));
+      row_loss[static_cast<size_t>(n)] = -(static_cast<double>(zr[lab[n]] - mx) - log_s);
+    }
+  });
+  double total = 0;
+  for (double v : row_loss) total += v;
+  return N ? total / static_cast<double>(N) : 0.0;
+}
+
+Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, double scale) {
+  const char* op = "softmax_cross_entropy_backward";
+  check_ce(probs, labels, op);
+  const int64_t N = probs.dim(0), C = probs.dim(1);
+  Tensor dz(probs.shape(), probs.dtype());
+  const int32_t* lab = labels.data<int32_t>();
+  dispatch_float(probs.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = probs.data<T>();
+    T* d = dz.data<T>();
+    const T s = static_cast<T>(scale);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        d[n * C + c] = (p[n * C + c] - (c == lab[n] ? T(1) : T(0))) * s;
+  });
+  return dz;
+}
+
+int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+  check_ce(logits, labels, "count_correct");
+  const int64_t N = logits.dim(0), C = logits.dim(1);
+  const int32_t* lab = labels.data<int32_t>();
+  return dispatch_float(logits.dtype(), "count_correct", [&](auto tag) {
+    using T = decltype(tag);
+    const T* z = logits.data<T>();
+    int64_t correct = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      int64_t best = 0;
+      for (int64_t c = 1; c < C; ++c)
+        if (z[n * C + c] > z[n * C + best]) best = c;
+      correct += (best == lab[n]);
+    }
+    return correct;
+  });
+}
+
+}  // namespace edp::ops

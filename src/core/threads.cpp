@@ -1,0 +1,56 @@
+// Thread-count control shared by OpenMP loops and Eigen's GEMM.
+#include "edp/core/threads.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <Eigen/Core>
+#include <cstdlib>
+#include <string>
+
+#include "edp/core/error.h"
+
+namespace edp {
+
+namespace {
+int initial_threads() {
+  if (const char* e = std::getenv("EDP_NUM_THREADS")) {
+    char* end = nullptr;
+    long v = std::strtol(e, &end, 10);
+    if (end && *end == '\0' && v >= 1 && v <= 4096) return static_cast<int>(v);
+    throw Error(std::string("EDP_NUM_THREADS='") + e + "' is not a positive integer");
+  }
+  return available_cores();
+}
+
+int& current() {
+  static int n = [] {
+    int t = initial_threads();
+    omp_set_num_threads(t);
+    Eigen::setNbThreads(t);
+    return t;
+  }();
+  return n;
+}
+}  // namespace
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return 1;
+}
+
+void set_num_threads(int n) {
+  EDP_CHECK(n >= 1, "set_num_threads(", n, "): need at least one thread");
+  current() = n;
+  omp_set_num_threads(n);
+  Eigen::setNbThreads(n);
+}
+
+int num_threads() { return current(); }
+
+}  // namespace edp

@@ -1,0 +1,260 @@
+// Layer implementations: thin wrappers over edp::ops that cache forward state and honour the
+// gradient contract of module.h (parameter grads +=, activation grads =, mark_grad_ready()).
+#include "edp/nn/layers.h"
+
+#include <cmath>
+
+#include "edp/core/random.h"
+#include "edp/nn/init.h"
+
+namespace edp::nn {
+
+namespace {
+// Weights: He-uniform (ReLU gain); biases: U(±1/√fan_in), as PyTorch does for its layers.
+void init_weight_bias(Tensor& w, Tensor* b) {
+  init::kaiming_uniform_(w);
+  if (b) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(init::fan_in(w)));
+    init::uniform_(*b, -bound, bound);
+  }
+}
+void require_forward(const Tensor& cached, const char* layer) {
+  EDP_CHECK(cached.defined(), layer, ".backward called without a preceding forward in training");
+}
+}  // namespace
+
+// ---- Linear ----------------------------------------------------------------------------------
+Linear::Linear(int64_t in, int64_t out, bool bias) {
+  EDP_CHECK(in > 0 && out > 0, "Linear(", in, ", ", out, "): sizes must be positive");
+  Tensor w({out, in});
+  Tensor b;
+  if (bias) b = Tensor({out});
+  init_weight_bias(w, bias ? &b : nullptr);
+  w_ = &register_parameter("weight", w);
+  if (bias) b_ = &register_parameter("bias", b);
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  x_ = x;
+  return ops::linear_forward(x, w_->value, b_ ? b_->value : Tensor());
+}
+
+Tensor Linear::backward(const Tensor& dy) {
+  require_forward(x_, "Linear");
+  Tensor dx = ops::linear_backward(x_, w_->value, dy, w_->grad, b_ ? &b_->grad : nullptr,
+                                   input_grad_);
+  w_->mark_grad_ready();
+  if (b_) b_->mark_grad_ready();
+  return dx;
+}
+
+// ---- Conv2d ----------------------------------------------------------------------------------
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
+               int64_t padding, bool bias) {
+  EDP_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0 && stride > 0 && padding >= 0,
+            "Conv2d(", in_channels, ", ", out_channels, ", k=", kernel, ", stride=", stride,
+            ", pad=", padding, "): invalid configuration");
+  Tensor w({out_channels, in_channels, kernel, kernel});
+  Tensor b;
+  if (bias) b = Tensor({out_channels});
+  init_weight_bias(w, bias ? &b : nullptr);
+  w_ = &register_parameter("weight", w);
+  if (bias) b_ = &register_parameter("bias", b);
+  geom_.stride = stride;
+  geom_.pad = padding;
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  x_ = x;
+  return ops::conv2d_forward(x, w_->value, b_ ? b_->value : Tensor(), geom_);
+}
+
+Tensor Conv2d::backward(const Tensor& dy) {
+  require_forward(x_, "Conv2d");
+  Tensor dx = ops::conv2d_backward(x_, w_->value, dy, w_->grad, b_ ? &b_->grad : nullptr, geom_,
+                                   input_grad_);
+  w_->mark_grad_ready();
+  if (b_) b_->mark_grad_ready();
+  return dx;
+}
+
+// ---- pooling ---------------------------------------------------------------------------------
+MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride) : k_(kernel), s_(stride ? stride : kernel) {
+  EDP_CHECK(k_ > 0 && s_ > 0, "MaxPool2d(", kernel, ", ", stride, "): invalid configuration");
+}
+
+Tensor MaxPool2d::forward(const Tensor& x) {
+  x_shape_ = x.shape();
+  return ops::maxpool2d_forward(x, k_, s_, argmax_);
+}
+
+Tensor MaxPool2d::backward(const Tensor& dy) {
+  require_forward(argmax_, "MaxPool2d");
+  return ops::maxpool2d_backward(dy, argmax_, x_shape_);
+}
+
+Tensor GlobalAvgPool2d::forward(const Tensor& x) {
+  x_shape_ = x.shape();
+  return ops::global_avgpool_forward(x);
+}
+
+Tensor GlobalAvgPool2d::backward(const Tensor& dy) {
+  EDP_CHECK(x_shape_.ndim() == 4, "GlobalAvgPool2d.backward called without a preceding forward");
+  return ops::global_avgpool_backward(dy, x_shape_);
+}
+
+// ---- activations -----------------------------------------------------------------------------
+Tensor ReLU::forward(const Tensor& x) {
+  y_ = ops::relu_forward(x);
+  return y_;
+}
+
+Tensor ReLU::backward(const Tensor& dy) {
+  require_forward(y_, "ReLU");
+  return ops::relu_backward(y_, dy);
+}
+
+Tensor GELU::forward(const Tensor& x) {
+  x_ = x;
+  return ops::gelu_forward(x);
+}
+
+Tensor GELU::backward(const Tensor& dy) {
+  require_forward(x_, "GELU");
+  return ops::gelu_backward(x_, dy);
+}
+
+// ---- BatchNorm2d -----------------------------------------------------------------------------
+BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum)
+    : eps_(eps), momentum_(momentum) {
+  EDP_CHECK(channels > 0, "BatchNorm2d(", channels, "): channels must be positive");
+  gamma_ = &register_parameter("weight", Tensor::full({channels}, 1.0));
+  beta_ = &register_parameter("bias", Tensor::zeros({channels}));
+  mean_ = &register_buffer("running_mean", Tensor::zeros({channels}));
+  var_ = &register_buffer("running_var", Tensor::full({channels}, 1.0));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  x_ = x;
+  cached_train_ = training_;
+  if (!training_)
+    return ops::batchnorm2d_forward_eval(x, gamma_->value, beta_->value, mean_->value,
+                                         var_->value, eps_);
+  return ops::batchnorm2d_forward_train(x, gamma_->value, beta_->value, mean_->value, var_->value,
+                                        momentum_, eps_, save_mean_, save_invstd_);
+}
+
+Tensor BatchNorm2d::backward(const Tensor& dy) {
+  require_forward(x_, "BatchNorm2d");
+  EDP_CHECK(cached_train_, "BatchNorm2d.backward after an eval-mode forward: call train() first");
+  Tensor dx = ops::batchnorm2d_backward(x_, dy, gamma_->value, save_mean_, save_invstd_,
+                                        gamma_->grad, beta_->grad);
+  gamma_->mark_grad_ready();
+  beta_->mark_grad_ready();
+  return dx;
+}
+
+// ---- Dropout ---------------------------------------------------------------------------------
+Dropout::Dropout(double p, uint64_t seed) : p_(p), seed_(seed) {
+  EDP_CHECK(p >= 0.0 && p < 1.0, "Dropout(p=", p, "): p must be in [0, 1)");
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  active_ = training_ && p_ > 0.0;
+  if (!active_) return x;
+  return ops::dropout_forward(x, p_, derive_seed(seed_, calls_++), mask_);
+}
+
+Tensor Dropout::backward(const Tensor& dy) {
+  if (!active_) return dy;
+  return ops::dropout_backward(dy, mask_, p_);
+}
+
+// ---- Flatten ---------------------------------------------------------------------------------
+Tensor Flatten::forward(const Tensor& x) {
+  x_shape_ = x.shape();
+  EDP_CHECK_SHAPE(x.ndim() >= 1, "Flatten: input must have a batch dimension");
+  return x.reshape(Shape{x.dim(0), x.dim(0) ? x.numel() / x.dim(0) : 0});
+}
+
+Tensor Flatten::backward(const Tensor& dy) { return dy.reshape(x_shape_); }
+
+// ---- Sequential ------------------------------------------------------------------------------
+Sequential::Sequential(std::initializer_list<ModulePtr> layers) {
+  for (auto& l : layers) add(l);
+}
+
+Sequential& Sequential::add(ModulePtr m, std::string name) {
+  EDP_CHECK(m != nullptr, "Sequential.add: null module");
+  if (name.empty()) name = std::to_string(children().size());
+  register_module(name, std::move(m));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& c : children()) h = c.second->forward(h);
+  return h;
+}
+
+Tensor Sequential::backward(const Tensor& dy) {
+  Tensor g = dy;
+  const auto& ch = children();
+  for (size_t i = ch.size(); i-- > 0;) g = ch[i].second->backward(g);
+  return g;
+}
+
+void Sequential::set_input_grad(bool on) {
+  Module::set_input_grad(on);
+  if (!children().empty()) children().front().second->set_input_grad(on);
+}
+
+// ---- ResidualBlock ---------------------------------------------------------------------------
+ResidualBlock::ResidualBlock(int64_t in_channels, int64_t out_channels, int64_t stride) {
+  main_ = register_module("main", make<Sequential>());
+  main_->add(make<Conv2d>(in_channels, out_channels, 3, stride, 1, false), "conv1");
+  main_->add(make<BatchNorm2d>(out_channels), "bn1");
+  main_->add(make<ReLU>(), "relu");
+  main_->add(make<Conv2d>(out_channels, out_channels, 3, 1, 1, false), "conv2");
+  main_->add(make<BatchNorm2d>(out_channels), "bn2");
+  if (stride != 1 || in_channels != out_channels) {
+    shortcut_ = register_module("shortcut", make<Sequential>());
+    shortcut_->add(make<Conv2d>(in_channels, out_channels, 1, stride, 0, false), "conv");
+    shortcut_->add(make<BatchNorm2d>(out_channels), "bn");
+  }
+}
+
+Tensor ResidualBlock::forward(const Tensor& x) {
+  Tensor h = main_->forward(x);
+  ops::add_(h, shortcut_ ? shortcut_->forward(x) : x);
+  out_ = ops::relu_forward(h);
+  return out_;
+}
+
+Tensor ResidualBlock::backward(const Tensor& dy) {
+  require_forward(out_, "ResidualBlock");
+  Tensor g = ops::relu_backward(out_, dy);
+  // Both branches always need dx here (they sum), except at the network's input.
+  main_->set_input_grad(input_grad_);
+  Tensor dx_main = main_->backward(g);
+  if (!shortcut_) return input_grad_ ? ops::add(dx_main, g) : Tensor();
+  shortcut_->set_input_grad(input_grad_);
+  Tensor dx_short = shortcut_->backward(g);
+  if (!input_grad_) return Tensor();
+  ops::add_(dx_main, dx_short);
+  return dx_main;
+}
+
+// ---- loss ------------------------------------------------------------------------------------
+double SoftmaxCrossEntropy::forward(const Tensor& logits, const Tensor& labels) {
+  labels_ = labels;
+  return ops::softmax_cross_entropy_forward(logits, labels, probs_);
+}
+
+Tensor SoftmaxCrossEntropy::backward(double scale) const {
+  EDP_CHECK(probs_.defined(), "SoftmaxCrossEntropy.backward called before forward");
+  return ops::softmax_cross_entropy_backward(probs_, labels_,
+                                             scale / static_cast<double>(probs_.dim(0)));
+}
+
+}  // namespace edp::nn

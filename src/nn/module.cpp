@@ -1,0 +1,99 @@
+// Module bookkeeping: parameter/buffer registration, dotted names, dtype/device moves.
+#include "edp/nn/module.h"
+
+#include <sstream>
+
+namespace edp::nn {
+
+Parameter& Module::register_parameter(const std::string& name, Tensor value) {
+  auto p = std::make_unique<Parameter>();
+  p->name = name;
+  p->grad = Tensor::zeros(value.shape(), value.dtype(), value.device());
+  p->value = std::move(value);
+  params_.push_back(std::move(p));
+  return *params_.back();
+}
+
+Buffer& Module::register_buffer(const std::string& name, Tensor value) {
+  auto b = std::make_unique<Buffer>();
+  b->name = name;
+  b->value = std::move(value);
+  buffers_.push_back(std::move(b));
+  return *buffers_.back();
+}
+
+void Module::collect(const std::string& prefix, std::vector<Parameter*>& ps,
+                     std::vector<Buffer*>* bs) {
+  // Names are stored relative to their module; the dotted prefix is applied once, here, so a
+  // module can be placed into a container after construction.
+  for (auto& p : params_) {
+    p->name = p->name.substr(p->name.rfind('.') + 1);
+    if (!prefix.empty()) p->name = prefix + "." + p->name;
+    ps.push_back(p.get());
+  }
+  if (bs)
+    for (auto& b : buffers_) {
+      b->name = b->name.substr(b->name.rfind('.') + 1);
+      if (!prefix.empty()) b->name = prefix + "." + b->name;
+      bs->push_back(b.get());
+    }
+  for (auto& [name, child] : children_)
+    child->collect(prefix.empty() ? name : prefix + "." + name, ps, bs);
+}
+
+std::vector<Parameter*> Module::parameters() {
+  std::vector<Parameter*> ps;
+  collect("", ps, nullptr);
+  return ps;
+}
+
+std::vector<Buffer*> Module::buffers() {
+  std::vector<Parameter*> ps;
+  std::vector<Buffer*> bs;
+  collect("", ps, &bs);
+  return bs;
+}
+
+void Module::zero_grad() {
+  for (Parameter* p : parameters()) p->grad.zero();
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  on_train_changed();
+  for (auto& c : children_) c.second->train(on);
+}
+
+void Module::to(DType dtype) {
+  for (auto& p : params_) {
+    p->value = p->value.to(dtype);
+    p->grad = p->grad.to(dtype);
+  }
+  for (auto& b : buffers_) b->value = b->value.to(dtype);
+  for (auto& c : children_) c.second->to(dtype);
+}
+
+void Module::to(Device device) {
+  for (auto& p : params_) {
+    p->value = p->value.to(device);
+    p->grad = p->grad.to(device);
+  }
+  for (auto& b : buffers_) b->value = b->value.to(device);
+  for (auto& c : children_) c.second->to(device);
+}
+
+int64_t Module::num_parameters() {
+  int64_t n = 0;
+  for (Parameter* p : parameters()) n += p->value.numel();
+  return n;
+}
+
+std::string Module::summary() {
+  std::ostringstream os;
+  for (Parameter* p : parameters()) os << p->name << " " << p->value.str() << "\n";
+  for (Buffer* b : buffers()) os << b->name << " (buffer) " << b->value.str() << "\n";
+  os << "total parameters: " << num_parameters() << "\n";
+  return os.str();
+}
+
+}  // namespace edp::nn

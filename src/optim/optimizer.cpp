@@ -1,0 +1,123 @@
+// SGD and AdamW updates on the CPU (float32/float64), and global-norm gradient clipping.
+#include "edp/optim/optimizer.h"
+
+#include <cmath>
+
+#include "../backend/cpu_common.h"
+#include "edp/backend/ops.h"
+
+namespace edp::optim {
+using ops::cpu::dispatch_float;
+
+Optimizer::Optimizer(std::vector<nn::Parameter*> params, double lr)
+    : params_(std::move(params)), lr_(lr) {
+  EDP_CHECK(lr >= 0, "learning rate ", lr, " must be >= 0");
+  for (auto* p : params_) EDP_CHECK(p != nullptr, "optimizer given a null parameter");
+}
+
+void Optimizer::zero_grad() {
+  for (auto* p : params_) p->grad.zero();
+}
+
+SGD::SGD(std::vector<nn::Parameter*> params, SGDOptions o)
+    : Optimizer(std::move(params), o.lr), o_(o) {
+  EDP_CHECK(o.momentum >= 0 && o.weight_decay >= 0, "SGD: momentum and weight_decay must be >= 0");
+  EDP_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+            "SGD: Nesterov momentum needs momentum > 0 and dampening = 0");
+  if (o_.momentum > 0)
+    for (auto* p : params_) buf_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype()));
+}
+
+void SGD::step() {
+  const bool first = steps_ == 0;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    nn::Parameter& P = *params_[k];
+    ops::cpu::require_cpu(P.value, "SGD.step", P.name.c_str());
+    dispatch_float(P.value.dtype(), "SGD.step", [&](auto tag) {
+      using T = decltype(tag);
+      T* p = P.value.data<T>();
+      const T* g = P.grad.data<T>();
+      T* b = o_.momentum > 0 ? buf_[k].data<T>() : nullptr;
+      const T lr = static_cast<T>(lr_), wd = static_cast<T>(o_.weight_decay),
+              mu = static_cast<T>(o_.momentum), damp = static_cast<T>(1 - o_.dampening);
+      const int64_t n = P.value.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) {
+        T d = g[i] + wd * p[i];
+        if (b) {
+          b[i] = first ? d : mu * b[i] + damp * d;
+          d = o_.nesterov ? d + mu * b[i] : b[i];
+        }
+        p[i] -= lr * d;
+      }
+    });
+  }
+  ++steps_;
+}
+
+std::vector<Tensor*> SGD::state() {
+  std::vector<Tensor*> s;
+  for (auto& t : buf_) s.push_back(&t);
+  return s;
+}
+
+AdamW::AdamW(std::vector<nn::Parameter*> params, AdamWOptions o)
+    : Optimizer(std::move(params), o.lr), o_(o) {
+  EDP_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps > 0,
+            "AdamW: betas must be in [0, 1) and eps > 0");
+  for (auto* p : params_) {
+    m_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype()));
+    v_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype()));
+  }
+}
+
+void AdamW::step() {
+  ++steps_;
+  const double bc1 = 1 - std::pow(o_.beta1, static_cast<double>(steps_));
+  const double bc2 = 1 - std::pow(o_.beta2, static_cast<double>(steps_));
+  for (size_t k = 0; k < params_.size(); ++k) {
+    nn::Parameter& P = *params_[k];
+    ops::cpu::require_cpu(P.value, "AdamW.step", P.name.c_str());
+    dispatch_float(P.value.dtype(), "AdamW.step", [&](auto tag) {
+      using T = decltype(tag);
+      T* p = P.value.data<T>();
+      const T* g = P.grad.data<T>();
+      T *m = m_[k].data<T>(), *v = v_[k].data<T>();
+      const T b1 = static_cast<T>(o_.beta1), b2 = static_cast<T>(o_.beta2);
+      const T decay = static_cast<T>(1 - lr_ * o_.weight_decay);
+      const T step = static_cast<T>(lr_ / bc1), rbc2 = static_cast<T>(1 / std::sqrt(bc2));
+      const T eps = static_cast<T>(o_.eps);
+      const int64_t n = P.value.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) {
+        p[i] *= decay;
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        p[i] -= step * m[i] / (std::sqrt(v[i]) * rbc2 + eps);
+      }
+    });
+  }
+}
+
+std::vector<Tensor*> AdamW::state() {
+  std::vector<Tensor*> s;
+  for (size_t k = 0; k < m_.size(); ++k) {
+    s.push_back(&m_[k]);
+    s.push_back(&v_[k]);
+  }
+  return s;
+}
+
+double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm) {
+  EDP_CHECK(max_norm > 0, "clip_grad_norm: max_norm ", max_norm, " must be > 0");
+  double ss = 0;
+  for (auto* p : params) ss += ops::sum_squares(p->grad);
+  const double norm = std::sqrt(ss);
+  if (norm > max_norm) {
+    const double s = max_norm / (norm + 1e-6);
+    for (auto* p : params) ops::scale_(p->grad, s);
+  }
+  return norm;
+}
+
+}  // namespace edp::optim

@@ -1,0 +1,241 @@
+// Finite-difference gradient checks for every layer and the loss, in float64.
+//
+// Method: L = Σ r ⊙ f(x) for a fixed random r, so dL/dy = r. Analytic gradients come from
+// backward(r); numeric ones from central differences (L(θ+h) - L(θ-h)) / 2h with h = 1e-6.
+// In double, truncation error is O(h²) ≈ 1e-12 and rounding error ≈ 1e-16·|L|/h ≈ 1e-10, so we
+// require |analytic - numeric| ≤ 1e-6 · max(1, |analytic|, |numeric|): five orders of magnitude
+// above the expected error and far below any real bug. Inputs of ReLU-like layers are kept at
+// least 1e-3 from the kink so that ±h never crosses it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "edp/backend/ops.h"
+#include "edp/core/random.h"
+#include "edp/nn/init.h"
+#include "edp/nn/layers.h"
+
+using namespace edp;
+using namespace edp::nn;
+
+namespace {
+
+constexpr double kStep = 1e-6;
+constexpr double kTol = 1e-6;
+
+Tensor random_input(Shape s, Rng& rng, bool away_from_zero = true) {
+  Tensor t(s, DType::F64);
+  double* p = t.data<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v = rng.uniform(-1.0, 1.0);
+    if (away_from_zero && std::abs(v) < 1e-3) v = v < 0 ? -1e-3 : 1e-3;
+    p[i] = v;
+  }
+  return t;
+}
+
+double dot(const Tensor& a, const Tensor& b) {
+  double s = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) s += a.data<double>()[i] * b.data<double>()[i];
+  return s;
+}
+
+struct Mismatch {
+  int count = 0;
+  double max_err = 0;
+};
+
+// Compares analytic vs numeric for every element of `target`; prints the first mismatches.
+void compare(const std::string& what, Tensor& target, const Tensor& analytic,
+             const std::function<double()>& loss, Mismatch& mm) {
+  double* p = target.data<double>();
+  for (int64_t i = 0; i < target.numel(); ++i) {
+    const double orig = p[i];
+    p[i] = orig + kStep;
+    const double lp = loss();
+    p[i] = orig - kStep;
+    const double lm = loss();
+    p[i] = orig;
+    const double num = (lp - lm) / (2 * kStep);
+    const double ana = analytic.data<double>()[i];
+    const double err = std::abs(num - ana);
+    const double scale = std::max({1.0, std::abs(num), std::abs(ana)});
+    mm.max_err = std::max(mm.max_err, err / scale);
+    if (err > kTol * scale && ++mm.count <= 5)
+      ADD_FAILURE() << what << "[" << i << "]: analytic " << ana << " numeric " << num
+                    << " (err " << err << ")";
+  }
+}
+
+// Checks dL/dx and dL/dθ of a module at input shape `in`.
+void gradcheck_module(Module& m, Shape in, uint64_t seed = 1) {
+  m.to(DType::F64);
+  Rng rng(seed);
+  Tensor x = random_input(in, rng);
+  Tensor y = m.forward(x);
+  Tensor r = random_input(y.shape(), rng, false);
+  m.zero_grad();
+  Tensor dx = m.backward(r);
+  ASSERT_TRUE(dx.defined());
+  ASSERT_EQ(dx.shape(), x.shape());
+
+  // Keep analytic parameter grads before the numeric loop runs more forwards.
+  std::vector<Tensor> pgrads;
+  for (Parameter* p : m.parameters()) pgrads.push_back(p->grad.clone());
+
+  auto loss = [&] { return dot(m.forward(x), r); };
+  Mismatch mm;
+  compare(m.type_name() + " dx", x, dx, loss, mm);
+  auto params = m.parameters();
+  for (size_t k = 0; k < params.size(); ++k)
+    compare(m.type_name() + " d" + params[k]->name, params[k]->value, pgrads[k], loss, mm);
+  EXPECT_EQ(mm.count, 0) << "max relative error " << mm.max_err;
+  ::testing::Test::RecordProperty("max_rel_err", std::to_string(mm.max_err));
+}
+
+}  // namespace
+
+TEST(GradCheck, Linear) {
+  manual_seed(1);
+  Linear l(7, 5);
+  gradcheck_module(l, {4, 7});
+}
+
+TEST(GradCheck, LinearNoBias) {
+  manual_seed(2);
+  Linear l(3, 6, false);
+  gradcheck_module(l, {5, 3});
+}
+
+TEST(GradCheck, Conv2dPad1Stride1) {
+  manual_seed(3);
+  Conv2d c(2, 3, 3, 1, 1);
+  gradcheck_module(c, {2, 2, 5, 6});
+}
+
+TEST(GradCheck, Conv2dStride2NoPad) {
+  manual_seed(4);
+  Conv2d c(3, 2, 3, 2, 0);
+  gradcheck_module(c, {2, 3, 7, 7});
+}
+
+TEST(GradCheck, Conv2dStride2Pad1) {
+  manual_seed(5);
+  Conv2d c(2, 4, 3, 2, 1, false);
+  gradcheck_module(c, {3, 2, 6, 5});
+}
+
+TEST(GradCheck, Conv2dPointwise) {
+  manual_seed(6);
+  Conv2d c(3, 4, 1);
+  gradcheck_module(c, {2, 3, 4, 4});
+}
+
+TEST(GradCheck, MaxPool2d) {
+  MaxPool2d p(2);
+  gradcheck_module(p, {2, 3, 6, 4});
+}
+
+TEST(GradCheck, MaxPool2dOverlapping) {
+  MaxPool2d p(3, 2);
+  gradcheck_module(p, {2, 2, 7, 7});
+}
+
+TEST(GradCheck, GlobalAvgPool) {
+  GlobalAvgPool2d p;
+  gradcheck_module(p, {3, 4, 3, 5});
+}
+
+TEST(GradCheck, ReLU) {
+  ReLU r;
+  gradcheck_module(r, {4, 9});
+}
+
+TEST(GradCheck, GELU) {
+  GELU g;
+  gradcheck_module(g, {3, 11});
+}
+
+TEST(GradCheck, BatchNorm2dTrain) {
+  BatchNorm2d bn(3);
+  // Non-trivial γ, β so that their gradients are exercised away from the identity.
+  Rng rng(9);
+  bn.to(DType::F64);
+  for (Parameter* p : bn.parameters()) p->value = random_input(p->value.shape(), rng);
+  gradcheck_module(bn, {4, 3, 3, 2});
+}
+
+TEST(GradCheck, BatchNorm2dEval) {
+  BatchNorm2d bn(2);
+  bn.to(DType::F64);
+  bn.running_mean().value.fill(0.3);
+  bn.running_var().value.fill(2.0);
+  bn.eval();
+  // Eval-mode backward is not supported (the layer refuses it); check the eval forward against
+  // the formula instead.
+  Rng rng(10);
+  Tensor x = random_input({2, 2, 2, 2}, rng);
+  Tensor y = bn.forward(x);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    EXPECT_NEAR(y.item(i), (x.item(i) - 0.3) / std::sqrt(2.0 + 1e-5), 1e-12);
+  EXPECT_THROW(bn.backward(y), Error);
+}
+
+TEST(GradCheck, Flatten) {
+  Flatten f;
+  gradcheck_module(f, {2, 3, 2, 2});
+}
+
+TEST(GradCheck, DropoutFixedMask) {
+  // The layer draws a new mask per call; check the op with a fixed seed (mask fixed).
+  Rng rng(11);
+  Tensor x = random_input({4, 10}, rng);
+  Tensor r = random_input({4, 10}, rng, false);
+  Tensor mask;
+  const double p = 0.3;
+  ops::dropout_forward(x, p, 1234, mask);
+  Tensor dx = ops::dropout_backward(r, mask, p);
+  auto loss = [&] {
+    Tensor m2;
+    return dot(ops::dropout_forward(x, p, 1234, m2), r);
+  };
+  Mismatch mm;
+  compare("dropout dx", x, dx, loss, mm);
+  EXPECT_EQ(mm.count, 0);
+}
+
+TEST(GradCheck, Sequential) {
+  manual_seed(12);
+  Sequential s{make<Conv2d>(1, 2, 3, 1, 1), make<ReLU>(), make<MaxPool2d>(2), make<Flatten>(),
+               make<Linear>(2 * 3 * 3, 4), make<GELU>(), make<Linear>(4, 3)};
+  gradcheck_module(s, {2, 1, 6, 6});
+}
+
+TEST(GradCheck, ResidualBlockIdentity) {
+  manual_seed(13);
+  ResidualBlock b(3, 3, 1);
+  gradcheck_module(b, {2, 3, 4, 4});
+}
+
+TEST(GradCheck, ResidualBlockProjection) {
+  manual_seed(14);
+  ResidualBlock b(2, 4, 2);
+  gradcheck_module(b, {3, 2, 5, 5});
+}
+
+TEST(GradCheck, SoftmaxCrossEntropy) {
+  Rng rng(15);
+  Tensor z = random_input({5, 7}, rng);
+  Tensor labels = Tensor::from_vector<int32_t>({5}, {0, 6, 3, 3, 1});
+  SoftmaxCrossEntropy ce;
+  ce.forward(z, labels);
+  Tensor dz = ce.backward();
+  auto loss = [&] {
+    SoftmaxCrossEntropy c2;
+    return c2.forward(z, labels);
+  };
+  Mismatch mm;
+  compare("softmax_ce dlogits", z, dz, loss, mm);
+  EXPECT_EQ(mm.count, 0) << "max relative error " << mm.max_err;
+}

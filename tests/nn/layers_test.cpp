@@ -1,0 +1,178 @@
+// Layer forward values against hand-computed results, the gradient contract (parameter grads
+// accumulate, activation grads are fresh), shape errors that name both shapes, determinism.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "edp/backend/ops.h"
+#include "edp/core/threads.h"
+#include "edp/nn/init.h"
+#include "edp/nn/layers.h"
+
+using namespace edp;
+using namespace edp::nn;
+
+TEST(Layers, LinearForwardByHand) {
+  Linear l(2, 2);
+  float* w = l.weight().value.data<float>();
+  w[0] = 1; w[1] = 2; w[2] = -1; w[3] = 0.5f;
+  l.bias()->value.data<float>()[0] = 0.25f;
+  l.bias()->value.data<float>()[1] = -1;
+  Tensor x = Tensor::from_vector<float>({1, 2}, {3, 4});
+  Tensor y = l.forward(x);
+  EXPECT_FLOAT_EQ(y.item(0), 3 + 8 + 0.25f);
+  EXPECT_FLOAT_EQ(y.item(1), -3 + 2 - 1);
+}
+
+TEST(Layers, Conv2dForwardByHand) {
+  // 1 channel 3x3 input, 2x2 kernel of ones, no padding → sums of 2x2 windows.
+  Conv2d c(1, 1, 2, 1, 0, false);
+  c.weight().value.fill(1.0);
+  Tensor x = Tensor::from_vector<float>({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  Tensor y = c.forward(x);
+  ASSERT_EQ(y.shape(), Shape({1, 1, 2, 2}));
+  EXPECT_FLOAT_EQ(y.item(0), 12);
+  EXPECT_FLOAT_EQ(y.item(1), 16);
+  EXPECT_FLOAT_EQ(y.item(2), 24);
+  EXPECT_FLOAT_EQ(y.item(3), 28);
+  // Padding 1: the corner output sees only x[0][0..1] and x[1][0..1].
+  Conv2d p(1, 1, 2, 1, 1, false);
+  p.weight().value.fill(1.0);
+  Tensor yp = p.forward(x);
+  ASSERT_EQ(yp.shape(), Shape({1, 1, 4, 4}));
+  EXPECT_FLOAT_EQ(yp.item(0), 1);
+  EXPECT_FLOAT_EQ(yp.item(5), 12);
+  EXPECT_FLOAT_EQ(yp.item(15), 9);
+}
+
+TEST(Layers, MaxPoolAndAvgPool) {
+  Tensor x = Tensor::from_vector<float>({1, 1, 2, 4}, {1, 5, 2, 0, 3, 4, 8, 7});
+  MaxPool2d mp(2);
+  Tensor y = mp.forward(x);
+  ASSERT_EQ(y.shape(), Shape({1, 1, 1, 2}));
+  EXPECT_FLOAT_EQ(y.item(0), 5);
+  EXPECT_FLOAT_EQ(y.item(1), 8);
+  Tensor dx = mp.backward(Tensor::from_vector<float>({1, 1, 1, 2}, {10, 20}));
+  EXPECT_FLOAT_EQ(dx.item(1), 10);
+  EXPECT_FLOAT_EQ(dx.item(6), 20);
+  EXPECT_FLOAT_EQ(ops::sum(dx), 30);
+  GlobalAvgPool2d gap;
+  EXPECT_FLOAT_EQ(gap.forward(x).item(0), 30.0f / 8);
+}
+
+TEST(Layers, ShapeErrorsNameBothShapes) {
+  Linear l(4, 3);
+  try {
+    l.forward(Tensor::zeros({2, 5}));
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("[2, 5]"), std::string::npos) << m;
+    EXPECT_NE(m.find("[3, 4]"), std::string::npos) << m;
+  }
+  Conv2d c(3, 8, 3);
+  EXPECT_THROW(c.forward(Tensor::zeros({1, 2, 8, 8})), ShapeError);
+  EXPECT_THROW(c.forward(Tensor::zeros({1, 3, 2, 2})), ShapeError);
+}
+
+TEST(Layers, ParameterGradsAccumulateActivationGradsDoNot) {
+  manual_seed(3);
+  Linear l(3, 2);
+  Tensor x = Tensor::full({4, 3}, 0.5);
+  Tensor dy = Tensor::full({4, 2}, 1.0);
+  l.forward(x);
+  Tensor dx1 = l.backward(dy);
+  Tensor g1 = l.weight().grad.clone();
+  l.forward(x);
+  Tensor dx2 = l.backward(dy);
+  for (int64_t i = 0; i < g1.numel(); ++i)
+    EXPECT_FLOAT_EQ(l.weight().grad.item(i), 2 * g1.item(i));
+  EXPECT_FALSE(dx1.same_storage(dx2));
+  for (int64_t i = 0; i < dx1.numel(); ++i) EXPECT_FLOAT_EQ(dx1.item(i), dx2.item(i));
+}
+
+TEST(Layers, GradReadyHooksFireOncePerParameter) {
+  Sequential s{make<Linear>(3, 4), make<ReLU>(), make<Linear>(4, 2)};
+  std::vector<std::string> order;
+  for (Parameter* p : s.parameters())
+    p->grad_ready_hooks.push_back([&](Parameter& q) { order.push_back(q.name); });
+  s.forward(Tensor::full({2, 3}, 1.0));
+  s.backward(Tensor::full({2, 2}, 1.0));
+  // Reverse layer order: the last layer's parameters are ready first.
+  ASSERT_EQ(order.size(), 4u);
+  EXPECT_EQ(order[0], "2.weight");
+  EXPECT_EQ(order[1], "2.bias");
+  EXPECT_EQ(order[2], "0.weight");
+  EXPECT_EQ(order[3], "0.bias");
+}
+
+TEST(Layers, DottedNamesAreStable) {
+  Sequential s;
+  s.add(make<ResidualBlock>(2, 4, 2), "block");
+  s.add(make<Linear>(4, 2), "fc");
+  auto names = [&] {
+    std::vector<std::string> v;
+    for (Parameter* p : s.parameters()) v.push_back(p->name);
+    return v;
+  };
+  auto a = names();
+  EXPECT_EQ(a, names());
+  EXPECT_EQ(a.front(), "block.main.conv1.weight");
+  EXPECT_EQ(a.back(), "fc.bias");
+  auto bufs = s.buffers();
+  ASSERT_FALSE(bufs.empty());
+  EXPECT_EQ(bufs.front()->name, "block.main.bn1.running_mean");
+}
+
+TEST(Layers, NoInputGradForFirstLayer) {
+  Sequential s{make<Conv2d>(1, 2, 3, 1, 1), make<Flatten>(), make<Linear>(2 * 4 * 4, 3)};
+  s.set_input_grad(false);
+  s.forward(Tensor::full({2, 1, 4, 4}, 1.0));
+  Tensor dx = s.backward(Tensor::full({2, 3}, 1.0));
+  EXPECT_FALSE(dx.defined());
+  EXPECT_GT(ops::sum_squares(s.parameters()[0]->grad), 0.0);
+}
+
+TEST(Layers, BatchNormRunningStats) {
+  BatchNorm2d bn(1, 1e-5, 0.5);
+  Tensor x = Tensor::from_vector<float>({2, 1, 1, 2}, {1, 2, 3, 6});
+  bn.forward(x);
+  // mean 3, unbiased var ((4+1+0+9)/3) = 14/3; running = 0.5·init + 0.5·batch.
+  EXPECT_FLOAT_EQ(bn.running_mean().value.item(0), 1.5f);
+  EXPECT_FLOAT_EQ(bn.running_var().value.item(0), 0.5f + 0.5f * 14.0f / 3.0f);
+}
+
+TEST(Layers, DropoutEvalIsIdentityTrainScales) {
+  Dropout d(0.25, 7);
+  Tensor x = Tensor::full({1000}, 1.0);
+  Tensor y = d.forward(x);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double v = y.item(i);
+    ASSERT_TRUE(v == 0.0 || std::abs(v - 1 / 0.75) < 1e-6);
+    kept += v != 0.0;
+  }
+  // 1000 Bernoulli(0.75) draws: mean 750, sd ≈ 13.7; ±80 is > 5 sd.
+  EXPECT_NEAR(kept, 750, 80);
+  d.eval();
+  EXPECT_TRUE(d.forward(x).same_storage(x));
+}
+
+TEST(Layers, ConvDeterministicForFixedThreads) {
+  // Same inputs, same thread count → bitwise identical outputs and weight gradients.
+  auto run = [] {
+    manual_seed(21);
+    Conv2d c(3, 5, 3, 1, 1);
+    Rng rng(5);
+    Tensor x({9, 3, 8, 8});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.normal());
+    Tensor y = c.forward(x);
+    c.backward(y);
+    return std::make_pair(y, c.weight().grad.clone());
+  };
+  set_num_threads(2);
+  auto a = run();
+  auto b = run();
+  EXPECT_EQ(0, std::memcmp(a.first.raw(), b.first.raw(), a.first.nbytes()));
+  EXPECT_EQ(0, std::memcmp(a.second.raw(), b.second.raw(), a.second.nbytes()));
+}
