@@ -1,0 +1,16 @@
+// The example models, shared by the examples, the tests and the benchmarks so that all of them
+// train exactly the same network.
+#pragma once
+#include <memory>
+
+#include "edp/nn/layers.h"
+
+namespace edp::examples {
+
+// 784-256-128-10 ReLU MLP.
+std::shared_ptr<nn::Sequential> fashion_mnist_mlp();
+// conv3x3(1→32,pad1)-ReLU-maxpool2-conv3x3(32→64,pad1)-ReLU-maxpool2-flatten-
+// linear(3136→128)-ReLU-linear(128→10).
+std::shared_ptr<nn::Sequential> fashion_mnist_cnn();
+
+}  // namespace edp::examples
