@@ -40,16 +40,28 @@ class TensorDataset : public Dataset {
   Tensor features_;
   std::vector<int32_t> labels_;
   int num_classes_;
+  int64_t row_ = 0;  // floats per sample, cached: get() is the hot path of the loader
 };
 
 // Per-channel affine normalisation applied after scaling bytes to [0, 1]: (x/255 - mean)/std.
+// `mean`/`std` hold one value per channel, or one value for all channels.
 struct Normalize {
   std::vector<float> mean{0.0f};
   std::vector<float> std{1.0f};
 };
 
+// The normalisations the loaders below apply (statistics of each training set):
+// Fashion-MNIST mean 0.2860 / std 0.3530; CIFAR-10 per channel (0.4914, 0.4822, 0.4465) /
+// (0.2470, 0.2435, 0.2616).
+Normalize fashion_mnist_normalize();
+Normalize cifar10_normalize();
+
 // IDX files (http://yann.lecun.com/exdb/mnist/ format), gzip-compressed or plain.
 // Images: magic 0x00000803, [N, rows, cols] uint8. Labels: magic 0x00000801, [N] uint8.
+// All header fields are big-endian uint32. A header whose sizes are implausible (rows or cols
+// above 65536, more than 64 GiB of pixels) is rejected before anything is allocated, and data
+// is read incrementally, so a corrupt count fails at end of file rather than exhausting memory.
+// Bytes after the announced data are an error too: the header's count would then be wrong.
 struct IdxImages {
   int64_t count = 0, rows = 0, cols = 0;
   std::vector<uint8_t> pixels;  // count*rows*cols
@@ -63,18 +75,22 @@ std::shared_ptr<TensorDataset> load_idx(const std::string& images_path,
                                         int num_classes = 10);
 
 // Fashion-MNIST / MNIST from a directory holding train-images-idx3-ubyte(.gz) etc.
-// split is "train" or "test". Normalised with the Fashion-MNIST training mean/std.
+// split is "train" or "test" (files train-* and t10k-*); each file is looked up with .gz first,
+// then without. Normalised with fashion_mnist_normalize().
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 std::shared_ptr<TensorDataset> load_fashion_mnist(const std::string& dir, const std::string& split);
 
 // CIFAR-10 binary version: files of 10000 records of 1 label byte + 3072 pixel bytes (CHW).
-// dir holds data_batch_1..5.bin (train) and test_batch.bin (test).
+// dir holds data_batch_1..5.bin (train) and test_batch.bin (test), or is the folder the
+// official tarball unpacks into (dir/cifar-10-batches-bin/ is tried too).
+// A file whose size is not a whole number of records, or a label >= 10, is a DataError.
 std::shared_ptr<TensorDataset> load_cifar10_files(const std::vector<std::string>& files,
                                                   const Normalize& norm);
 std::shared_ptr<TensorDataset> load_cifar10(const std::string& dir, const std::string& split);
 
 // A learnable synthetic classification set: class prototypes drawn from N(0,1) plus per-sample
-// Gaussian noise; features [n, ...shape]. Same seed → same data.
+// Gaussian noise; features [n, ...shape], labels uniform over the classes. Same seed → same
+// data; the prototypes do not depend on n, and a smaller n gives a prefix of a larger one.
 std::shared_ptr<TensorDataset> make_synthetic(int64_t n, Shape sample_shape, int num_classes,
                                               uint64_t seed, float noise = 1.0f);
 

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -60,8 +61,14 @@ struct LoaderOptions {
   int64_t batch_size = 64;
   bool drop_last = false;  // drop a final partial batch
   int workers = 1;         // threads assembling batches (0 = assemble on the caller's thread)
-  int prefetch = 2;        // batches prepared ahead per worker
+  int prefetch = 2;        // batches prepared ahead per worker (>= 1 when workers > 0)
 };
+
+// Threading contract: one consumer thread calls start_epoch()/next(); the loader's own workers
+// claim batch indices in increasing order and never hold more than workers*prefetch batches
+// beyond the one the consumer waits for. An exception from Dataset::get (or a bad sampler
+// index) in batch k is re-thrown by next() once batches < k have been handed out — the same
+// place as with workers=0 — and again by every later next() until the next start_epoch().
 
 class DataLoader {
  public:
@@ -77,6 +84,9 @@ class DataLoader {
   // The next batch of the epoch in order; false at the end of the epoch.
   bool next(Batch& out);
   int64_t batches_per_epoch() const;  // for the current sampler order
+  // Index (within the epoch) of the batch the next call to next() returns: the `skip` that
+  // resumes the epoch right here.
+  int64_t next_batch_index() const { return next_out_; }
   const Dataset& dataset() const { return *dataset_; }
   const LoaderOptions& options() const { return opt_; }
 
@@ -94,11 +104,14 @@ class DataLoader {
 
   std::vector<std::thread> threads_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;      // workers wait here for room in the prefetch window
+  std::condition_variable cv_out_;  // the consumer waits here for batch next_out_
   std::deque<std::pair<int64_t, Batch>> ready_;  // completed batches, any order
   int64_t next_claim_ = 0;
   bool stopping_ = false;
+  bool started_ = false;
   std::exception_ptr error_;
+  int64_t error_batch_ = 0;  // batch index whose assembly failed (valid when error_ is set)
 };
 
 }  // namespace edp::data

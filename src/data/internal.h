@@ -1,0 +1,28 @@
+// Helpers shared by the dataset readers (not part of the public API): turning bytes into
+// normalised floats and describing a missing input file in a way the user can act on.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "edp/data/dataset.h"
+
+namespace edp::data::detail {
+
+// Per-channel lookup tables byte -> (byte/255 - mean[c]) / std[c]. Checks that `norm` has one
+// value or `channels` values and positive finite stds; `who` names the caller in the message.
+std::vector<std::vector<float>> normalize_tables(const Normalize& norm, int64_t channels,
+                                                 const char* who);
+
+// Converts `samples` samples of `channels` planes of `plane` bytes each (CHW order).
+void bytes_to_features(const uint8_t* src, int64_t samples, int64_t channels, int64_t plane,
+                       const std::vector<std::vector<float>>& tables, float* dst);
+
+// "<path>: file not found" plus what to do (the Debian package for the Fashion-MNIST default
+// folder, the download address otherwise); "<path>: is a directory" etc. Throws DataError.
+void check_input_file(const std::string& path, const std::string& hint);
+
+// The hint for IDX files: apt-get for the Debian Fashion-MNIST folder, else the dataset's site.
+std::string idx_missing_hint(const std::string& path);
+
+}  // namespace edp::data::detail
