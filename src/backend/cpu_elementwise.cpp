@@ -39,7 +39,12 @@ Tensor relu_backward(const Tensor& y, const Tensor& dy) {
     const T* a = y.data<T>();
     const T* g = dy.data<T>();
     T* o = dx.data<T>();
-    parallel_for(y.numel(), [&](int64_t i) { o[i] = a[i] > T(0) ? g[i] : T(0); });
+    // Both loads unconditional so the select compiles to a blend: the sign pattern of
+    // activations is random and a branch would mispredict half the time.
+    parallel_for(y.numel(), [&](int64_t i) {
+      const T gi = g[i];
+      o[i] = a[i] > T(0) ? gi : T(0);
+    });
   });
   return dx;
 }
@@ -93,7 +98,7 @@ Tensor dropout_forward(const Tensor& x, double p, uint64_t seed, Tensor& mask) {
     const T* a = x.data<T>();
     T* o = y.data<T>();
     const T scale = T(1.0 / (1.0 - p));
-    parallel_for(x.numel(), [&](int64_t i) { o[i] = m[i] ? a[i] * scale : T(0); });
+    parallel_for(x.numel(), [&](int64_t i) { o[i] = a[i] * (scale * static_cast<T>(m[i])); });
   });
   return y;
 }
@@ -107,7 +112,7 @@ Tensor dropout_backward(const Tensor& dy, const Tensor& mask, double p) {
     const T* g = dy.data<T>();
     T* o = dx.data<T>();
     const T scale = T(1.0 / (1.0 - p));
-    parallel_for(dy.numel(), [&](int64_t i) { o[i] = m[i] ? g[i] * scale : T(0); });
+    parallel_for(dy.numel(), [&](int64_t i) { o[i] = g[i] * (scale * static_cast<T>(m[i])); });
   });
   return dx;
 }

@@ -29,6 +29,33 @@ Tensor maxpool2d_forward(const Tensor& x, int64_t k, int64_t s, Tensor& argmax) 
       const T* in = xp + p * H * W;
       T* out = yp + p * Ho * Wo;
       int32_t* am = ap + p * Ho * Wo;
+      if (k == 2 && s == 2) {
+        // The common case, unrolled: the first of the four is the initial best.
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          const T* r0 = in + 2 * oh * W;
+          const T* r1 = r0 + W;
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const int64_t c = 2 * ow;
+            // Selects, not branches: which of the four wins is data-dependent.
+            const T v0 = r0[c], v1 = r0[c + 1], v2 = r1[c], v3 = r1[c + 1];
+            const int32_t i0 = static_cast<int32_t>(2 * oh * W + c);
+            T best = v0;
+            int32_t bi = i0;
+            const bool t1 = v1 > best || v1 != v1;
+            best = t1 ? v1 : best;
+            bi = t1 ? i0 + 1 : bi;
+            const bool t2 = v2 > best || v2 != v2;
+            best = t2 ? v2 : best;
+            bi = t2 ? i0 + static_cast<int32_t>(W) : bi;
+            const bool t3 = v3 > best || v3 != v3;
+            best = t3 ? v3 : best;
+            bi = t3 ? i0 + static_cast<int32_t>(W) + 1 : bi;
+            out[oh * Wo + ow] = best;
+            am[oh * Wo + ow] = bi;
+          }
+        }
+        continue;
+      }
       for (int64_t oh = 0; oh < Ho; ++oh)
         for (int64_t ow = 0; ow < Wo; ++ow) {
           T best = -std::numeric_limits<T>::infinity();

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "edp/core/allocator.h"
 #include "edp/core/device_hooks.h"
 
 namespace edp {
@@ -62,11 +63,7 @@ std::string Shape::str() const {
 
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   if (device.is_cpu()) {
-    // aligned_alloc needs a size that is a multiple of the alignment; never 0.
-    size_t rounded = ((bytes + 63) / 64) * 64;
-    if (rounded == 0) rounded = 64;
-    data_ = std::aligned_alloc(64, rounded);
-    if (!data_) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    data_ = host_alloc(bytes);
   } else {
     if (!g_cuda_hooks.alloc)
       throw Error("a tensor on " + device.str() +
@@ -78,7 +75,7 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
 
 Storage::~Storage() {
   if (device_.is_cpu())
-    std::free(data_);
+    host_free(data_, bytes_);
   else if (g_cuda_hooks.free)
     g_cuda_hooks.free(data_, bytes_, device_.index);
 }
