@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Configures (once) and builds edp into $EDP_BUILD_DIR (default: build/). Extra arguments are
+# passed to CMake at configure time, e.g. scripts/build.sh -DEDP_CUDA=OFF.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${EDP_BUILD_DIR:-build}
+JOBS=${EDP_BUILD_JOBS:-$(nproc)}
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  generator=()
+  if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+  cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="${EDP_BUILD_TYPE:-Release}" "$@"
+elif [ $# -gt 0 ]; then
+  cmake -S . -B "$BUILD_DIR" "$@"
+fi
+cmake --build "$BUILD_DIR" -j "$JOBS"

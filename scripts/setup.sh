@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages edp needs to build, test and run its examples. Idempotent: when
+# everything is present it only checks and returns. Usage: scripts/setup.sh [extra packages...]
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config python3
+  openmpi-bin libopenmpi-dev
+  libeigen3-dev zlib1g-dev libgtest-dev nlohmann-json3-dev
+  dataset-fashion-mnist
+  python3-matplotlib
+)
+PACKAGES+=("$@")
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all ${#PACKAGES[@]} packages present"
+fi
