@@ -14,6 +14,6 @@ struct EvalResult {
 };
 
 // Restores the module's training mode afterwards.
-EvalResult evaluate(nn::Module& model, const data::Dataset& ds, int64_t batch = 1000);
+EvalResult evaluate(nn::Module& model, const data::Dataset& ds, int64_t batch = 256);
 
 }  // namespace edp::train

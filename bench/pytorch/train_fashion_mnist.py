@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""PyTorch peer for edp's Fashion-MNIST examples: the same model, data, normalisation, batch,
+optimizer (SGD, Nesterov momentum 0.9, weight decay 5e-4) and LR schedule (linear warmup, then
+cosine), timed the same way (training loop only, evaluation excluded). Prints one JSON line in
+the examples' format. Optionally data-parallel with torch.distributed (gloo) when launched with
+--ddp under torchrun-style environment variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+
+Run with Debian's interpreter (/usr/bin/python3) and python3-torch; set OPENBLAS_NUM_THREADS to
+the same thread count so that PyTorch's generic BLAS uses OpenBLAS with those threads."""
+import argparse
+import gzip
+import json
+import math
+import os
+import resource
+import struct
+import time
+
+import torch
+import torch.nn as nn
+
+
+def read_idx(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    magic = struct.unpack(">I", raw[:4])[0]
+    ndim = magic & 0xFF
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    data = torch.frombuffer(bytearray(raw[4 + 4 * ndim:]), dtype=torch.uint8)
+    return data.reshape(dims)
+
+
+def load(data_dir, split):
+    prefix = "train" if split == "train" else "t10k"
+    def find(kind):
+        for name in (f"{prefix}-{kind}-idx{3 if kind == 'images' else 1}-ubyte.gz",
+                     f"{prefix}-{kind}-idx{3 if kind == 'images' else 1}-ubyte"):
+            p = os.path.join(data_dir, name)
+            if os.path.exists(p):
+                return p
+        raise FileNotFoundError(f"{data_dir}: no {prefix} {kind} IDX file")
+    x = read_idx(find("images")).float().div_(255.0).sub_(0.2860).div_(0.3530).unsqueeze(1)
+    y = read_idx(find("labels")).long()
+    return x, y
+
+
+def mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
+                         nn.ReLU(), nn.Linear(128, 10))
+
+
+def cnn():
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["mlp", "cnn"], default="cnn")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--warmup-steps", type=int, default=100)
+    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--ddp", action="store_true")
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    rank, world = 0, 1
+    if a.ddp:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+
+    xtr, ytr = load(a.data, "train")
+    xte, yte = load(a.data, "test")
+    if a.limit:
+        xtr, ytr = xtr[:a.limit], ytr[:a.limit]
+    model = mlp() if a.model == "mlp" else cnn()
+    if a.ddp:
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
+    loss_fn = nn.CrossEntropyLoss()
+
+    n = xtr.shape[0]
+    shard = n // world  # each rank its own contiguous share of a shared permutation
+    steps_per_epoch = math.ceil(shard / a.batch)
+    total = steps_per_epoch * a.epochs
+    warm = min(a.warmup_steps, total)
+
+    def lr_at(step):
+        base = 0.5 * a.lr * (1 + math.cos(math.pi * min(step, total) / total))
+        return base * (step + 1) / warm if step < warm else base
+
+    step, seen, train_s, last_loss = 0, 0, 0.0, 0.0
+    for epoch in range(a.epochs):
+        g = torch.Generator().manual_seed(a.seed + epoch)
+        perm = torch.randperm(n, generator=g)[rank * shard:(rank + 1) * shard]
+        model.train()
+        t0 = time.perf_counter()
+        loss_sum, count = 0.0, 0
+        for i in range(0, shard, a.batch):
+            idx = perm[i:i + a.batch]
+            xb, yb = xtr[idx], ytr[idx]
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step)
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            opt.step()
+            step += 1
+            loss_sum += loss.item() * len(idx)
+            count += len(idx)
+        train_s += time.perf_counter() - t0
+        seen += count
+        last_loss = loss_sum / max(count, 1)
+
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, xte.shape[0], 1000):
+            correct += (model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item()
+    if rank == 0:
+        print(json.dumps({
+            "model": f"fashion_mnist_{a.model}", "impl": "pytorch", "torch": torch.__version__,
+            "world_size": world, "threads": a.threads, "batch": a.batch, "epochs": a.epochs,
+            "samples_per_s": round(seen * world / train_s, 1), "test_acc": round(correct / xte.shape[0], 4),
+            "final_loss": round(last_loss, 4), "train_seconds": round(train_s, 2),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+    if a.ddp:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
