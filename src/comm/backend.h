@@ -1,0 +1,40 @@
+// Internal seam between the backend-neutral parts of the communicator (Environment, world(),
+// run_main, Tensor overloads) and the backends. Not installed: only src/comm/ includes it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "edp/comm/communicator.h"
+#include "edp/config.h"
+
+namespace edp::comm::detail {
+
+// The "self" backend: a world of one rank, no MPI needed (builds without MPI, unit tests).
+std::unique_ptr<Communicator> make_self_communicator();
+
+struct BackendInit {
+  std::unique_ptr<Communicator> world;
+  ThreadLevel granted = ThreadLevel::Single;
+  bool owns = false;  // this Environment initialised the backend and must finalise it
+};
+
+#if EDP_HAVE_MPI
+BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options);
+void mpi_finalize();
+// MPI_Abort(MPI_COMM_WORLD, code) when MPI is up; returns if it is not (caller then exits).
+void mpi_abort(int code);
+// World rank/size from MPI when it is up, else (-1, -1).
+void mpi_world_position(int& rank, int& size);
+#endif
+
+// buf[i] /= n in buf's type (Avg's finishing step).
+void divide_inplace(void* buf, int64_t count, DType dtype, int n);
+
+// EDP_COMM_MAX_CHUNK: the most elements one backend call moves (default: the backend's limit).
+// Exists so tests can exercise the chunked path with small buffers.
+int64_t max_chunk_elements(int64_t backend_limit);
+
+ThreadLevel parse_thread_level(const std::string& s);
+
+}  // namespace edp::comm::detail

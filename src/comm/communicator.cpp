@@ -1,0 +1,303 @@
+// The backend-neutral half of edp::comm: Request, Tensor conveniences, the launcher's
+// environment, Environment / world(), and the failure path (abort_job, run_main, the terminate
+// handler) that turns one rank's exception into a clean job-wide exit instead of a hang.
+#include "edp/comm/communicator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+
+#include "backend.h"
+
+namespace edp::comm {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+const char* thread_level_name(ThreadLevel t) {
+  switch (t) {
+    case ThreadLevel::Single: return "MPI_THREAD_SINGLE";
+    case ThreadLevel::Funneled: return "MPI_THREAD_FUNNELED";
+    case ThreadLevel::Serialized: return "MPI_THREAD_SERIALIZED";
+    case ThreadLevel::Multiple: return "MPI_THREAD_MULTIPLE";
+  }
+  return "?";
+}
+
+// ---- Request ------------------------------------------------------------------------------
+
+Request& Request::operator=(Request&& o) {
+  if (this != &o) {
+    if (impl_) impl_->wait();
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+
+Request::~Request() {
+  if (!impl_) return;
+  // While unwinding, waiting could hang on peers that will never arrive; the job is going down
+  // (run_main aborts it), so the operation is abandoned instead.
+  if (std::uncaught_exceptions() > 0) {
+    (void)impl_.release();
+    return;
+  }
+  try {
+    impl_->wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "edp: a non-blocking collective failed while its Request was destroyed: %s\n",
+                 e.what());
+  }
+}
+
+bool Request::test() {
+  if (!impl_) return true;
+  if (!impl_->test()) return false;
+  impl_.reset();
+  return true;
+}
+
+void Request::wait() {
+  if (!impl_) return;
+  impl_->wait();
+  impl_.reset();
+}
+
+// ---- Tensor conveniences ------------------------------------------------------------------
+
+namespace {
+void check_host(const Tensor& t, const char* op) {
+  EDP_CHECK(t.defined(), "comm::", op, ": the tensor is undefined");
+  EDP_CHECK(t.device().is_cpu(), "comm::", op, ": tensor ", t.str(),
+            " is not in host memory; this communicator reduces host buffers (copy it with "
+            ".to(Device::cpu()) first)");
+}
+}  // namespace
+
+void Communicator::allreduce(Tensor& t, ReduceOp op) {
+  check_host(t, "allreduce");
+  allreduce(t.raw(), t.raw(), t.numel(), t.dtype(), op);
+}
+
+void Communicator::allreduce(const Tensor& in, Tensor& out, ReduceOp op) {
+  check_host(in, "allreduce");
+  check_host(out, "allreduce");
+  check_same_shape(in, out, "comm::allreduce(in, out)");
+  EDP_CHECK_SHAPE(in.dtype() == out.dtype(), "comm::allreduce(in, out): dtypes differ (",
+                  dtype_name(in.dtype()), " vs ", dtype_name(out.dtype()), ")");
+  allreduce(in.raw(), out.raw(), in.numel(), in.dtype(), op);
+}
+
+void Communicator::broadcast(Tensor& t, int root) {
+  check_host(t, "broadcast");
+  broadcast(t.raw(), t.numel(), t.dtype(), root);
+}
+
+void Communicator::allgather(const Tensor& in, Tensor& out) {
+  check_host(in, "allgather");
+  check_host(out, "allgather");
+  EDP_CHECK_SHAPE(in.dtype() == out.dtype(), "comm::allgather: dtypes differ (",
+                  dtype_name(in.dtype()), " vs ", dtype_name(out.dtype()), ")");
+  EDP_CHECK_SHAPE(out.numel() == in.numel() * size(), "comm::allgather: out ", out.shape().str(),
+                  " must hold size() * in.numel() = ", size(), " * ", in.numel(), " elements");
+  allgather(in.raw(), out.raw(), in.numel(), in.dtype());
+}
+
+Request Communicator::iallreduce(Tensor& t, ReduceOp op) {
+  check_host(t, "iallreduce");
+  return iallreduce(t.raw(), t.raw(), t.numel(), t.dtype(), op);
+}
+
+Request Communicator::ibroadcast(Tensor& t, int root) {
+  check_host(t, "ibroadcast");
+  return ibroadcast(t.raw(), t.numel(), t.dtype(), root);
+}
+
+// ---- helpers shared by backends -----------------------------------------------------------
+
+namespace detail {
+
+template <typename T>
+static void divide_typed(void* buf, int64_t count, int n) {
+  T* p = static_cast<T*>(buf);
+  const T d = static_cast<T>(n);
+  for (int64_t i = 0; i < count; ++i) p[i] = p[i] / d;
+}
+
+void divide_inplace(void* buf, int64_t count, DType dtype, int n) {
+  if (n == 1 || count == 0) return;
+  switch (dtype) {
+    case DType::F32: divide_typed<float>(buf, count, n); break;
+    case DType::F64: divide_typed<double>(buf, count, n); break;
+    case DType::I32: divide_typed<int32_t>(buf, count, n); break;
+    case DType::I64: divide_typed<int64_t>(buf, count, n); break;
+    case DType::U8: divide_typed<uint8_t>(buf, count, n); break;
+  }
+}
+
+int64_t max_chunk_elements(int64_t backend_limit) {
+  const char* s = std::getenv("EDP_COMM_MAX_CHUNK");
+  if (!s || !*s) return backend_limit;
+  char* end = nullptr;
+  const long long v = std::strtoll(s, &end, 10);
+  EDP_CHECK(end && *end == '\0' && v > 0, "EDP_COMM_MAX_CHUNK='", s,
+            "' is not a positive element count");
+  return std::min<int64_t>(v, backend_limit);
+}
+
+ThreadLevel parse_thread_level(const std::string& s) {
+  if (s == "single") return ThreadLevel::Single;
+  if (s == "funneled") return ThreadLevel::Funneled;
+  if (s == "serialized") return ThreadLevel::Serialized;
+  if (s == "multiple") return ThreadLevel::Multiple;
+  throw Error("EDP_COMM_THREAD_LEVEL='" + s +
+              "' is not one of single, funneled, serialized, multiple");
+}
+
+}  // namespace detail
+
+// ---- launcher environment -----------------------------------------------------------------
+
+namespace {
+int env_int(const char* name, int fallback, bool* found = nullptr) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  if (!end || *end != '\0' || v < 0 || v > INT_MAX)
+    throw Error(std::string("environment variable ") + name + "='" + s +
+                "' is not a rank number; was this process started by Open MPI's mpirun?");
+  if (found) *found = true;
+  return static_cast<int>(v);
+}
+}  // namespace
+
+LaunchInfo launch_info() {
+  LaunchInfo li;
+  bool found = false;
+  li.rank = env_int("OMPI_COMM_WORLD_RANK", 0, &found);
+  li.size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  li.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  li.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+  li.launched_by_mpirun = found;
+  return li;
+}
+
+// ---- Environment / world ------------------------------------------------------------------
+
+namespace {
+std::mutex g_mu;
+std::unique_ptr<Communicator> g_world;
+std::atomic<bool> g_aborting{false};
+
+void position(int& rank, int& size) {
+  rank = -1;
+  size = -1;
+#if EDP_HAVE_MPI
+  detail::mpi_world_position(rank, size);
+#endif
+  if (rank < 0) {
+    const LaunchInfo li = launch_info();
+    rank = li.rank;
+    size = li.size;
+  }
+}
+
+void terminate_handler() {
+  std::string what = "std::terminate called";
+  if (auto ep = std::current_exception()) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = std::string("uncaught exception: ") + e.what();
+    } catch (...) {
+      what = "uncaught exception of unknown type";
+    }
+  }
+  abort_job(what, 1);
+}
+}  // namespace
+
+Environment::Environment(int* argc, char*** argv, EnvironmentOptions options) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  EDP_CHECK(!g_world, "an edp::comm::Environment already exists in this process; create one at "
+                      "the top of main");
+  if (const char* s = std::getenv("EDP_COMM_THREAD_LEVEL"); s && *s)
+    options.requested = detail::parse_thread_level(s);
+  if (options.install_terminate_handler) std::set_terminate(terminate_handler);
+#if EDP_HAVE_MPI
+  detail::BackendInit init = detail::mpi_init(argc, argv, options);
+  g_world = std::move(init.world);
+  granted_ = init.granted;
+  owns_backend_ = init.owns;
+#else
+  const LaunchInfo li = launch_info();
+  EDP_CHECK(li.size == 1, "this process was started by mpirun as rank ", li.rank, " of ", li.size,
+            ", but this build of edp has no MPI (configure with an MPI installed, EDP_MPI=ON)");
+  g_world = detail::make_self_communicator();
+  granted_ = ThreadLevel::Multiple;
+#endif
+}
+
+Environment::~Environment() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_world.reset();
+#if EDP_HAVE_MPI
+  if (owns_backend_) detail::mpi_finalize();
+#endif
+}
+
+Communicator& Environment::world() { return comm::world(); }
+
+Communicator& world() {
+  EDP_CHECK(g_world != nullptr,
+            "edp::comm::world() needs a live edp::comm::Environment (create one at the top of "
+            "main, or use edp::comm::run_main)");
+  return *g_world;
+}
+
+bool initialized() { return g_world != nullptr; }
+
+void abort_job(const std::string& what, int code) {
+  int rank = 0, size = 1;
+  position(rank, size);
+  // One message per rank even if several threads fail at once.
+  if (!g_aborting.exchange(true))
+    std::fprintf(stderr, "edp: rank %d of %d failed: %s\n", rank, size, what.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+#if EDP_HAVE_MPI
+  detail::mpi_abort(code);
+#endif
+  std::_Exit(code);
+}
+
+int run_main(int argc, char** argv, const std::function<int(Communicator& world)>& fn,
+             EnvironmentOptions options) {
+  std::unique_ptr<Environment> env;
+  int rc = 0;
+  // The Environment must outlive the catch: finalising MPI while the other ranks wait in a
+  // collective would hang them; abort_job ends everyone instead.
+  try {
+    env = std::make_unique<Environment>(&argc, &argv, options);
+    rc = fn(env->world());
+  } catch (const std::exception& e) {
+    abort_job(e.what(), 1);
+  } catch (...) {
+    abort_job("exception of unknown type", 1);
+  }
+  return rc;
+}
+
+}  // namespace edp::comm
