@@ -75,7 +75,7 @@ class GzReader {
       const int r = gzread(f_, static_cast<char*>(dst) + got, chunk);
       if (r < 0) {
         int errnum = 0;
-        const char* msg = gzerror(f_, &errnum);
+        const std::string msg = zlib_message(&errnum);
         throw DataError(concat(path_, ": read error after ", pos_ + got, " bytes of data: ",
                                errnum == Z_ERRNO ? std::strerror(errno) : msg,
                                errnum == Z_DATA_ERROR ? " (the gzip stream is damaged)" : ""));
@@ -90,7 +90,7 @@ class GzReader {
   // Why the data ended: "" for a clean end of file, or zlib's complaint (a cut .gz file).
   std::string end_reason() {
     int errnum = 0;
-    const char* msg = gzerror(f_, &errnum);
+    const std::string msg = zlib_message(&errnum);
     if (errnum == Z_OK) return "";
     return concat(" (zlib: ", msg, errnum == Z_BUF_ERROR ? ": the .gz file is cut short" : "", ")");
   }
@@ -99,6 +99,13 @@ class GzReader {
   const std::string& path() const { return path_; }
 
  private:
+  // gzerror's text without the "<path>: " zlib puts in front (our messages start with it).
+  std::string zlib_message(int* errnum) {
+    std::string msg = gzerror(f_, errnum);
+    if (msg.rfind(path_ + ": ", 0) == 0) msg.erase(0, path_.size() + 2);
+    return msg;
+  }
+
   std::string path_;
   gzFile f_ = nullptr;
   size_t pos_ = 0;

@@ -217,33 +217,40 @@ TEST(DataLoader, WorkerExceptionsAreRethrownInOrder) {
 
 TEST(DataLoader, EarliestFailingBatchWins) {
   // Two broken samples, several workers: the error reported is always the first in order,
-  // after exactly the batches before it — as with workers=0.
+  // after exactly the batches before it — as with workers=0. The sleep makes one or the
+  // other fail first, so both "replace a later error" and "keep an earlier one" are exercised.
   class TwoBad : public Dataset {
    public:
-    explicit TwoBad(std::shared_ptr<TensorDataset> b) : b_(b) {}
+    TwoBad(std::shared_ptr<TensorDataset> b, bool early_first) : b_(b), early_first_(early_first) {}
     int64_t size() const override { return b_->size(); }
     Shape sample_shape() const override { return b_->sample_shape(); }
     int num_classes() const override { return b_->num_classes(); }
     int32_t get(int64_t i, float* out) const override {
-      if (i == 95) throw Boom("late");
-      if (i == 31) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // let the late one go first
-        throw Boom("early");
+      if (i == 95 || i == 31) {
+        // Both batches get claimed (the window covers the epoch), then fail 2 and 10 ms in.
+        const bool first = early_first_ == (i == 31);
+        std::this_thread::sleep_for(std::chrono::milliseconds(first ? 2 : 10));
+        throw Boom(i == 31 ? "early" : "late");
       }
       return b_->get(i, out);
     }
 
    private:
     std::shared_ptr<TensorDataset> b_;
+    bool early_first_;
   };
-  for (int workers : {0, 4}) {
-    DataLoader dl(std::make_shared<TwoBad>(dataset(100)), std::make_shared<SequentialSampler>(100),
-                  opts(10, workers, 3));
-    dl.start_epoch(0);
-    Batch b;
-    for (int k = 0; k < 3; ++k) ASSERT_TRUE(dl.next(b));
-    EXPECT_THROW_WITH(dl.next(b), Boom, "early");
-  }
+  for (bool early_first : {false, true})
+    for (int workers : {0, 4}) {
+      DataLoader dl(std::make_shared<TwoBad>(dataset(100), early_first),
+                    std::make_shared<SequentialSampler>(100), opts(10, workers, 3));
+      dl.start_epoch(0);
+      // Give both failures time to happen before the consumer looks (a wrong implementation
+      // that lets the later error replace the earlier one then hangs or reports "late").
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      Batch b;
+      for (int k = 0; k < 3; ++k) ASSERT_TRUE(dl.next(b));
+      EXPECT_THROW_WITH(dl.next(b), Boom, "early");
+    }
 }
 
 TEST(DataLoader, BadSamplerIndexIsAnError) {

@@ -65,8 +65,9 @@ struct LoaderOptions {
 };
 
 // Threading contract: one consumer thread calls start_epoch()/next(); the loader's own workers
-// claim batch indices in increasing order and never hold more than workers*prefetch batches
-// beyond the one the consumer waits for. An exception from Dataset::get (or a bad sampler
+// claim batch indices in increasing order, and at most workers*prefetch batches (counting the
+// one the consumer waits for) are being built or waiting at any time. Every batch is freshly
+// allocated, so a Batch stays valid after later next() calls. An exception from Dataset::get (or a bad sampler
 // index) in batch k is re-thrown by next() once batches < k have been handed out — the same
 // place as with workers=0 — and again by every later next() until the next start_epoch().
 
