@@ -1,0 +1,120 @@
+// DistributedDataParallel: keeps a module's replicas identical across the ranks of a
+// communicator by averaging gradients, overlapping the communication with backward.
+//
+// Flow of one step:
+//   forward(x)          → module.forward (local)
+//   backward(dy)        → module.backward; each parameter's grad-ready hook copies its gradient
+//                         into its bucket, scaled by the step's weight (1/world by default; see
+//                         set_step_weight), and once a bucket is full it is queued for a Sum
+//                         allreduce on the communication thread — while backward goes on.
+//                         After module.backward returns, remaining buckets are launched, all are
+//                         awaited, and the reduced values are copied back into the grads.
+//   optimizer.step()    → identical on every rank.
+// Buckets hold parameters in reverse registration order (the order backward produces them):
+// a small first bucket (first_bucket_bytes, 1 MiB) so that communication starts early, then
+// buckets up to bucket_cap_bytes (25 MiB). Buckets are always launched in index order — a
+// bucket that fills early waits for its predecessors — so every rank issues the same sequence
+// of collectives; each bucket carries one extra element (its index + 1) whose reduced value
+// proves it (a mismatch throws "ranks launched buckets in different orders").
+//
+// At construction: the ranks check that they hold the same parameters (names, shapes, dtypes;
+// a mismatch throws on every rank and names the first differing parameter), then rank 0's
+// parameters and buffers (BatchNorm statistics) are broadcast.
+//
+// no_sync(): inside its scope backward only accumulates local gradients (gradient
+// accumulation); the first backward after it averages the accumulated sum.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edp/comm/comm_thread.h"
+#include "edp/comm/communicator.h"
+#include "edp/nn/module.h"
+
+namespace edp::ddp {
+
+struct DDPOptions {
+  int64_t bucket_cap_bytes = 25ll << 20;  // EDP_BUCKET_CAP_MB
+  int64_t first_bucket_bytes = 1ll << 20;
+  bool broadcast_buffers = true;  // rank 0's buffers at construction
+};
+
+// Where the time of the synchronised backward passes went (seconds, summed over steps).
+struct DDPStats {
+  int64_t steps = 0;
+  double backward_s = 0;       // module.backward (compute; allreduces run meanwhile)
+  double exposed_comm_s = 0;   // waiting for buckets after backward: communication NOT hidden
+  double comm_s = 0;           // time the communication thread spent in allreduces
+  int64_t bytes_reduced = 0;
+};
+
+struct BucketInfo {
+  std::vector<std::string> params;  // in launch order
+  int64_t numel = 0;
+};
+
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(std::shared_ptr<nn::Module> module, comm::Communicator& comm,
+                          DDPOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  Tensor forward(const Tensor& x);
+  Tensor backward(const Tensor& grad_out);
+  // For a rank with no samples in a step (uneven last batch): takes part in the step's
+  // allreduces with its current (zero) gradients instead of calling backward.
+  void sync_without_backward();
+
+  // Weight of this rank's gradient in the average: local_samples / global_samples, for steps
+  // whose ranks hold different batch sizes; the default (after each step) is 1/world.
+  void set_step_weight(double w) { step_weight_ = w; }
+
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& d) : d_(d) { d_.sync_ = false; }
+    ~NoSync() { d_.sync_ = true; }
+
+   private:
+    DistributedDataParallel& d_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+
+  nn::Module& module() { return *module_; }
+  comm::Communicator& communicator() { return comm_; }
+  const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
+  const DDPStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ private:
+  struct Slot {
+    nn::Parameter* param;
+    int bucket;
+    int64_t offset;
+  };
+  struct Bucket;
+  void check_same_parameters();
+  void build_buckets();
+  void on_grad_ready(size_t slot);
+  void launch_ready_buckets();
+  void finish();
+
+  std::shared_ptr<nn::Module> module_;
+  comm::Communicator& comm_;
+  DDPOptions opt_;
+  std::unique_ptr<comm::CommThread> thread_;
+  std::vector<nn::Parameter*> params_;
+  std::vector<Slot> slots_;  // one per parameter, registration order
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<BucketInfo> bucket_info_;
+  size_t next_launch_ = 0;
+  bool sync_ = true;
+  bool in_backward_ = false;
+  double step_weight_;
+  DDPStats stats_;
+};
+
+}  // namespace edp::ddp

@@ -1,0 +1,254 @@
+// DistributedDataParallel (see ddp.h): parameter check, buckets, overlapped allreduce.
+#include "edp/ddp/ddp.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "../backend/cpu_common.h"
+#include "edp/backend/ops.h"
+#include "edp/train/progress.h"
+#include "edp/train/timeline.h"
+
+namespace edp::ddp {
+
+struct DistributedDataParallel::Bucket {
+  Tensor buffer;  // [numel + 1]: the gradients, then the order-check element
+  std::vector<size_t> slots;
+  size_t ready = 0;
+  bool launched = false;
+  comm::Request request;
+  std::shared_ptr<std::atomic<int64_t>> comm_us = std::make_shared<std::atomic<int64_t>>(0);
+};
+
+namespace {
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+std::string describe(const nn::Parameter& p) {
+  return "'" + p.name + "' " + p.value.str();
+}
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                                                 comm::Communicator& comm, DDPOptions options)
+    : module_(std::move(module)), comm_(comm), opt_(options) {
+  EDP_CHECK(module_ != nullptr, "DistributedDataParallel: null module");
+  EDP_CHECK(opt_.bucket_cap_bytes > 0 && opt_.first_bucket_bytes > 0,
+            "DistributedDataParallel: bucket sizes must be positive");
+  step_weight_ = 1.0 / comm_.size();
+  params_ = module_->parameters();
+  EDP_CHECK(!params_.empty(), "DistributedDataParallel: the module has no parameters");
+  check_same_parameters();
+  // Identical replicas from the start: rank 0's values win.
+  for (nn::Parameter* p : params_) comm_.broadcast(p->value, 0);
+  if (opt_.broadcast_buffers)
+    for (nn::Buffer* b : module_->buffers()) comm_.broadcast(b->value, 0);
+  build_buckets();
+  thread_ = std::make_unique<comm::CommThread>(comm_.dup());
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i]->grad_ready_hooks.push_back([this, i](nn::Parameter&) { on_grad_ready(i); });
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (nn::Parameter* p : params_)
+    if (!p->grad_ready_hooks.empty()) p->grad_ready_hooks.pop_back();
+}
+
+void DistributedDataParallel::check_same_parameters() {
+  const int64_t n = static_cast<int64_t>(params_.size());
+  const int64_t nmin = comm_.allreduce_value<int64_t>(n, comm::ReduceOp::Min);
+  const int64_t nmax = comm_.allreduce_value<int64_t>(n, comm::ReduceOp::Max);
+  std::vector<int64_t> h(static_cast<size_t>(nmin) + 1), hmin, hmax;
+  DType dt = params_[0]->value.dtype();
+  for (int64_t i = 0; i < nmin; ++i) {
+    const nn::Parameter& p = *params_[static_cast<size_t>(i)];
+    EDP_CHECK(p.value.dtype() == dt, "DistributedDataParallel: parameter ", describe(p),
+              " has another dtype than ", describe(*params_[0]), "; convert the module to one dtype");
+    h[static_cast<size_t>(i)] =
+        static_cast<int64_t>(fnv1a(p.value.str(), fnv1a(p.name)) >> 1);
+  }
+  h.back() = n;
+  hmin = h;
+  hmax = h;
+  comm_.allreduce(hmin.data(), hmin.data(), static_cast<int64_t>(hmin.size()), DType::I64, comm::ReduceOp::Min);
+  comm_.allreduce(hmax.data(), hmax.data(), static_cast<int64_t>(hmax.size()), DType::I64, comm::ReduceOp::Max);
+  for (int64_t i = 0; i < nmin; ++i)
+    if (hmin[static_cast<size_t>(i)] != hmax[static_cast<size_t>(i)])
+      throw Error("DistributedDataParallel: ranks hold different models: parameter #" +
+                  std::to_string(i) + " differs; on rank " + std::to_string(comm_.rank()) +
+                  " it is " + describe(*params_[static_cast<size_t>(i)]) +
+                  ". Build the same model on every rank.");
+  if (nmin != nmax)
+    throw Error("DistributedDataParallel: ranks hold different models: between " + std::to_string(nmin) +
+                " and " + std::to_string(nmax) + " parameters; rank " + std::to_string(comm_.rank()) +
+                " has " + std::to_string(n) +
+                (n > nmin ? ", the first extra one is " + describe(*params_[static_cast<size_t>(nmin)]) : "") +
+                ". Build the same model on every rank.");
+}
+
+void DistributedDataParallel::build_buckets() {
+  const int64_t esize = static_cast<int64_t>(dtype_size(params_[0]->value.dtype()));
+  slots_.resize(params_.size());
+  int64_t cap = opt_.first_bucket_bytes, used = 0;
+  std::vector<std::vector<size_t>> groups(1);
+  for (size_t k = params_.size(); k-- > 0;) {
+    const int64_t bytes = params_[k]->value.numel() * esize;
+    if (!groups.back().empty() && used + bytes > cap) {
+      groups.emplace_back();
+      used = 0;
+      cap = opt_.bucket_cap_bytes;
+    }
+    groups.back().push_back(k);
+    used += bytes;
+  }
+  for (size_t b = 0; b < groups.size(); ++b) {
+    auto bucket = std::make_unique<Bucket>();
+    BucketInfo info;
+    int64_t off = 0;
+    for (size_t k : groups[b]) {
+      slots_[k] = {params_[k], static_cast<int>(b), off};
+      off += params_[k]->value.numel();
+      bucket->slots.push_back(k);
+      info.params.push_back(params_[k]->name);
+    }
+    info.numel = off;
+    bucket->buffer = Tensor({off + 1}, params_[0]->value.dtype());
+    buckets_.push_back(std::move(bucket));
+    bucket_info_.push_back(std::move(info));
+  }
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  train::TimelineScope t("forward", "compute");
+  return module_->forward(x);
+}
+
+void DistributedDataParallel::on_grad_ready(size_t k) {
+  if (!sync_ || !in_backward_) return;
+  const Slot& s = slots_[k];
+  Bucket& b = *buckets_[static_cast<size_t>(s.bucket)];
+  // Fold the averaging into the copy: the allreduce is then a plain Sum.
+  Tensor dst = b.buffer.narrow(s.offset, s.param->grad.numel());
+  ops::cpu::dispatch_float(dst.dtype(), "ddp copy-in", [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = s.param->grad.data<T>();
+    T* d = dst.data<T>();
+    const T w = static_cast<T>(step_weight_);
+    for (int64_t i = 0; i < dst.numel(); ++i) d[i] = g[i] * w;
+  });
+  if (++b.ready == b.slots.size()) launch_ready_buckets();
+}
+
+void DistributedDataParallel::launch_ready_buckets() {
+  while (next_launch_ < buckets_.size() &&
+         buckets_[next_launch_]->ready == buckets_[next_launch_]->slots.size()) {
+    Bucket& b = *buckets_[next_launch_];
+    const int64_t n = b.buffer.numel();
+    ops::cpu::dispatch_float(b.buffer.dtype(), "ddp order check", [&](auto tag) {
+      using T = decltype(tag);
+      b.buffer.data<T>()[n - 1] = static_cast<T>(next_launch_ + 1);
+    });
+    b.launched = true;
+    const int64_t queued = train::Timeline::get().enabled() ? train::Timeline::get().now_us() : 0;
+    void* buf = b.buffer.raw();
+    const DType dt = b.buffer.dtype();
+    const size_t index = next_launch_;
+    auto comm_us = b.comm_us;
+    b.request = thread_->submit([buf, n, dt, index, queued, comm_us](comm::Communicator& c) {
+      auto& tl = train::Timeline::get();
+      const auto t0 = std::chrono::steady_clock::now();
+      const int64_t start = tl.enabled() ? tl.now_us() : 0;
+      c.allreduce(buf, buf, n, dt, comm::ReduceOp::Sum);
+      comm_us->store(std::chrono::duration_cast<std::chrono::microseconds>(
+                         std::chrono::steady_clock::now() - t0).count());
+      if (tl.enabled()) {
+        const std::string args = "{\"bucket\": " + std::to_string(index) + ", \"elements\": " +
+                                 std::to_string(n - 1) + "}";
+        tl.complete("bucket " + std::to_string(index) + " queued", "comm", queued, start, args);
+        tl.complete("bucket " + std::to_string(index) + " allreduce", "comm", start, tl.now_us(), args);
+      }
+    });
+    ++next_launch_;
+  }
+}
+
+Tensor DistributedDataParallel::backward(const Tensor& grad_out) {
+  Tensor dx;
+  train::Stopwatch sw;
+  {
+    train::TimelineScope t("backward", "compute");
+    in_backward_ = true;
+    try {
+      dx = module_->backward(grad_out);
+    } catch (...) {
+      in_backward_ = false;
+      throw;
+    }
+    in_backward_ = false;
+  }
+  if (sync_) {
+    stats_.backward_s += sw.seconds();
+    finish();
+  }
+  return dx;
+}
+
+void DistributedDataParallel::sync_without_backward() {
+  EDP_CHECK(sync_, "sync_without_backward inside no_sync(): nothing to synchronise");
+  finish();
+}
+
+void DistributedDataParallel::finish() {
+  train::TimelineScope t("wait for allreduce", "comm");
+  train::Stopwatch sw;
+  // Parameters whose hooks did not fire (unused in this step, or no backward at all on this
+  // rank) contribute their current gradient.
+  in_backward_ = true;
+  for (size_t bi = next_launch_; bi < buckets_.size(); ++bi) {
+    // Unlaunched buckets are refilled from scratch (their grads are final now).
+    Bucket& b = *buckets_[bi];
+    b.ready = 0;
+    for (size_t k : b.slots) on_grad_ready(k);
+  }
+  in_backward_ = false;
+  std::exception_ptr err;
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    Bucket& b = *buckets_[bi];
+    try {
+      b.request.wait();
+    } catch (...) {
+      if (!err) err = std::current_exception();
+    }
+  }
+  if (err) std::rethrow_exception(err);
+  const double world = comm_.size();
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    Bucket& b = *buckets_[bi];
+    const int64_t n = b.buffer.numel();
+    ops::cpu::dispatch_float(b.buffer.dtype(), "ddp copy-out", [&](auto tag) {
+      using T = decltype(tag);
+      const T* src = b.buffer.data<T>();
+      if (src[n - 1] != static_cast<T>(world * static_cast<double>(bi + 1)))
+        throw Error("DistributedDataParallel: ranks launched buckets in different orders (bucket " +
+                    std::to_string(bi) + " met another rank's bucket); the models or the " +
+                    "backward passes differ between ranks");
+      for (size_t k : b.slots) {
+        const Slot& s = slots_[k];
+        std::memcpy(s.param->grad.raw(), src + s.offset, s.param->grad.nbytes());
+      }
+    });
+    stats_.comm_s += static_cast<double>(b.comm_us->load()) * 1e-6;
+    stats_.bytes_reduced += static_cast<int64_t>(b.buffer.nbytes());
+    b.ready = 0;
+    b.launched = false;
+  }
+  next_launch_ = 0;
+  step_weight_ = 1.0 / world;
+  stats_.exposed_comm_s += sw.seconds();
+  ++stats_.steps;
+}
+
+}  // namespace edp::ddp
