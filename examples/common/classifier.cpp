@@ -1,125 +1,170 @@
-// Training driver for the classifier examples (see classifier.h).
+// Training driver for the classifier examples (see classifier.h). Runs unchanged as one process
+// or under `mpirun -np N`: each rank trains on its share of every global batch
+// (DistributedSampler) and DistributedDataParallel averages the gradients; rank 0 reports.
 #include "common/classifier.h"
 
 #include <cstdio>
 #include <iostream>
 
 #include "edp/backend/ops.h"
+#include "edp/comm/communicator.h"
 #include "edp/core/threads.h"
 #include "edp/data/dataset.h"
+#include "edp/data/distributed_sampler.h"
 #include "edp/data/loader.h"
+#include "edp/ddp/ddp.h"
 #include "edp/nn/init.h"
 #include "edp/optim/optimizer.h"
 #include "edp/optim/schedule.h"
 #include "edp/train/evaluate.h"
 #include "edp/train/options.h"
 #include "edp/train/progress.h"
+#include "edp/train/timeline.h"
 
 namespace edp::examples {
 
+namespace {
+int train(comm::Communicator& world, const train::Options& o, const ClassifierSpec& spec) {
+  const int W = world.size(), rank = world.rank();
+  const bool root = rank == 0;
+  const int threads = static_cast<int>(o.i64("threads"));
+  set_num_threads(threads);
+  const Device device = Device::parse(o.str("device"));
+  EDP_CHECK(device.is_cpu(), "--device ", device.str(),
+            ": this build trains on the CPU only (the CUDA backend is not available)");
+  const int64_t epochs = o.i64("epochs"), batch = o.i64("batch");
+  EDP_CHECK(epochs >= 1 && batch >= 1, "--epochs and --batch must be >= 1");
+  const uint64_t seed = static_cast<uint64_t>(o.i64("seed"));
+  const int64_t global_batch = batch * W;
+  const double lr = optim::scale_lr(o.f64("lr"), 64, global_batch, o.str("lr-scaling"));
+  train::Timeline::get().open_from_env(rank, W);
+
+  auto train_set = data::load_fashion_mnist(o.str("data"), "train");
+  auto test_set = data::load_fashion_mnist(o.str("data"), "test");
+  if (o.i64("limit") > 0) train_set = train_set->head(o.i64("limit"));
+
+  manual_seed(seed);
+  auto model = spec.build();
+  model->set_input_grad(false);
+  ddp::DistributedDataParallel dmodel(model, world,
+                                      {.bucket_cap_bytes = o.i64("bucket-cap-mb") << 20});
+  optim::SGD opt(model->parameters(), {.lr = lr, .momentum = o.f64("momentum"),
+                                       .weight_decay = o.f64("weight-decay"), .nesterov = true});
+
+  auto sampler = std::make_shared<data::DistributedSampler>(
+      train_set->size(), seed, W, rank, data::DistributedSamplerOptions{.batch_size = batch});
+  data::DataLoader loader(train_set, sampler,
+                          {.batch_size = batch, .drop_last = false,
+                           .workers = static_cast<int>(o.i64("workers")), .prefetch = 4});
+  sampler->set_epoch(0);
+  const int64_t steps_per_epoch = sampler->steps_remaining();
+  const int64_t total_steps = steps_per_epoch * epochs;
+  optim::WarmupLR schedule(std::make_shared<optim::CosineLR>(lr, total_steps),
+                           std::min<int64_t>(o.i64("warmup-steps"), total_steps));
+
+  if (root)
+    std::fprintf(stderr,
+                 "%s: %lld train / %lld test samples, %lld parameters, %d rank(s) x batch %lld "
+                 "(global %lld), lr %.4g (%s scaling), %d thread(s) per rank, %zu gradient bucket(s)\n",
+                 spec.name.c_str(), static_cast<long long>(train_set->size()),
+                 static_cast<long long>(test_set->size()),
+                 static_cast<long long>(model->num_parameters()), W,
+                 static_cast<long long>(batch), static_cast<long long>(global_batch), lr,
+                 o.str("lr-scaling").c_str(), threads, dmodel.buckets().size());
+
+  nn::SoftmaxCrossEntropy ce;
+  double train_seconds = 0, last_epoch_loss = 0;
+  int64_t samples_seen = 0, step = 0;
+  train::EvalResult test{};
+  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+    sampler->set_epoch(epoch);
+    loader.start_epoch(epoch);
+    const int64_t steps = sampler->steps_remaining();
+    train::Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs),
+                             steps, root);
+    world.barrier();  // time the epoch from a common start
+    train::Stopwatch sw;
+    double sums[2] = {0, 0};  // loss·samples, samples (this rank)
+    for (int64_t k = 0; k < steps; ++k) {
+      const int64_t local = sampler->step_local_count(0), global = sampler->step_global_count(0);
+      opt.set_lr(schedule.lr(step));
+      opt.zero_grad();
+      dmodel.set_step_weight(static_cast<double>(local) / static_cast<double>(global));
+      double loss = 0;
+      if (local > 0) {
+        data::Batch b;
+        EDP_CHECK(loader.next(b) && b.size() == local, "data loader and sampler disagree at step ", k);
+        loss = ce.forward(dmodel.forward(b.x), b.y);
+        dmodel.backward(ce.backward());
+      } else {
+        dmodel.sync_without_backward();  // uneven last step: nothing here, still reduce
+      }
+      {
+        train::TimelineScope t("optimizer step", "compute");
+        opt.step();
+      }
+      sampler->advance();
+      ++step;
+      sums[0] += loss * static_cast<double>(local);
+      sums[1] += static_cast<double>(local);
+      progress.update(k + 1, static_cast<int64_t>(sums[1]) * W, loss);
+    }
+    const double secs = sw.seconds();
+    world.allreduce(sums, sums, 2, DType::F64, comm::ReduceOp::Sum);
+    train_seconds += secs;
+    samples_seen += static_cast<int64_t>(sums[1]);
+    last_epoch_loss = sums[0] / std::max(1.0, sums[1]);
+    progress.finish();
+    if (!o.flag("no-eval") || epoch + 1 == epochs) {
+      test = train::evaluate(*model, *test_set, world);
+      if (root)
+        std::fprintf(stderr, "epoch %lld: train loss %.4f  test loss %.4f  test acc %.4f  %.0f samples/s\n",
+                     static_cast<long long>(epoch + 1), last_epoch_loss, test.loss, test.accuracy,
+                     sums[1] / secs);
+    }
+  }
+  const ddp::DDPStats& st = dmodel.stats();
+  const double step_s = train_seconds / std::max<int64_t>(1, st.steps);
+  const double exposed = st.exposed_comm_s / std::max<int64_t>(1, st.steps);
+  const double rss = world.allreduce_value<double>(train::peak_rss_bytes() / 1048576.0, comm::ReduceOp::Max);
+  if (root)
+    std::printf(
+        "{\"model\": \"%s\", \"world_size\": %d, \"threads\": %d, \"batch\": %lld, "
+        "\"global_batch\": %lld, \"epochs\": %lld, \"lr\": %.4g, \"samples_per_s\": %.1f, "
+        "\"test_acc\": %.4f, \"final_loss\": %.4f, \"train_seconds\": %.2f, "
+        "\"step_ms\": %.3f, \"comm_exposed_ms\": %.3f, \"comm_exposed_share\": %.4f, "
+        "\"comm_ms\": %.3f, \"peak_rss_mb_per_rank\": %.1f}\n",
+        spec.name.c_str(), W, threads, static_cast<long long>(batch),
+        static_cast<long long>(global_batch), static_cast<long long>(epochs), lr,
+        samples_seen / train_seconds, test.accuracy, last_epoch_loss, train_seconds, 1e3 * step_s,
+        1e3 * exposed, exposed / step_s, 1e3 * st.comm_s / std::max<int64_t>(1, st.steps), rss);
+  train::Timeline::get().close();
+  return 0;
+}
+}  // namespace
+
 int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
+  // Ranks on one host share its cores.
+  const comm::LaunchInfo li = comm::launch_info();
+  const int default_threads = std::max(1, available_cores() / std::max(1, li.local_size));
   train::Options o(spec.name, spec.description);
   o.add("epochs", std::to_string(spec.default_epochs), "training epochs")
-      .add("batch", "64", "batch size per rank")
-      .add("lr", std::to_string(spec.default_lr), "peak learning rate (SGD, Nesterov momentum)")
+      .add("batch", "64", "batch size per rank (global batch = batch x ranks)")
+      .add("lr", std::to_string(spec.default_lr), "learning rate for a global batch of 64 (SGD, Nesterov)")
+      .add("lr-scaling", "linear", "how the LR follows the global batch: none, linear or sqrt")
       .add("momentum", "0.9", "SGD momentum")
       .add("weight-decay", "5e-4", "L2 weight decay")
       .add("warmup-steps", "100", "linear LR warmup steps, then cosine decay to 0")
-      .add("threads", std::to_string(num_threads()), "CPU threads for the ops")
+      .add("threads", std::to_string(default_threads), "CPU threads per rank")
       .add("data", data::kFashionMnistDir, "directory with the Fashion-MNIST IDX files")
       .add("seed", "42", "seed for initialisation and shuffling")
       .add("limit", "0", "use only the first N training samples (0 = all)")
-      .add("workers", "1", "data-loader threads")
+      .add("workers", "1", "data-loader threads per rank")
+      .add("bucket-cap-mb", "25", "DDP gradient bucket cap in MiB")
       .add("device", "cpu", "cpu (cuda needs a CUDA build and a GPU)")
       .add_flag("no-eval", "skip the per-epoch test-set evaluation (the final one still runs)");
   o.parse(argc, argv);
-
-  try {
-    const int threads = static_cast<int>(o.i64("threads"));
-    set_num_threads(threads);
-    const Device device = Device::parse(o.str("device"));
-    EDP_CHECK(device.is_cpu(), "--device ", device.str(),
-              ": this build trains on the CPU only (the CUDA backend is not available)");
-    const int64_t epochs = o.i64("epochs"), batch = o.i64("batch");
-    EDP_CHECK(epochs >= 1 && batch >= 1, "--epochs and --batch must be >= 1");
-    const uint64_t seed = static_cast<uint64_t>(o.i64("seed"));
-
-    auto train_set = data::load_fashion_mnist(o.str("data"), "train");
-    auto test_set = data::load_fashion_mnist(o.str("data"), "test");
-    if (o.i64("limit") > 0) train_set = train_set->head(o.i64("limit"));
-
-    manual_seed(seed);
-    auto model = spec.build();
-    model->set_input_grad(false);
-    auto params = model->parameters();
-    optim::SGD opt(params, {.lr = o.f64("lr"), .momentum = o.f64("momentum"),
-                            .weight_decay = o.f64("weight-decay"), .nesterov = true});
-
-    data::DataLoader loader(train_set, std::make_shared<data::RandomSampler>(train_set->size(), seed),
-                            {.batch_size = batch, .drop_last = false,
-                             .workers = static_cast<int>(o.i64("workers")), .prefetch = 4});
-    loader.start_epoch(0);
-    const int64_t steps_per_epoch = loader.batches_per_epoch();
-    const int64_t total_steps = steps_per_epoch * epochs;
-    optim::WarmupLR schedule(
-        std::make_shared<optim::CosineLR>(o.f64("lr"), total_steps),
-        std::min<int64_t>(o.i64("warmup-steps"), total_steps));
-
-    std::fprintf(stderr, "%s: %lld train / %lld test samples, %lld parameters, batch %lld, %d threads\n",
-                 spec.name.c_str(), static_cast<long long>(train_set->size()),
-                 static_cast<long long>(test_set->size()),
-                 static_cast<long long>(model->num_parameters()), static_cast<long long>(batch),
-                 threads);
-
-    nn::SoftmaxCrossEntropy ce;
-    double train_seconds = 0, last_epoch_loss = 0;
-    int64_t samples_seen = 0, step = 0;
-    train::EvalResult test{};
-    for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-      if (epoch > 0) loader.start_epoch(epoch);
-      train::Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs),
-                               steps_per_epoch);
-      train::Stopwatch sw;
-      double loss_sum = 0;
-      int64_t epoch_samples = 0, epoch_steps = 0;
-      data::Batch b;
-      while (loader.next(b)) {
-        opt.set_lr(schedule.lr(step));
-        opt.zero_grad();
-        Tensor logits = model->forward(b.x);
-        const double loss = ce.forward(logits, b.y);
-        model->backward(ce.backward());
-        opt.step();
-        ++step;
-        ++epoch_steps;
-        loss_sum += loss * static_cast<double>(b.size());
-        epoch_samples += b.size();
-        progress.update(epoch_steps, epoch_samples, loss);
-      }
-      const double secs = sw.seconds();
-      train_seconds += secs;
-      samples_seen += epoch_samples;
-      last_epoch_loss = loss_sum / static_cast<double>(std::max<int64_t>(1, epoch_samples));
-      progress.finish();
-      if (!o.flag("no-eval") || epoch + 1 == epochs) {
-        test = train::evaluate(*model, *test_set);
-        std::fprintf(stderr, "epoch %lld: train loss %.4f  test loss %.4f  test acc %.4f  %.0f samples/s\n",
-                     static_cast<long long>(epoch + 1), last_epoch_loss, test.loss, test.accuracy,
-                     epoch_samples / secs);
-      }
-    }
-    std::printf(
-        "{\"model\": \"%s\", \"world_size\": 1, \"threads\": %d, \"batch\": %lld, \"epochs\": %lld, "
-        "\"samples_per_s\": %.1f, \"test_acc\": %.4f, \"final_loss\": %.4f, \"train_seconds\": %.2f, "
-        "\"peak_rss_mb\": %.1f}\n",
-        spec.name.c_str(), threads, static_cast<long long>(batch), static_cast<long long>(epochs),
-        samples_seen / train_seconds, test.accuracy, last_epoch_loss, train_seconds,
-        train::peak_rss_bytes() / 1048576.0);
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", spec.name.c_str(), e.what());
-    return 1;
-  }
+  return comm::run_main(argc, argv, [&](comm::Communicator& world) { return train(world, o, spec); });
 }
 
 }  // namespace edp::examples
