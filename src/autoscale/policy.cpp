@@ -4,6 +4,8 @@
 // in how an option is valued, which keeps the comparison between them fair.
 #include "edp/autoscale/policy.h"
 
+#include <algorithm>
+
 #include "edp/core/error.h"
 
 namespace edp::autoscale {
@@ -52,8 +54,10 @@ class DpPolicy final : public Policy {
       jo.may_wait = true;
       jo.current_gpus = j.cur_gpus;
       jo.current_batch = j.cur_batch;
+      // A floor of one second keeps the weight finite for a job about to finish.
+      const double w = cfg_.weighting == Weighting::Remaining ? 1.0 / std::max(1.0, j.remaining_s) : 1.0;
       for (const JobConfig& c : *cfgs) {
-        double v = c.samples_per_s / j.ref_samples_per_s;
+        double v = w * c.samples_per_s / j.ref_samples_per_s;
         if (offer_ == Offer::Goodput) v *= c.efficiency;
         if (j.cur_gpus > 0 && !(c.gpus == j.cur_gpus && c.batch == j.cur_batch)) v *= 1.0 - cfg_.rescale_penalty;
         jo.options.push_back(Option{c.gpus, c.batch, v});

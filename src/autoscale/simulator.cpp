@@ -160,6 +160,7 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
   const auto wall0 = std::chrono::steady_clock::now();
   PolicyConfig pc;
   pc.rescale_penalty = cfg.rescale_penalty;
+  pc.weighting = cfg.weighting;
   std::unique_ptr<Policy> policy = make_policy(cfg.policy, pc);
 
   const size_t N = trace.size();
@@ -298,6 +299,7 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
         s.cur_gpus = L.g;
         s.cur_batch = L.B;
         s.started = L.started;
+        s.remaining_s = L.remaining / L.jm.ref_samples_per_s;
         states.push_back(s);
       }
       const auto p0 = std::chrono::steady_clock::now();

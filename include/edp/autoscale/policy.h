@@ -41,6 +41,7 @@ struct JobState {
   int cur_gpus = 0;
   int cur_batch = 0;
   bool started = false;  // has run before (a restart costs the rescale pause)
+  double remaining_s = 0;  // remaining work divided by ref_samples_per_s (time left at its own config)
 };
 
 struct Assignment {
@@ -48,8 +49,17 @@ struct Assignment {
   int batch = 0;
 };
 
+// How the elastic policies weight jobs against each other in the DP objective.
+//   "equal":     every job weight 1: maximise the sum of speedups over the jobs' own configs
+//                (the contract's default);
+//   "remaining": weight 1 / (time the job still needs at its own config): the value becomes the
+//                fraction of its remaining work a job completes per second, an SRPT-like
+//                priority that targets average completion time.
+enum class Weighting { Equal, Remaining };
+
 struct PolicyConfig {
   double rescale_penalty = 0.05;  // value fraction an option other than the current one loses
+  Weighting weighting = Weighting::Equal;
 };
 
 class Policy {

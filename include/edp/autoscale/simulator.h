@@ -46,6 +46,7 @@ struct SimConfig {
   double rescale_pause_s = 30;     // Pollux's simulator default re-allocation cost
   double replan_interval_s = 300;  // periodic re-plan besides arrivals and completions
   double rescale_penalty = 0.05;   // DP hysteresis: value fraction a change must overcome
+  Weighting weighting = Weighting::Equal;  // DP job weights (policy.h)
   double window_s = 7 * 86400.0;   // "completed within the window" counts finish <= window
   int max_scale = 4;               // elastic max GPUs = min(64, max(gpus_per_node, max_scale * requested))
   bool statistical_efficiency = false;  // progress = samples/s x efficiency(batch) when true
