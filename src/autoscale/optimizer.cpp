@@ -15,8 +15,12 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "edp/core/error.h"
 
@@ -24,6 +28,7 @@ namespace edp::autoscale {
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+constexpr int kTile = 16;  // capacities per register tile (4 AVX2 registers of doubles)
 
 struct Kept {
   int gpus;
@@ -83,25 +88,71 @@ Solution solve(const std::vector<JobOptions>& jobs, int capacity) {
     total += static_cast<size_t>(hi[j + 1]) + 1;
   }
 
-  std::vector<double> F(total);
+  // The tables of all jobs are kept for the backward pass. The buffer is reused across calls of
+  // the same thread (the simulator re-plans thousands of times) and never zero-filled: every
+  // cell that is read is written first. Fresh pages would cost a fault each on first touch.
+  thread_local std::unique_ptr<double[]> buf;
+  thread_local size_t buf_size = 0;
+  if (buf_size < total) {
+    buf.reset(new double[total]);
+    buf_size = total;
+  }
+  struct View {
+    double* p;
+    double* data() const { return p; }
+    double& operator[](size_t i) const { return p[i]; }
+  } F{buf.get()};
   F[0] = 0.0;
   Solution sol;
+  // The previous table, padded so that every read in[c - g] is in range without a branch:
+  // below 0 it is -inf (no capacity left), above its last cell it is flat (see reduction 3).
+  thread_local std::vector<double> padded;
+  int maxg_all = 0;
+  for (const auto& kj : kept)
+    for (const Kept& k : kj) maxg_all = std::max(maxg_all, k.gpus);
+  padded.resize(static_cast<size_t>(maxg_all) + static_cast<size_t>(capacity) + 2 * kTile);
   for (size_t j = 0; j < J; ++j) {
-    const double* __restrict in = F.data() + offset[j];
-    double* __restrict out = F.data() + offset[j + 1];
+    const double* in = F.data() + offset[j];
+    double* out = F.data() + offset[j + 1];
     const int hp = hi[j], h = hi[j + 1];
-    std::fill(out, out + h + 1, kNegInf);
-    for (const Kept& k : kept[j]) {
-      const int g = k.gpus;
-      const double v = k.value;
-      const int direct_end = std::min(h, hp + g);
-      // Capacities whose remainder c-g the previous table holds directly...
-      for (int c = g; c <= direct_end; ++c) out[c] = std::max(out[c], in[c - g] + v);
-      // ...and those beyond its reach, where it is flat at its last cell.
-      const double tail = in[hp] + v;
-      for (int c = direct_end + 1; c <= h; ++c) out[c] = std::max(out[c], tail);
-      sol.cells += h - g + 1;
+    const int h_end = (h / kTile + 1) * kTile;  // tiles cover [0, h_end)
+    double* pad0 = padded.data() + maxg_all;    // pad0[x] == F_{j-1}[x] for 0 <= x <= hp
+    std::fill(padded.data(), pad0, kNegInf);
+    std::copy(in, in + hp + 1, pad0);
+    std::fill(pad0 + hp + 1, pad0 + h_end, in[hp]);
+    const std::vector<Kept>& opts = kept[j];
+    // Tiled max-plus: a tile of kTile capacities is kept in registers while every option is
+    // applied to it, so each option costs one load per cell instead of load + load + store.
+    for (int c0 = 0; c0 < h_end; c0 += kTile) {
+      double acc[kTile];
+#if defined(__AVX2__)
+      // Same arithmetic as the portable loop below (IEEE add, then max), so the backward pass
+      // reproduces these values bit for bit.
+      __m256d a0 = _mm256_set1_pd(kNegInf), a1 = a0, a2 = a0, a3 = a0;
+      for (const Kept& k : opts) {
+        const double* src = pad0 + (c0 - k.gpus);
+        const __m256d v = _mm256_set1_pd(k.value);
+        a0 = _mm256_max_pd(a0, _mm256_add_pd(_mm256_loadu_pd(src), v));
+        a1 = _mm256_max_pd(a1, _mm256_add_pd(_mm256_loadu_pd(src + 4), v));
+        a2 = _mm256_max_pd(a2, _mm256_add_pd(_mm256_loadu_pd(src + 8), v));
+        a3 = _mm256_max_pd(a3, _mm256_add_pd(_mm256_loadu_pd(src + 12), v));
+      }
+      _mm256_storeu_pd(acc, a0);
+      _mm256_storeu_pd(acc + 4, a1);
+      _mm256_storeu_pd(acc + 8, a2);
+      _mm256_storeu_pd(acc + 12, a3);
+#else
+      for (int t = 0; t < kTile; ++t) acc[t] = kNegInf;
+      for (const Kept& k : opts) {
+        const double* src = pad0 + (c0 - k.gpus);
+        const double v = k.value;
+        for (int t = 0; t < kTile; ++t) acc[t] = std::max(acc[t], src[t] + v);
+      }
+#endif
+      const int n = std::min(kTile, h + 1 - c0);
+      for (int t = 0; t < n; ++t) out[c0 + t] = acc[t];
     }
+    sol.cells += static_cast<int64_t>(opts.size()) * (h + 1);
   }
 
   int c = hi[J];
