@@ -449,8 +449,18 @@ int cmd_simulate(const Args& args, const char* argv0) {
 
   if (!args.has("no-plots")) {
     const std::string script = plot_script(args, argv0);
-    const std::string cmd = "python3 '" + script + "' '" + out.string() + "'";
-    const int rc = fs::exists(script) ? std::system(cmd.c_str()) : -1;
+    // The first interpreter on PATH may lack matplotlib (pyenv, venvs); Debian's has it when
+    // python3-matplotlib is installed.
+    std::string python;
+    for (const char* cand : {"python3", "/usr/bin/python3"}) {
+      const std::string probe = std::string(cand) + " -c 'import matplotlib' >/dev/null 2>&1";
+      if (std::system(probe.c_str()) == 0) {
+        python = cand;
+        break;
+      }
+    }
+    const std::string cmd = python + " '" + script + "' '" + out.string() + "'";
+    const int rc = fs::exists(script) && !python.empty() ? std::system(cmd.c_str()) : -1;
     if (rc != 0)
       std::cerr << "edp-autoscale: plots skipped (needs python3 with matplotlib and " << script
                 << "; apt-get install python3-matplotlib)\n";
