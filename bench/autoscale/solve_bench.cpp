@@ -1,0 +1,101 @@
+// Solve time of the exact DP optimizer (edp::autoscale::solve) on one core, for the sizes the
+// autoscaler must handle: 64 jobs x 64 GPUs (target <= 1 ms) and 1000 jobs x 4096 GPUs (target
+// <= 50 ms). Each job's raw options are every (GPUs, batch) pair its model allows: GPU counts
+// 1..max_gpus (or powers of two), batches from the model's per-GPU grid (4-11 per GPU count),
+// valued by the step-time model of three model shapes (synthetic_model_profiles, so the bench
+// needs no data files). The envelope/pruning work is included in the time.
+//
+//   bench_autoscale_solve [--reps N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "edp/autoscale/optimizer.h"
+#include "edp/autoscale/throughput.h"
+#include "edp/core/random.h"
+
+using namespace edp::autoscale;
+
+namespace {
+
+struct Case {
+  const char* name;
+  int jobs;
+  int gpus;
+  int max_gpus;      // per job
+  bool pow2;         // GPU counts restricted to powers of two
+};
+
+std::vector<JobOptions> make_instance(const Case& c, uint64_t seed, long* raw_options) {
+  const auto models = synthetic_model_profiles();
+  edp::Rng rng(seed);
+  std::vector<JobOptions> jobs(static_cast<size_t>(c.jobs));
+  *raw_options = 0;
+  for (auto& j : jobs) {
+    const ModelProfile& m = models[rng.below(models.size())];
+    const int req = 1 << rng.below(3);  // 1, 2 or 4 GPUs at its own batch
+    const int ref_batch = m.init_batch * req;
+    const double ref = m.model.samples_per_s(req, std::min(ref_batch, m.max_local * req));
+    for (int g = 1; g <= c.max_gpus; g = c.pow2 ? g * 2 : g + 1)
+      for (int B : candidate_batches(m, g, m.init_batch, m.max_batch)) {
+        j.options.push_back(Option{g, B, m.model.samples_per_s(g, B) / ref});
+        ++*raw_options;
+      }
+    // Half the jobs run now (somewhere in their range): exercises the tie-break path.
+    if (rng.uniform() < 0.5 && !j.options.empty()) {
+      const Option& o = j.options[rng.below(j.options.size())];
+      j.current_gpus = o.gpus;
+      j.current_batch = o.batch;
+    }
+  }
+  return jobs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 20;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+  const Case cases[] = {
+      {"64x64_all_g<=16", 64, 64, 16, false},
+      {"64x64_all_g<=64", 64, 64, 64, false},
+      {"1000x4096_pow2_g<=64", 1000, 4096, 64, true},
+      {"1000x4096_all_g<=16", 1000, 4096, 16, false},
+      {"1000x4096_all_g<=64", 1000, 4096, 64, false},
+  };
+  std::printf("edp autoscale DP solve time (single thread, %d reps, median and min)\n", reps);
+  std::printf("%-24s %6s %6s %11s %13s %11s %11s %9s\n", "case", "jobs", "gpus", "raw_opts/j", "cells", "median_ms",
+              "min_ms", "objective");
+  std::string json = "{\"bench\":\"autoscale_solve\",\"reps\":" + std::to_string(reps) + ",\"cases\":[";
+  bool first = true;
+  for (const Case& c : cases) {
+    long raw = 0;
+    const auto jobs = make_instance(c, 42, &raw);
+    std::vector<double> ms;
+    Solution s;
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      s = solve(jobs, c.gpus);
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2], mn = ms.front();
+    std::printf("%-24s %6d %6d %11.1f %13lld %11.3f %11.3f %9.2f\n", c.name, c.jobs, c.gpus,
+                static_cast<double>(raw) / c.jobs, static_cast<long long>(s.cells), med, mn, s.objective);
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"case\":\"%s\",\"jobs\":%d,\"gpus\":%d,\"max_gpus_per_job\":%d,\"pow2\":%s,"
+                  "\"raw_options_per_job\":%.2f,\"cells\":%lld,\"median_ms\":%.4f,\"min_ms\":%.4f}",
+                  first ? "" : ",", c.name, c.jobs, c.gpus, c.max_gpus, c.pow2 ? "true" : "false",
+                  static_cast<double>(raw) / c.jobs, static_cast<long long>(s.cells), med, mn);
+    json += buf;
+    first = false;
+  }
+  json += "]}";
+  std::printf("%s\n", json.c_str());
+  return 0;
+}

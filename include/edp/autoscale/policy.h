@@ -1,0 +1,78 @@
+// Scheduling policies of the simulator, behind one interface so more can be added: a policy sees
+// the active jobs (arrived, not finished, in submission order) and returns every job's
+// (GPUs, global batch); 0 GPUs means the job waits or is preempted.
+//
+//   static    FIFO, gang-scheduled at the requested GPUs and the job's own batch; never
+//             preempts or rescales; strictly in order (a job that does not fit blocks later ones).
+//   baseline  the MASCOTS'20 paper's baseline: elastic GPU count chosen by the same DP, the batch
+//             fixed at the job's own (so per-GPU batch = batch / GPUs must fit in memory).
+//   dp        the paper's autoscaler: the DP picks GPUs and batch.
+//   goodput   like dp, but the value of an option is throughput x statistical efficiency
+//             (Pollux), i.e. progress in samples-at-the-reference-batch per second.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edp/autoscale/optimizer.h"
+
+namespace edp::autoscale {
+
+// One elastic configuration of a job and what it achieves.
+struct JobConfig {
+  int gpus = 0;
+  int batch = 0;
+  double samples_per_s = 0;
+  double efficiency = 1.0;  // statistical efficiency relative to the job's own batch (<= ~1)
+};
+
+struct JobState {
+  int index = 0;  // the simulator's job index (stable)
+  double submit_s = 0;
+  int req_gpus = 0;
+  int ref_batch = 0;
+  double ref_samples_per_s = 0;  // at (req_gpus, ref_batch)
+  // Allowed configurations, best batch per GPU count (dp/goodput use them)...
+  const std::vector<JobConfig>* elastic = nullptr;
+  // ...best batch per GPU count by goodput (samples/s x efficiency; the goodput policy)...
+  const std::vector<JobConfig>* elastic_goodput = nullptr;
+  // ...and those with batch == ref_batch (baseline).
+  const std::vector<JobConfig>* fixed_batch = nullptr;
+  int cur_gpus = 0;
+  int cur_batch = 0;
+  bool started = false;  // has run before (a restart costs the rescale pause)
+  double remaining_s = 0;  // remaining work divided by ref_samples_per_s (time left at its own config)
+};
+
+struct Assignment {
+  int gpus = 0;
+  int batch = 0;
+};
+
+// How the elastic policies weight jobs against each other in the DP objective.
+//   "equal":     every job weight 1: maximise the sum of speedups over the jobs' own configs
+//                (the contract's default);
+//   "remaining": weight 1 / (time the job still needs at its own config): the value becomes the
+//                fraction of its remaining work a job completes per second, an SRPT-like
+//                priority that targets average completion time.
+enum class Weighting { Equal, Remaining };
+
+struct PolicyConfig {
+  double rescale_penalty = 0.05;  // value fraction an option other than the current one loses
+  Weighting weighting = Weighting::Equal;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string name() const = 0;
+  virtual std::vector<Assignment> plan(const std::vector<JobState>& active, int capacity, double now_s) = 0;
+  // Whether the job could ever run on `capacity` GPUs under this policy.
+  virtual bool can_run(const JobState& job, int capacity) const = 0;
+};
+
+// "static", "baseline", "dp", "goodput"; throws edp::Error listing the names for anything else.
+std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& cfg = {});
+std::vector<std::string> policy_names();
+
+}  // namespace edp::autoscale

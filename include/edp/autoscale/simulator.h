@@ -1,0 +1,127 @@
+// Discrete-event simulator of a GPU cluster shared by elastic training jobs.
+//
+// Jobs come from the Philly trace (or a synthetic Poisson generator). Each job gets a model
+// (seeded, by its GPU-time as in the Pollux workloads: < 1 GPU-h cifar10 or ncf, 1-10
+// deepspeech2 or bert, 10-100 yolov3, >= 100 imagenet) whose fitted throughput curve decides how
+// fast it runs at any (GPUs, batch). Its work, in samples, is set so that at its requested GPUs
+// and its own batch it runs exactly its trace duration. The policy is asked for a new plan on
+// every arrival, every completion and every `replan_interval_s`; a running job whose allocation
+// changes pauses for `rescale_pause_s` (it holds its new GPUs but makes no progress).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "edp/autoscale/policy.h"
+#include "edp/autoscale/throughput.h"
+
+namespace edp::autoscale {
+
+struct TraceJob {
+  std::string id;
+  double submit_s = 0;
+  int gpus = 1;
+  double duration_s = 0;
+  std::string vc;
+};
+
+// Reads philly_jobs.csv (submit_time_s, gpus_requested, duration_s, ...). Malformed rows raise
+// edp::DataError with file:line:column. Jobs with duration 0 are kept (they finish at once).
+std::vector<TraceJob> load_philly_trace(const std::string& path);
+
+// Synthetic jobs: Poisson arrivals, Philly-like GPU sizes (mostly 1), log-normal durations.
+struct PoissonOptions {
+  int jobs = 200;
+  double arrivals_per_hour = 40;
+  double median_duration_s = 1000;
+  double duration_sigma = 1.5;  // of log(duration)
+  uint64_t seed = 1;
+};
+std::vector<TraceJob> poisson_trace(const PoissonOptions& opt);
+
+struct SimConfig {
+  int gpus = 64;
+  std::string policy = "dp";
+  double rescale_pause_s = 30;     // Pollux's simulator default re-allocation cost
+  double replan_interval_s = 300;  // periodic re-plan besides arrivals and completions
+  double rescale_penalty = 0.05;   // DP hysteresis: value fraction a change must overcome
+  Weighting weighting = Weighting::Equal;  // DP job weights (policy.h)
+  double window_s = 7 * 86400.0;   // "completed within the window" counts finish <= window
+  int max_scale = 4;               // elastic max GPUs = min(64, max(gpus_per_node, max_scale * requested))
+  bool statistical_efficiency = false;  // progress = samples/s x efficiency(batch) when true
+  uint64_t seed = 1;               // model assignment
+  bool record_timeline = true;
+  // Called every ~progress_every_s of simulated time with (now, jobs finished, jobs total).
+  std::function<void(double, int, int)> progress;
+  double progress_every_s = 86400;
+};
+
+struct JobResult {
+  std::string id;
+  std::string model;
+  double submit_s = 0, duration_s = 0;
+  int req_gpus = 0, ref_batch = 0;
+  double work = 0;       // samples (reference-batch samples when statistical_efficiency)
+  double done_work = 0;  // integrated progress; equals work when finished
+  double start_s = -1, finish_s = -1;  // -1: never started / not finished
+  int rescales = 0;
+  double gpu_seconds = 0;
+  bool finished() const { return finish_s >= 0; }
+};
+
+struct TimelinePoint {
+  double t = 0;
+  int gpus_used = 0;
+  int running = 0;
+  int queued = 0;
+};
+
+struct SimSummary {
+  std::string policy;
+  int gpus = 0;
+  int jobs = 0;
+  int completed = 0;            // by the end of the simulation
+  int completed_in_window = 0;  // finish_s <= window_s
+  int never_started = 0;
+  double avg_jct_s = 0, median_jct_s = 0, p95_jct_s = 0;  // over finished jobs
+  double avg_queue_s = 0;                                 // submit -> first start, started jobs
+  double makespan_s = 0;                                  // last finish
+  double utilisation = 0;  // allocated GPU-seconds / (gpus x makespan)
+  int rescales = 0;
+  int replans = 0;
+  double wall_s = 0;
+  double plan_ms_avg = 0, plan_ms_max = 0;
+  int max_gpus_used = 0;
+};
+
+struct SimResult {
+  std::vector<JobResult> jobs;
+  SimSummary summary;
+  std::vector<TimelinePoint> timeline;
+};
+
+// Builds the elastic configurations of one job (exposed for tests and the plan tool).
+struct JobModel {
+  const ModelProfile* profile = nullptr;
+  int ref_batch = 0;
+  double ref_samples_per_s = 0;
+  int max_gpus = 0;
+  std::vector<JobConfig> elastic;          // best batch per GPU count (throughput)
+  std::vector<JobConfig> elastic_goodput;  // best batch per GPU count (throughput x efficiency)
+  std::vector<JobConfig> fixed_batch;  // batch == ref_batch
+};
+JobModel make_job_model(const ModelProfile& profile, int req_gpus, const SimConfig& cfg);
+
+// Which model a trace job gets (deterministic in seed and job index).
+size_t assign_model(const TraceJob& job, size_t job_index, const std::vector<ModelProfile>& profiles, uint64_t seed);
+
+SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles,
+                   const SimConfig& cfg);
+
+// Output helpers: per-job CSV, summary JSON (one object), timeline CSV.
+void write_jobs_csv(const SimResult& r, const std::string& path);
+std::string summary_json(const SimSummary& s);
+void write_timeline_csv(const SimResult& r, const std::string& path);
+
+}  // namespace edp::autoscale

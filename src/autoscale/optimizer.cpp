@@ -1,0 +1,329 @@
+// The exact multiple-choice-knapsack DP behind every elastic policy (see optimizer.h and
+// docs/autoscaler.md). The speed comes from three exact reductions, not from approximation:
+//   1. per job and GPU count only the best option counts (the upper envelope over batches);
+//   2. an option that needs more GPUs than a cheaper one but is worth no more is never needed
+//      (F is "best value with at most c GPUs", so the cheaper one is always as good);
+//   3. after jobs 1..j the table only has to reach min(capacity, sum of their largest options),
+//      beyond that it is flat.
+// The inner loop is a branch-free max-plus update over contiguous doubles, which the compiler
+// vectorises; choices are recovered afterwards by re-evaluating the recurrence on the stored
+// tables (exact: the same floating-point operations give the same bits).
+#include "edp/autoscale/optimizer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "edp/core/error.h"
+
+namespace edp::autoscale {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+constexpr int kTile = 16;  // capacities per register tile (4 AVX2 registers of doubles)
+
+struct Kept {
+  int gpus;
+  int batch;
+  double value;
+};
+
+// Reductions 1 and 2 for one job. The wait option (0 GPUs, value 0) comes first when allowed.
+std::vector<Kept> envelope(const JobOptions& job, int capacity) {
+  std::map<int, Kept> best;  // gpus -> best option with that many GPUs
+  for (const Option& o : job.options) {
+    EDP_CHECK(o.gpus >= 1, "solve: an option has gpus=", o.gpus, " (waiting is may_wait, not an option)");
+    EDP_CHECK(std::isfinite(o.value), "solve: an option has a non-finite value");
+    if (o.gpus > capacity) continue;
+    auto it = best.find(o.gpus);
+    if (it == best.end()) {
+      best.emplace(o.gpus, Kept{o.gpus, o.batch, o.value});
+      continue;
+    }
+    Kept& k = it->second;
+    const bool o_cur = o.gpus == job.current_gpus && o.batch == job.current_batch;
+    const bool k_cur = k.gpus == job.current_gpus && k.batch == job.current_batch;
+    if (o.value > k.value || (o.value == k.value && (o_cur || (!k_cur && o.batch < k.batch))))
+      k = Kept{o.gpus, o.batch, o.value};
+  }
+  std::vector<Kept> kept;
+  double best_so_far = kNegInf;
+  if (job.may_wait) {
+    kept.push_back(Kept{0, 0, 0.0});
+    best_so_far = 0.0;
+  }
+  for (const auto& [g, k] : best) {
+    const bool is_cur = g == job.current_gpus;
+    if (k.value > best_so_far || (k.value == best_so_far && is_cur)) {
+      kept.push_back(k);
+      best_so_far = std::max(best_so_far, k.value);
+    }
+  }
+  return kept;
+}
+
+}  // namespace
+
+Solution solve(const std::vector<JobOptions>& jobs, int capacity) {
+  EDP_CHECK(capacity >= 0, "solve: capacity must be >= 0, got ", capacity);
+  const size_t J = jobs.size();
+  std::vector<std::vector<Kept>> kept(J);
+  std::vector<int> hi(J + 1, 0);
+  std::vector<size_t> offset(J + 1, 0);
+  size_t total = 1;  // F_0 is the single cell [0]
+  for (size_t j = 0; j < J; ++j) {
+    kept[j] = envelope(jobs[j], capacity);
+    int maxg = 0;
+    for (const Kept& k : kept[j]) maxg = std::max(maxg, k.gpus);
+    hi[j + 1] = static_cast<int>(std::min<int64_t>(capacity, int64_t{hi[j]} + maxg));
+    offset[j + 1] = total;
+    total += static_cast<size_t>(hi[j + 1]) + 1;
+  }
+
+  // The tables of all jobs are kept for the backward pass. The buffer is reused across calls of
+  // the same thread (the simulator re-plans thousands of times) and never zero-filled: every
+  // cell that is read is written first. Fresh pages would cost a fault each on first touch.
+  thread_local std::unique_ptr<double[]> buf;
+  thread_local size_t buf_size = 0;
+  if (buf_size < total) {
+    buf.reset(new double[total]);
+    buf_size = total;
+  }
+  struct View {
+    double* p;
+    double* data() const { return p; }
+    double& operator[](size_t i) const { return p[i]; }
+  } F{buf.get()};
+  F[0] = 0.0;
+  Solution sol;
+  // The previous table, padded so that every read in[c - g] is in range without a branch:
+  // below 0 it is -inf (no capacity left), above its last cell it is flat (see reduction 3).
+  thread_local std::vector<double> padded;
+  int maxg_all = 0;
+  for (const auto& kj : kept)
+    for (const Kept& k : kj) maxg_all = std::max(maxg_all, k.gpus);
+  padded.resize(static_cast<size_t>(maxg_all) + static_cast<size_t>(capacity) + 2 * kTile);
+  for (size_t j = 0; j < J; ++j) {
+    const double* in = F.data() + offset[j];
+    double* out = F.data() + offset[j + 1];
+    const int hp = hi[j], h = hi[j + 1];
+    const int h_end = (h / kTile + 1) * kTile;  // tiles cover [0, h_end)
+    double* pad0 = padded.data() + maxg_all;    // pad0[x] == F_{j-1}[x] for 0 <= x <= hp
+    std::fill(padded.data(), pad0, kNegInf);
+    std::copy(in, in + hp + 1, pad0);
+    std::fill(pad0 + hp + 1, pad0 + h_end, in[hp]);
+    const std::vector<Kept>& opts = kept[j];
+    // Tiled max-plus: a tile of kTile capacities is kept in registers while every option is
+    // applied to it, so each option costs one load per cell instead of load + load + store.
+    for (int c0 = 0; c0 < h_end; c0 += kTile) {
+      double acc[kTile];
+#if defined(__AVX2__)
+      // Same arithmetic as the portable loop below (IEEE add, then max), so the backward pass
+      // reproduces these values bit for bit.
+      __m256d a0 = _mm256_set1_pd(kNegInf), a1 = a0, a2 = a0, a3 = a0;
+      for (const Kept& k : opts) {
+        const double* src = pad0 + (c0 - k.gpus);
+        const __m256d v = _mm256_set1_pd(k.value);
+        a0 = _mm256_max_pd(a0, _mm256_add_pd(_mm256_loadu_pd(src), v));
+        a1 = _mm256_max_pd(a1, _mm256_add_pd(_mm256_loadu_pd(src + 4), v));
+        a2 = _mm256_max_pd(a2, _mm256_add_pd(_mm256_loadu_pd(src + 8), v));
+        a3 = _mm256_max_pd(a3, _mm256_add_pd(_mm256_loadu_pd(src + 12), v));
+      }
+      _mm256_storeu_pd(acc, a0);
+      _mm256_storeu_pd(acc + 4, a1);
+      _mm256_storeu_pd(acc + 8, a2);
+      _mm256_storeu_pd(acc + 12, a3);
+#else
+      for (int t = 0; t < kTile; ++t) acc[t] = kNegInf;
+      for (const Kept& k : opts) {
+        const double* src = pad0 + (c0 - k.gpus);
+        const double v = k.value;
+        for (int t = 0; t < kTile; ++t) acc[t] = std::max(acc[t], src[t] + v);
+      }
+#endif
+      const int n = std::min(kTile, h + 1 - c0);
+      for (int t = 0; t < n; ++t) out[c0 + t] = acc[t];
+    }
+    sol.cells += static_cast<int64_t>(opts.size()) * (h + 1);
+  }
+
+  int c = hi[J];
+  const double best = F[offset[J] + static_cast<size_t>(c)];
+  if (best == kNegInf) {
+    std::ostringstream os;
+    os << "the jobs that must run cannot all fit in " << capacity << " GPUs:";
+    int need = 0;
+    for (size_t j = 0; j < J; ++j) {
+      if (jobs[j].may_wait) continue;
+      int m = std::numeric_limits<int>::max();
+      for (const Kept& k : kept[j]) m = std::min(m, k.gpus);
+      os << " job #" << j << " needs " << (kept[j].empty() ? -1 : m);
+      need += kept[j].empty() ? 0 : m;
+    }
+    os << " (at least " << need << " in total)";
+    throw Error(os.str());
+  }
+  sol.objective = best;
+  sol.choices.assign(J, Choice{});
+  for (size_t j = J; j-- > 0;) {
+    c = std::min(c, hi[j + 1]);
+    const double target = F[offset[j + 1] + static_cast<size_t>(c)];
+    const double* in = F.data() + offset[j];
+    const int hp = hi[j];
+    const Kept* pick = nullptr;
+    auto reaches = [&](const Kept& k) {
+      return k.gpus <= c && in[std::min(c - k.gpus, hp)] + k.value == target;
+    };
+    for (const Kept& k : kept[j])
+      if (k.gpus == jobs[j].current_gpus && (k.gpus == 0 || k.batch == jobs[j].current_batch) &&
+          reaches(k)) {
+        pick = &k;
+        break;
+      }
+    if (!pick)
+      for (const Kept& k : kept[j])
+        if (reaches(k)) {
+          pick = &k;
+          break;
+        }
+    EDP_CHECK(pick != nullptr, "solve: internal error, no option reproduces the DP value of job #", j);
+    sol.choices[j] = Choice{pick->gpus, pick->batch, pick->value};
+    c -= pick->gpus;
+    sol.gpus_used += pick->gpus;
+  }
+  return sol;
+}
+
+Solution solve_brute_force(const std::vector<JobOptions>& jobs, int capacity) {
+  const size_t J = jobs.size();
+  std::vector<Choice> cur(J), best_choice;
+  double best = kNegInf;
+  // Depth-first over every job's options (plus waiting), cut only by capacity.
+  auto rec = [&](auto&& self, size_t j, int left, double acc) -> void {
+    if (j == J) {
+      if (acc > best) {
+        best = acc;
+        best_choice = cur;
+      }
+      return;
+    }
+    if (jobs[j].may_wait) {
+      cur[j] = Choice{0, 0, 0.0};
+      self(self, j + 1, left, acc + 0.0);
+    }
+    for (const Option& o : jobs[j].options) {
+      if (o.gpus > left) continue;
+      cur[j] = Choice{o.gpus, o.batch, o.value};
+      self(self, j + 1, left - o.gpus, acc + o.value);
+    }
+  };
+  rec(rec, 0, capacity, 0.0);
+  EDP_CHECK(best != kNegInf, "solve_brute_force: no feasible assignment");
+  Solution s;
+  s.objective = best;
+  s.choices = best_choice;
+  for (const Choice& ch : s.choices) s.gpus_used += ch.gpus;
+  return s;
+}
+
+namespace {
+
+[[noreturn]] void bad(const JobRequest& j, size_t index, const std::string& field, const std::string& what) {
+  std::ostringstream os;
+  os << "job '" << j.id << "' (jobs[" << index << "]): field '" << field << "': " << what;
+  throw DataError(os.str());
+}
+
+}  // namespace
+
+std::vector<JobOptions> make_problem(const PlanRequest& req) {
+  if (req.gpus < 0) throw DataError("field 'gpus': must be >= 0, got " + std::to_string(req.gpus));
+  if (!(req.rescale_penalty >= 0.0 && req.rescale_penalty < 1.0))
+    throw DataError("field 'rescale_penalty': must be in [0, 1)");
+  std::set<std::string> ids;
+  std::vector<JobOptions> out;
+  out.reserve(req.jobs.size());
+  int must_need = 0;
+  std::string must_list;
+  for (size_t i = 0; i < req.jobs.size(); ++i) {
+    const JobRequest& j = req.jobs[i];
+    if (j.id.empty()) bad(j, i, "id", "must be a non-empty string");
+    if (!ids.insert(j.id).second) bad(j, i, "id", "duplicate id");
+    if (j.min_gpus < 0) bad(j, i, "min_gpus", "must be >= 0, got " + std::to_string(j.min_gpus));
+    if (j.max_gpus < 1) bad(j, i, "max_gpus", "must be >= 1, got " + std::to_string(j.max_gpus));
+    if (j.max_gpus < j.min_gpus) bad(j, i, "max_gpus", "is smaller than min_gpus");
+    if (j.max_batch_per_gpu < 1)
+      bad(j, i, "max_batch_per_gpu", "must be >= 1, got " + std::to_string(j.max_batch_per_gpu));
+    if (!(std::isfinite(j.weight) && j.weight >= 0)) bad(j, i, "weight", "must be a finite number >= 0");
+    if (j.ref_gpus < 1) bad(j, i, "ref.gpus", "must be >= 1");
+    if (j.ref_batch < 1) bad(j, i, "ref.batch", "must be >= 1");
+    if (j.current_gpus < 0) bad(j, i, "current.gpus", "must be >= 0");
+    if (j.current_batch < 0) bad(j, i, "current.batch", "must be >= 0");
+    double ref_sps = -1;
+    std::set<std::pair<int, int>> seen;
+    for (size_t r = 0; r < j.throughput.size(); ++r) {
+      const ThroughputPoint& p = j.throughput[r];
+      const std::string f = "throughput[" + std::to_string(r) + "]";
+      if (p.gpus < 1) bad(j, i, f + ".gpus", "must be >= 1, got " + std::to_string(p.gpus));
+      if (p.batch < 1) bad(j, i, f + ".batch", "must be >= 1, got " + std::to_string(p.batch));
+      if (!(std::isfinite(p.samples_per_s) && p.samples_per_s >= 0))
+        bad(j, i, f + ".samples_per_s", "must be a finite number >= 0");
+      if (!seen.insert({p.gpus, p.batch}).second)
+        bad(j, i, f, "duplicate row for gpus=" + std::to_string(p.gpus) + " batch=" + std::to_string(p.batch));
+      if (p.gpus == j.ref_gpus && p.batch == j.ref_batch) ref_sps = p.samples_per_s;
+    }
+    if (ref_sps < 0)
+      bad(j, i, "ref", "no throughput row with gpus=" + std::to_string(j.ref_gpus) +
+                           " batch=" + std::to_string(j.ref_batch));
+    if (!(ref_sps > 0)) bad(j, i, "ref", "the reference row's samples_per_s must be > 0");
+
+    JobOptions jo;
+    jo.may_wait = j.min_gpus == 0;
+    jo.current_gpus = j.current_gpus;
+    jo.current_batch = j.current_batch;
+    int min_feasible = std::numeric_limits<int>::max();
+    for (const ThroughputPoint& p : j.throughput) {
+      if (p.gpus < std::max(1, j.min_gpus) || p.gpus > j.max_gpus) continue;
+      if (p.batch % p.gpus != 0 || p.batch / p.gpus > j.max_batch_per_gpu) continue;
+      double v = j.weight * (p.samples_per_s / ref_sps);
+      const bool is_current = p.gpus == j.current_gpus && p.batch == j.current_batch;
+      if (j.current_gpus > 0 && !is_current) v *= 1.0 - req.rescale_penalty;
+      jo.options.push_back(Option{p.gpus, p.batch, v});
+      min_feasible = std::min(min_feasible, p.gpus);
+    }
+    if (!jo.may_wait) {
+      if (jo.options.empty())
+        bad(j, i, "min_gpus",
+            "the job must run (min_gpus >= 1) but no throughput row is feasible (needs min_gpus <= gpus <= "
+            "max_gpus, batch divisible by gpus, batch/gpus <= max_batch_per_gpu)");
+      must_need += min_feasible;
+      must_list += (must_list.empty() ? "" : ", ") + ("'" + j.id + "' needs " + std::to_string(min_feasible));
+    }
+    out.push_back(std::move(jo));
+  }
+  if (must_need > req.gpus)
+    throw DataError("field 'gpus': the non-preemptible jobs (min_gpus >= 1) need at least " +
+                    std::to_string(must_need) + " GPUs but gpus = " + std::to_string(req.gpus) + " (" +
+                    must_list + ")");
+  return out;
+}
+
+PlanResult plan(const PlanRequest& req) {
+  PlanResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<JobOptions> problem = make_problem(req);
+  r.solution = solve(problem, req.gpus);
+  r.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (const JobRequest& j : req.jobs) r.ids.push_back(j.id);
+  return r;
+}
+
+}  // namespace edp::autoscale

@@ -1,0 +1,157 @@
+// The `edp-autoscale plan` contract, exercised by running the built tool: a valid request gives
+// the optimal plan as JSON (checked against the library's brute force), and every kind of bad
+// input exits with code 2 and a message naming the job and the field. Also a tiny `simulate`.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "edp/autoscale/optimizer.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct RunResult {
+  int code;
+  std::string out;  // stdout + stderr
+};
+
+RunResult run(const std::string& args) {
+  const std::string cmd = std::string(EDP_AUTOSCALE_EXE) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  return RunResult{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+fs::path tmpdir() {
+  const fs::path d = fs::temp_directory_path() / ("edp_autoscale_cli_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+json good_request() {
+  return json::parse(R"({
+    "gpus": 6,
+    "jobs": [
+      {"id": "a", "min_gpus": 0, "max_gpus": 4, "max_batch_per_gpu": 128, "ref": {"gpus": 1, "batch": 64},
+       "throughput": [{"gpus": 1, "batch": 64, "samples_per_s": 100}, {"gpus": 1, "batch": 128, "samples_per_s": 150},
+                      {"gpus": 2, "batch": 256, "samples_per_s": 280}, {"gpus": 4, "batch": 512, "samples_per_s": 520}]},
+      {"id": "b", "min_gpus": 1, "max_gpus": 4, "max_batch_per_gpu": 16, "weight": 2, "ref": {"gpus": 2, "batch": 16},
+       "throughput": [{"gpus": 1, "batch": 16, "samples_per_s": 10}, {"gpus": 2, "batch": 16, "samples_per_s": 18},
+                      {"gpus": 4, "batch": 32, "samples_per_s": 40}]},
+      {"id": "c", "min_gpus": 0, "max_gpus": 2, "max_batch_per_gpu": 8, "ref": {"gpus": 1, "batch": 8},
+       "throughput": [{"gpus": 1, "batch": 8, "samples_per_s": 5}, {"gpus": 2, "batch": 16, "samples_per_s": 9.5}]}
+    ]})");
+}
+
+RunResult plan_with(const json& req) {
+  const fs::path f = tmpdir() / "req.json";
+  std::ofstream(f) << req.dump();
+  return run("plan --input " + f.string());
+}
+
+}  // namespace
+
+TEST(AutoscaleCli, PlanGivesTheOptimumAsJson) {
+  const RunResult r = plan_with(good_request());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json out = json::parse(r.out);
+  // The same request through the library's brute force.
+  edp::autoscale::PlanRequest req;
+  req.gpus = 6;
+  const json request = good_request();
+  for (const json& j : request["jobs"]) {
+    edp::autoscale::JobRequest jr;
+    jr.id = j["id"].get<std::string>();
+    jr.min_gpus = j["min_gpus"].get<int>();
+    jr.max_gpus = j["max_gpus"].get<int>();
+    jr.max_batch_per_gpu = j["max_batch_per_gpu"].get<int>();
+    jr.weight = j.value("weight", 1.0);
+    jr.ref_gpus = j["ref"]["gpus"].get<int>();
+    jr.ref_batch = j["ref"]["batch"].get<int>();
+    for (const json& p : j["throughput"])
+      jr.throughput.push_back({p["gpus"].get<int>(), p["batch"].get<int>(), p["samples_per_s"].get<double>()});
+    req.jobs.push_back(jr);
+  }
+  const auto bf = edp::autoscale::solve_brute_force(edp::autoscale::make_problem(req), 6);
+  EXPECT_NEAR(out["objective"].get<double>(), bf.objective, 1e-12);
+  ASSERT_EQ(out["allocations"].size(), 3u);
+  int used = 0;
+  for (const json& a : out["allocations"]) used += a["gpus"].get<int>();
+  EXPECT_LE(used, 6);
+  EXPECT_GE(out["allocations"][1]["gpus"].get<int>(), 1);  // b must run
+  EXPECT_TRUE(out.contains("solve_ms"));
+  // --gpus overrides the request's size.
+  const fs::path f = tmpdir() / "req.json";
+  const RunResult r2 = run("plan --gpus 1 --input " + f.string());
+  ASSERT_EQ(r2.code, 0) << r2.out;
+  const json o2 = json::parse(r2.out);
+  EXPECT_EQ(o2["allocations"][1]["gpus"].get<int>(), 1);
+  EXPECT_EQ(o2["allocations"][0]["gpus"].get<int>(), 0);
+}
+
+TEST(AutoscaleCli, BadInputExitsWithCode2NamingJobAndField) {
+  struct Case {
+    const char* what;
+    std::function<void(json&)> edit;
+    std::vector<std::string> expect;  // substrings of the message
+  };
+  const std::vector<Case> cases = {
+      {"unknown field", [](json& r) { r["jobs"][1]["colour"] = "red"; }, {"job 'b'", "colour"}},
+      {"unknown top-level field", [](json& r) { r["cluster"] = 1; }, {"cluster"}},
+      {"missing ref row", [](json& r) { r["jobs"][2]["ref"]["batch"] = 16; }, {"job 'c'", "ref"}},
+      {"negative number", [](json& r) { r["jobs"][0]["throughput"][1]["samples_per_s"] = -1; },
+       {"job 'a'", "samples_per_s"}},
+      {"negative gpus", [](json& r) { r["jobs"][0]["max_gpus"] = -2; }, {"job 'a'", "max_gpus"}},
+      {"not an integer", [](json& r) { r["jobs"][1]["min_gpus"] = 1.5; }, {"job 'b'", "min_gpus"}},
+      {"missing field", [](json& r) { r["jobs"][0].erase("max_batch_per_gpu"); }, {"job 'a'", "max_batch_per_gpu"}},
+      {"infeasible must-run set",
+       [](json& r) {
+         r["gpus"] = 3;
+         r["jobs"][0]["min_gpus"] = 4;
+       },
+       {"non-preemptible", "'a'"}},
+  };
+  for (const Case& c : cases) {
+    json req = good_request();
+    c.edit(req);
+    const RunResult r = plan_with(req);
+    EXPECT_EQ(r.code, 2) << c.what << ": " << r.out;
+    for (const std::string& s : c.expect) EXPECT_NE(r.out.find(s), std::string::npos) << c.what << ": " << r.out;
+  }
+  const fs::path f = tmpdir() / "broken.json";
+  std::ofstream(f) << "{\"gpus\": 4,\n \"jobs\": [ }";
+  const RunResult r = run("plan --input " + f.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("line 2"), std::string::npos) << r.out;
+  EXPECT_EQ(run("plan --input /nonexistent/x.json").code, 2);
+  EXPECT_EQ(run("plan").code, 2);
+  EXPECT_EQ(run("frobnicate").code, 2);
+}
+
+TEST(AutoscaleCli, SimulateWritesSummaryAndPerJobCsv) {
+  const fs::path d = tmpdir() / "sim";
+  const RunResult r = run("simulate --poisson 40 --gpus 8 --policy static,dp --out " + d.string() +
+                          " --no-plots --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream sf(d / "summary.json");
+  const json s = json::parse(sf);
+  ASSERT_EQ(s["runs"].size(), 2u);
+  for (const json& run : s["runs"]) EXPECT_EQ(run["completed"].get<int>() + run["never_started"].get<int>(), 40);
+  EXPECT_TRUE(fs::exists(d / "jobs_dp_8.csv"));
+  EXPECT_TRUE(fs::exists(d / "timeline_static_8.csv"));
+  const RunResult bad = run("simulate --poisson 10 --gpus 8 --policy nonsense --out " + d.string() + " --no-plots");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("unknown policy"), std::string::npos) << bad.out;
+  fs::remove_all(tmpdir());
+}

@@ -1,0 +1,498 @@
+// edp-autoscale: command-line front end of the autoscaler.
+//
+//   edp-autoscale plan --input FILE [--gpus N] [--rescale-penalty F]
+//       JSON in, JSON out (the contract in docs/autoscaler.md). Exit 2 on invalid input.
+//   edp-autoscale simulate (--trace FILE | --poisson N) (--gpus N | --sweep A,B,...)
+//                          [--policy static,baseline,dp] --out DIR [options]
+//       Simulates the policies on the trace; writes per-job CSVs, summary JSON, timelines and
+//       PNG plots (via plot_autoscale.py and matplotlib, skipped with a note when unavailable).
+//
+// Every option can also be set by an environment variable EDP_AUTOSCALE_<NAME> (upper case,
+// '-' -> '_'); the command line wins. The option table below is the one place they are defined.
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "edp/autoscale/optimizer.h"
+#include "edp/autoscale/simulator.h"
+#include "edp/core/error.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace edp::autoscale;
+
+namespace {
+
+struct OptSpec {
+  const char* name;
+  const char* def;  // nullptr: no default; "" for flags means off
+  bool flag;        // takes no value
+  const char* help;
+};
+
+// The single definition of every knob (flag + EDP_AUTOSCALE_* variable + default + help).
+const OptSpec kOptions[] = {
+    {"input", nullptr, false, "plan: JSON request file ('-' for stdin)"},
+    {"gpus", nullptr, false, "cluster size (plan: overrides the request's \"gpus\")"},
+    {"rescale-penalty", "0.05", false, "value fraction an option other than a job's current one loses"},
+    {"trace", nullptr, false, "simulate: Philly-format CSV (submit_time_s,gpus_requested,duration_s,...)"},
+    {"poisson", nullptr, false, "simulate: use N synthetic Poisson jobs instead of a trace"},
+    {"poisson-rate", "40", false, "synthetic arrivals per hour"},
+    {"profiles", nullptr, false, "model_profiles directory (default: <trace dir>/model_profiles, else synthetic)"},
+    {"policy", "static,baseline,dp", false, "comma-separated policies: static, baseline, dp, goodput"},
+    {"sweep", nullptr, false, "comma-separated cluster sizes (instead of --gpus)"},
+    {"out", nullptr, false, "output directory"},
+    {"pause", "30", false, "seconds a rescaled job makes no progress"},
+    {"replan", "300", false, "seconds between periodic re-plans (besides arrivals/completions)"},
+    {"weighting", "remaining", false, "DP job weights: equal | remaining (1/remaining time, SRPT-like)"},
+    {"max-scale", "4", false, "a job may use up to max(4, K x requested) GPUs (<= 64)"},
+    {"window", "604800", false, "seconds: jobs finished by then count as completed in the window"},
+    {"limit", nullptr, false, "use only the first N jobs of the trace"},
+    {"seed", "1", false, "seed of the model assignment (and the Poisson generator)"},
+    {"statistical-efficiency", "", true, "progress = samples/s x statistical efficiency (Pollux)"},
+    {"threads", "1", false, "simulations run in parallel (sweep)"},
+    {"no-plots", "", true, "do not call the plot script"},
+    {"plot-script", nullptr, false, "path of plot_autoscale.py (default: installed or source copy)"},
+    {"quiet", "", true, "no progress on stderr"},
+};
+
+std::string env_name(const std::string& opt) {
+  std::string e = "EDP_AUTOSCALE_";
+  for (char c : opt) e += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return e;
+}
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Args {
+ public:
+  Args(int argc, char** argv, int first) {
+    for (int i = first; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "-h" || a == "--help") {
+        help = true;
+        continue;
+      }
+      if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "'");
+      a = a.substr(2);
+      std::string val;
+      const bool has_eq = a.find('=') != std::string::npos;
+      if (has_eq) {
+        val = a.substr(a.find('=') + 1);
+        a = a.substr(0, a.find('='));
+      }
+      const OptSpec* spec = find(a);
+      if (!spec) throw UsageError("unknown option --" + a + " (see --help)");
+      if (spec->flag) {
+        vals_[a] = "1";
+        continue;
+      }
+      if (!has_eq) {
+        if (i + 1 >= argc) throw UsageError("option --" + a + " needs a value");
+        val = argv[++i];
+      }
+      vals_[a] = val;
+    }
+  }
+  static const OptSpec* find(const std::string& n) {
+    for (const OptSpec& o : kOptions)
+      if (n == o.name) return &o;
+    return nullptr;
+  }
+  bool has(const std::string& n) const { return !get(n).empty(); }
+  std::string get(const std::string& n) const {
+    auto it = vals_.find(n);
+    if (it != vals_.end()) return it->second;
+    if (const char* e = std::getenv(env_name(n).c_str())) return e;
+    const OptSpec* s = find(n);
+    return s && s->def ? s->def : "";
+  }
+  double num(const std::string& n) const {
+    const std::string v = get(n);
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end) throw UsageError("--" + n + ": expected a number, got '" + v + "'");
+    return d;
+  }
+  int integer(const std::string& n) const {
+    const std::string v = get(n);
+    char* end = nullptr;
+    const long d = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end) throw UsageError("--" + n + ": expected an integer, got '" + v + "'");
+    return static_cast<int>(d);
+  }
+  bool help = false;
+
+ private:
+  std::map<std::string, std::string> vals_;
+};
+
+void usage(std::ostream& o) {
+  o << "usage:\n"
+       "  edp-autoscale plan --input FILE [--gpus N] [--rescale-penalty F]\n"
+       "  edp-autoscale simulate (--trace FILE | --poisson N) (--gpus N | --sweep A,B,..) --out DIR [options]\n\n"
+       "options (each also settable as EDP_AUTOSCALE_<NAME>):\n";
+  for (const OptSpec& s : kOptions) {
+    std::string left = std::string("  --") + s.name + (s.flag ? "" : " V");
+    left.resize(std::max<size_t>(left.size() + 1, 30), ' ');
+    o << left << s.help;
+    if (s.def && *s.def) o << " [default " << s.def << "]";
+    o << "  (" << env_name(s.name) << ")\n";
+  }
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// ---- plan ---------------------------------------------------------------------------------
+
+[[noreturn]] void bad_input(const std::string& where, const std::string& what) {
+  throw edp::DataError(where + ": " + what);
+}
+
+void check_keys(const json& obj, const std::set<std::string>& allowed, const std::string& where) {
+  if (!obj.is_object()) bad_input(where, "must be a JSON object");
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (!allowed.count(it.key())) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      bad_input(where, "unknown field '" + it.key() + "' (allowed: " + list + ")");
+    }
+}
+
+int get_int(const json& obj, const std::string& key, const std::string& where, bool required, int def = 0) {
+  if (!obj.contains(key)) {
+    if (required) bad_input(where, "missing field '" + key + "'");
+    return def;
+  }
+  const json& v = obj.at(key);
+  if (!v.is_number_integer()) bad_input(where, "field '" + key + "' must be an integer, got " + v.dump());
+  const int64_t x = v.get<int64_t>();
+  if (x < 0) bad_input(where, "field '" + key + "' must be >= 0, got " + std::to_string(x));
+  if (x > 1000000000) bad_input(where, "field '" + key + "' is too large");
+  return static_cast<int>(x);
+}
+
+double get_num(const json& obj, const std::string& key, const std::string& where, bool required, double def) {
+  if (!obj.contains(key)) {
+    if (required) bad_input(where, "missing field '" + key + "'");
+    return def;
+  }
+  const json& v = obj.at(key);
+  if (!v.is_number()) bad_input(where, "field '" + key + "' must be a number, got " + v.dump());
+  const double x = v.get<double>();
+  if (x < 0) bad_input(where, "field '" + key + "' must be >= 0, got " + v.dump());
+  return x;
+}
+
+PlanRequest parse_plan(const json& in, const Args& args) {
+  PlanRequest req;
+  check_keys(in, {"gpus", "jobs", "rescale_penalty"}, "request");
+  if (args.has("gpus")) {
+    req.gpus = args.integer("gpus");
+    if (req.gpus < 0) throw edp::DataError("--gpus: must be >= 0");
+  } else {
+    req.gpus = get_int(in, "gpus", "request", true);
+  }
+  req.rescale_penalty = get_num(in, "rescale_penalty", "request", false, args.num("rescale-penalty"));
+  if (!in.contains("jobs") || !in.at("jobs").is_array()) bad_input("request", "field 'jobs' must be an array");
+  const json& jobs = in.at("jobs");
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const json& j = jobs[i];
+    std::string where = "jobs[" + std::to_string(i) + "]";
+    if (j.is_object() && j.contains("id") && j.at("id").is_string())
+      where = "job '" + j.at("id").get<std::string>() + "' (" + where + ")";
+    check_keys(j, {"id", "min_gpus", "max_gpus", "max_batch_per_gpu", "weight", "ref", "throughput", "current"}, where);
+    JobRequest r;
+    if (!j.contains("id") || !j.at("id").is_string()) bad_input(where, "field 'id' must be a string");
+    r.id = j.at("id").get<std::string>();
+    r.min_gpus = get_int(j, "min_gpus", where, true);
+    r.max_gpus = get_int(j, "max_gpus", where, true);
+    r.max_batch_per_gpu = get_int(j, "max_batch_per_gpu", where, true);
+    r.weight = get_num(j, "weight", where, false, 1.0);
+    if (!j.contains("ref")) bad_input(where, "missing field 'ref'");
+    check_keys(j.at("ref"), {"gpus", "batch"}, where + ": field 'ref'");
+    r.ref_gpus = get_int(j.at("ref"), "gpus", where + ": field 'ref'", true);
+    r.ref_batch = get_int(j.at("ref"), "batch", where + ": field 'ref'", true);
+    if (j.contains("current")) {
+      check_keys(j.at("current"), {"gpus", "batch"}, where + ": field 'current'");
+      r.current_gpus = get_int(j.at("current"), "gpus", where + ": field 'current'", true);
+      r.current_batch = get_int(j.at("current"), "batch", where + ": field 'current'", true);
+    }
+    if (!j.contains("throughput") || !j.at("throughput").is_array())
+      bad_input(where, "field 'throughput' must be an array");
+    const json& tp = j.at("throughput");
+    for (size_t k = 0; k < tp.size(); ++k) {
+      const std::string w = where + ": field 'throughput[" + std::to_string(k) + "]'";
+      check_keys(tp[k], {"gpus", "batch", "samples_per_s"}, w);
+      ThroughputPoint p;
+      p.gpus = get_int(tp[k], "gpus", w, true);
+      p.batch = get_int(tp[k], "batch", w, true);
+      p.samples_per_s = get_num(tp[k], "samples_per_s", w, true, 0);
+      r.throughput.push_back(p);
+    }
+    req.jobs.push_back(std::move(r));
+  }
+  return req;
+}
+
+int cmd_plan(const Args& args) {
+  if (!args.has("input")) throw UsageError("plan needs --input FILE");
+  const std::string path = args.get("input");
+  json in;
+  try {
+    if (path == "-") {
+      in = json::parse(std::cin);
+    } else {
+      std::ifstream f(path);
+      if (!f) throw edp::DataError(path + ": cannot open file");
+      in = json::parse(f);
+    }
+  } catch (const json::parse_error& e) {
+    throw edp::DataError(path + ": invalid JSON: " + e.what());
+  }
+  const PlanRequest req = parse_plan(in, args);
+  const PlanResult r = plan(req);
+  json out;
+  out["objective"] = r.solution.objective;
+  json allocs = json::array();
+  for (size_t i = 0; i < r.ids.size(); ++i) {
+    const Choice& c = r.solution.choices[i];
+    allocs.push_back({{"id", r.ids[i]}, {"gpus", c.gpus}, {"batch", c.batch}, {"value", c.value}});
+  }
+  out["allocations"] = allocs;
+  out["solve_ms"] = r.solve_ms;
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+// ---- simulate -----------------------------------------------------------------------------
+
+std::string plot_script(const Args& args, const char* argv0) {
+  if (args.has("plot-script")) return args.get("plot-script");
+  std::error_code ec;
+  const fs::path exe = fs::canonical(fs::path(argv0), ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share" / "edp" / "plot_autoscale.py";
+    if (fs::exists(installed)) return installed.string();
+  }
+  return EDP_AUTOSCALE_PLOT_SCRIPT_SRC;
+}
+
+int cmd_simulate(const Args& args, const char* argv0) {
+  if (!args.has("out")) throw UsageError("simulate needs --out DIR");
+  const fs::path out = args.get("out");
+  fs::create_directories(out);
+  std::vector<TraceJob> trace;
+  std::string profiles_dir = args.get("profiles");
+  if (args.has("trace")) {
+    trace = load_philly_trace(args.get("trace"));
+    if (profiles_dir.empty()) {
+      const fs::path guess = fs::path(args.get("trace")).parent_path() / "model_profiles";
+      if (fs::exists(guess / "model_limits.csv")) profiles_dir = guess.string();
+    }
+  } else if (args.has("poisson")) {
+    PoissonOptions po;
+    po.jobs = args.integer("poisson");
+    po.arrivals_per_hour = args.num("poisson-rate");
+    po.seed = static_cast<uint64_t>(args.integer("seed"));
+    trace = poisson_trace(po);
+  } else {
+    throw UsageError("simulate needs --trace FILE or --poisson N");
+  }
+  if (args.has("limit") && static_cast<size_t>(args.integer("limit")) < trace.size())
+    trace.resize(static_cast<size_t>(args.integer("limit")));
+  std::vector<ModelProfile> profiles;
+  if (!profiles_dir.empty()) {
+    profiles = load_model_profiles(profiles_dir);
+  } else {
+    std::cerr << "edp-autoscale: no --profiles and none beside the trace: using synthetic models\n";
+    profiles = synthetic_model_profiles();
+  }
+  {
+    json fit = json::array();
+    for (const ModelProfile& p : profiles) {
+      const StepTimeModel& m = p.model;
+      fit.push_back({{"model", p.name},
+                     {"synthetic", p.synthetic},
+                     {"rows", p.fit.rows},
+                     {"mean_rel_err", p.fit.mean_rel_err},
+                     {"p90_rel_err", p.fit.p90_rel_err},
+                     {"max_rel_err", p.fit.max_rel_err},
+                     {"packed_rows", p.fit.packed_rows},
+                     {"packed_mean_rel_err", p.fit.packed_mean_rel_err},
+                     {"grad_noise_scale", p.grad_noise_scale},
+                     {"coef", {{"a", m.a}, {"c", m.c}, {"s0", m.s0}, {"s1", m.s1}, {"s2", m.s2}, {"s3", m.s3}, {"o", m.o}}}});
+    }
+    std::ofstream(out / "profiles_fit.json") << fit.dump(2) << "\n";
+  }
+
+  std::vector<int> sizes;
+  if (args.has("sweep")) {
+    for (const std::string& s : split(args.get("sweep"))) sizes.push_back(std::atoi(s.c_str()));
+  } else if (args.has("gpus")) {
+    sizes.push_back(args.integer("gpus"));
+  } else {
+    throw UsageError("simulate needs --gpus N or --sweep A,B,...");
+  }
+  for (int g : sizes)
+    if (g < 1) throw UsageError("cluster sizes must be >= 1");
+  const std::vector<std::string> policies = split(args.get("policy"));
+  for (const std::string& p : policies) make_policy(p);  // fail early on a bad name
+
+  SimConfig base;
+  base.rescale_pause_s = args.num("pause");
+  base.replan_interval_s = args.num("replan");
+  base.rescale_penalty = args.num("rescale-penalty");
+  const std::string w = args.get("weighting");
+  if (w == "equal") base.weighting = Weighting::Equal;
+  else if (w == "remaining") base.weighting = Weighting::Remaining;
+  else throw UsageError("--weighting: expected equal or remaining, got '" + w + "'");
+  base.max_scale = args.integer("max-scale");
+  base.window_s = args.num("window");
+  base.seed = static_cast<uint64_t>(args.integer("seed"));
+  base.statistical_efficiency = args.has("statistical-efficiency");
+  const bool quiet = args.has("quiet");
+
+  struct Run {
+    std::string policy;
+    int gpus;
+    SimSummary summary;
+  };
+  std::vector<Run> runs;
+  for (int g : sizes)
+    for (const std::string& p : policies) runs.push_back(Run{p, g, {}});
+  std::mutex mu;
+  std::atomic<size_t> next{0};
+  std::vector<std::string> errors;
+  auto worker = [&]() {
+    for (size_t i; (i = next++) < runs.size();) {
+      Run& run = runs[i];
+      SimConfig cfg = base;
+      cfg.gpus = run.gpus;
+      cfg.policy = run.policy;
+      const std::string tag = run.policy + "_" + std::to_string(run.gpus);
+      if (!quiet)
+        cfg.progress = [&, tag](double t, int done, int total) {
+          std::lock_guard<std::mutex> lock(mu);
+          std::fprintf(stderr, "[%s] day %5.1f: %d/%d jobs done\n", tag.c_str(), t / 86400.0, done, total);
+        };
+      try {
+        const SimResult r = simulate(trace, profiles, cfg);
+        write_jobs_csv(r, (out / ("jobs_" + tag + ".csv")).string());
+        write_timeline_csv(r, (out / ("timeline_" + tag + ".csv")).string());
+        std::ofstream(out / ("summary_" + tag + ".json")) << summary_json(r.summary) << "\n";
+        std::lock_guard<std::mutex> lock(mu);
+        run.summary = r.summary;
+        if (!quiet)
+          std::fprintf(stderr, "[%s] done in %.1f s: avg JCT %.0f s, %d/%d completed in window\n", tag.c_str(),
+                       r.summary.wall_s, r.summary.avg_jct_s, r.summary.completed_in_window, r.summary.jobs);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        errors.push_back(tag + ": " + e.what());
+      }
+    }
+  };
+  const int threads = std::max(1, std::min<int>(args.integer("threads"), static_cast<int>(runs.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (!errors.empty()) {
+    for (const auto& e : errors) std::cerr << "edp-autoscale: " << e << "\n";
+    return 1;
+  }
+
+  json all = json::array();
+  for (const Run& r : runs) all.push_back(json::parse(summary_json(r.summary)));
+  json meta = {{"trace", args.has("trace") ? args.get("trace") : "poisson:" + args.get("poisson")},
+               {"jobs", trace.size()},
+               {"pause_s", base.rescale_pause_s},
+               {"replan_s", base.replan_interval_s},
+               {"rescale_penalty", base.rescale_penalty},
+               {"weighting", w},
+               {"max_scale", base.max_scale},
+               {"statistical_efficiency", base.statistical_efficiency},
+               {"seed", base.seed},
+               {"runs", all}};
+  std::ofstream(out / "summary.json") << meta.dump(2) << "\n";
+
+  // Table on stdout.
+  std::printf("%-9s %6s %8s %10s %12s %12s %12s %12s %7s %9s\n", "policy", "gpus", "done/7d", "completed",
+              "avg_jct_s", "median_s", "p95_s", "avg_queue_s", "util", "rescales");
+  for (const Run& r : runs) {
+    const SimSummary& s = r.summary;
+    std::printf("%-9s %6d %8d %10d %12.0f %12.0f %12.0f %12.0f %7.3f %9d\n", s.policy.c_str(), s.gpus,
+                s.completed_in_window, s.completed, s.avg_jct_s, s.median_jct_s, s.p95_jct_s, s.avg_queue_s,
+                s.utilisation, s.rescales);
+  }
+
+  if (!args.has("no-plots")) {
+    const std::string script = plot_script(args, argv0);
+    // The first interpreter on PATH may lack matplotlib (pyenv, venvs); Debian's has it when
+    // python3-matplotlib is installed.
+    std::string python;
+    for (const char* cand : {"python3", "/usr/bin/python3"}) {
+      const std::string probe = std::string(cand) + " -c 'import matplotlib' >/dev/null 2>&1";
+      if (std::system(probe.c_str()) == 0) {
+        python = cand;
+        break;
+      }
+    }
+    const std::string cmd = python + " '" + script + "' '" + out.string() + "'";
+    const int rc = fs::exists(script) && !python.empty() ? std::system(cmd.c_str()) : -1;
+    if (rc != 0)
+      std::cerr << "edp-autoscale: plots skipped (needs python3 with matplotlib and " << script
+                << "; apt-get install python3-matplotlib)\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
+    usage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    Args args(argc, argv, 2);
+    if (args.help) {
+      usage(std::cout);
+      return 0;
+    }
+    if (cmd == "plan") return cmd_plan(args);
+    if (cmd == "simulate") return cmd_simulate(args, argv[0]);
+    throw UsageError("unknown command '" + cmd + "' (plan or simulate)");
+  } catch (const UsageError& e) {
+    std::cerr << "edp-autoscale: " << e.what() << "\n";
+    return 2;
+  } catch (const edp::DataError& e) {
+    std::cerr << "edp-autoscale: invalid input: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "edp-autoscale: error: " << e.what() << "\n";
+    return 1;
+  }
+}
