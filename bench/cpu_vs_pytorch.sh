@@ -36,7 +36,7 @@ for model in $MODELS; do
 import json, sys
 m, t, e, p = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 print(f"{'fashion_mnist_'+m:<18} {t:>7} {e['samples_per_s']:>14.0f} {p['samples_per_s']:>14.0f} "
-      f"{e['samples_per_s']/p['samples_per_s']:>7.2f} {e['peak_rss_mb']:>10.0f} {p['peak_rss_mb']:>10.0f} "
+      f"{e['samples_per_s']/p['samples_per_s']:>7.2f} {e['peak_rss_mb_per_rank']:>10.0f} {p['peak_rss_mb']:>10.0f} "
       f"{e['test_acc']:>9.4f} {p['test_acc']:>9.4f}")
 PY
   done

@@ -127,7 +127,7 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
 }
 
 void DistributedDataParallel::on_grad_ready(size_t k) {
-  if (!sync_ || !in_backward_) return;
+  if (!sync_ || !in_backward_ || solo()) return;
   const Slot& s = slots_[k];
   Bucket& b = *buckets_[static_cast<size_t>(s.bucket)];
   // Fold the averaging into the copy: the allreduce is then a plain Sum.
@@ -202,6 +202,10 @@ void DistributedDataParallel::sync_without_backward() {
 }
 
 void DistributedDataParallel::finish() {
+  if (solo()) {  // one rank, full weight: the local gradient is already the average
+    ++stats_.steps;
+    return;
+  }
   train::TimelineScope t("wait for allreduce", "comm");
   train::Stopwatch sw;
   // Parameters whose hooks did not fire (unused in this step, or no backward at all on this

@@ -6,6 +6,7 @@
 
 #include "edp/core/random.h"
 #include "edp/nn/init.h"
+#include "edp/train/timeline.h"
 
 namespace edp::nn {
 
@@ -193,21 +194,38 @@ Sequential& Sequential::add(ModulePtr m, std::string name) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& c : children()) h = c.second->forward(h);
+  auto& tl = train::Timeline::get();
+  for (auto& c : children()) {
+    const int64_t t0 = tl.enabled() ? tl.now_us() : 0;
+    h = c.second->forward(h);
+    if (tl.enabled()) tl.complete(c.first + " fwd", "layer", t0, tl.now_us());
+  }
   return h;
 }
 
 Tensor Sequential::backward(const Tensor& dy) {
   Tensor g = dy;
   const auto& ch = children();
-  for (size_t i = ch.size(); i-- > 0;) g = ch[i].second->backward(g);
+  // A child needs its input gradient only if something before it is trained (or the caller
+  // wants ours): leading parameter-free layers (Flatten) do not make the first Linear compute dx.
+  std::vector<bool> need(ch.size(), input_grad_);
+  bool params_before = input_grad_;
+  for (size_t i = 0; i < ch.size(); ++i) {
+    need[i] = params_before;
+    if (!params_before && ch[i].second->has_parameters()) params_before = true;
+  }
+  auto& tl = train::Timeline::get();
+  for (size_t i = ch.size(); i-- > 0;) {
+    ch[i].second->set_input_grad(need[i]);
+    const int64_t t0 = tl.enabled() ? tl.now_us() : 0;
+    g = ch[i].second->backward(g);
+    if (tl.enabled()) tl.complete(ch[i].first + " bwd", "layer", t0, tl.now_us());
+    if (!need[i]) return Tensor();  // nothing before this child is trained
+  }
   return g;
 }
 
-void Sequential::set_input_grad(bool on) {
-  Module::set_input_grad(on);
-  if (!children().empty()) children().front().second->set_input_grad(on);
-}
+void Sequential::set_input_grad(bool on) { Module::set_input_grad(on); }
 
 // ---- ResidualBlock ---------------------------------------------------------------------------
 ResidualBlock::ResidualBlock(int64_t in_channels, int64_t out_channels, int64_t stride) {

@@ -82,6 +82,13 @@ void Module::to(Device device) {
   for (auto& c : children_) c.second->to(device);
 }
 
+bool Module::has_parameters() const {
+  if (!params_.empty()) return true;
+  for (const auto& c : children_)
+    if (c.second->has_parameters()) return true;
+  return false;
+}
+
 int64_t Module::num_parameters() {
   int64_t n = 0;
   for (Parameter* p : parameters()) n += p->value.numel();

@@ -13,6 +13,7 @@
 
 #include "edp/backend/ops.h"
 #include "edp/core/random.h"
+#include "edp/core/threads.h"
 #include "edp/nn/init.h"
 #include "edp/nn/layers.h"
 
@@ -124,6 +125,16 @@ TEST(GradCheck, Conv2dStride2Pad1) {
   manual_seed(5);
   Conv2d c(2, 4, 3, 2, 1, false);
   gradcheck_module(c, {3, 2, 6, 5});
+}
+
+TEST(GradCheck, Conv2dSeveralSamplesPerGemm) {
+  // One thread and 7 samples: the CPU conv groups up to 4 samples per GEMM (3 + 4 here), so the
+  // scatter/gather between the grouped col matrix and NCHW is exercised.
+  set_num_threads(1);
+  manual_seed(16);
+  Conv2d c(2, 3, 3, 1, 1);
+  gradcheck_module(c, {7, 2, 4, 5});
+  set_num_threads(2);
 }
 
 TEST(GradCheck, Conv2dPointwise) {

@@ -101,6 +101,7 @@ class DistributedDataParallel {
   void on_grad_ready(size_t slot);
   void launch_ready_buckets();
   void finish();
+  bool solo() const { return comm_.size() == 1 && step_weight_ == 1.0; }
 
   std::shared_ptr<nn::Module> module_;
   comm::Communicator& comm_;

@@ -56,6 +56,8 @@ class Module {
   // Moves parameters and buffers to `device`.
   void to(Device device);
   int64_t num_parameters();
+  // True if this module or a child holds a parameter (does not touch parameter names).
+  bool has_parameters() const;
   std::string summary();  // one line per parameter: name, shape
 
   // Whether backward must compute the input gradient. The first layer of a network does not
