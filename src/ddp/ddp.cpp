@@ -212,8 +212,10 @@ void DistributedDataParallel::finish() {
   // rank) contribute their current gradient.
   in_backward_ = true;
   for (size_t bi = next_launch_; bi < buckets_.size(); ++bi) {
-    // Unlaunched buckets are refilled from scratch (their grads are final now).
+    // Unlaunched buckets are refilled from scratch (their grads are final now). A bucket this
+    // loop's refills just launched is in the communication thread's hands: leave it alone.
     Bucket& b = *buckets_[bi];
+    if (b.launched) continue;
     b.ready = 0;
     for (size_t k : b.slots) on_grad_ready(k);
   }
