@@ -49,7 +49,7 @@ void im2col(const T* x, T* col, const ConvDims& d, int64_t ld) {
           const int64_t ih = oh * d.stride - d.pad + kh;
           T* out = row + oh * d.Wo;
           if (ih < 0 || ih >= d.H) {
-            std::fill(out, out + d.Wo, T(0));
+            for (int64_t ow = 0; ow < d.Wo; ++ow) out[ow] = T(0);
             continue;
           }
           const T* in = plane + ih * d.W;
@@ -57,9 +57,12 @@ void im2col(const T* x, T* col, const ConvDims& d, int64_t ld) {
             // Valid ow range: 0 <= ow - p + kw < W.
             const int64_t lo = std::clamp<int64_t>(d.pad - kw, 0, d.Wo);
             const int64_t hi = std::clamp<int64_t>(d.W + d.pad - kw, lo, d.Wo);
-            std::fill(out, out + lo, T(0));
-            std::copy(in + lo - d.pad + kw, in + hi - d.pad + kw, out + lo);
-            std::fill(out + hi, out + d.Wo, T(0));
+            // Inline loops, not fill/copy calls: rows are short (14-28 values) and three
+            // library calls per row cost more than the copy itself.
+            const T* src = in - d.pad + kw;
+            for (int64_t ow = 0; ow < lo; ++ow) out[ow] = T(0);
+            for (int64_t ow = lo; ow < hi; ++ow) out[ow] = src[ow];
+            for (int64_t ow = hi; ow < d.Wo; ++ow) out[ow] = T(0);
           } else {
             for (int64_t ow = 0; ow < d.Wo; ++ow) {
               const int64_t iw = ow * d.stride - d.pad + kw;
@@ -116,7 +119,8 @@ int64_t group_size(const ConvDims& d) {
 
 }  // namespace
 
-Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dGeometry g) {
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dGeometry g,
+                      Tensor* col_keep) {
   const char* op = "conv2d_forward";
   require_cpu(x, op, "input");
   require_cpu(w, op, "weight");
@@ -132,7 +136,12 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dG
     T* yp = y.data<T>();
     const T* bp = b.defined() ? b.data<T>() : nullptr;
     CMatR<T> Wm(w.data<T>(), d.O, d.K());
-    const int64_t S = group_size(d);
+    const int64_t S = group_size(d), groups = (d.N + S - 1) / S;
+    T* keep = nullptr;
+    if (col_keep && !is_pointwise(d)) {
+      *col_keep = Tensor({d.N * d.K() * d.P()}, x.dtype());
+      keep = col_keep->data<T>();
+    }
 #pragma omp parallel
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -146,19 +155,25 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dG
             for (int64_t o = 0; o < d.O; ++o) Y.row(o).array() += bp[o];
         }
       } else {
-        // S samples per GEMM: col [K, S·P], out [O, S·P], then scattered into NCHW.
-        Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> col(d.K(), S * d.P()), out;
-        for (int64_t n = n0; n < n1; n += S) {
-          const int64_t s = std::min(S, n1 - n), ld = s * d.P();
+        // Groups of S samples (group q = samples [qS, qS + S)), whole groups per thread: col
+        // [K, s·P] side by side, out [O, s·P], then scattered into NCHW. The group layout does
+        // not depend on the thread count, so a kept col is valid for any backward.
+        Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> local, out;
+        if (!keep) local.resize(d.K(), S * d.P());
+        int64_t q0, q1;
+        thread_range(groups, t, nt, q0, q1);
+        for (int64_t q = q0; q < q1; ++q) {
+          const int64_t n = q * S, s = std::min(S, d.N - n), ld = s * d.P();
+          T* col = keep ? keep + n * d.K() * d.P() : local.data();
           for (int64_t j = 0; j < s; ++j)
-            im2col(xp + (n + j) * d.C * d.H * d.W, col.data() + j * d.P(), d, ld);
-          out.noalias() = Wm * CMatR<T>(col.data(), d.K(), ld);
+            im2col(xp + (n + j) * d.C * d.H * d.W, col + j * d.P(), d, ld);
+          out.noalias() = Wm * CMatR<T>(col, d.K(), ld);
           for (int64_t j = 0; j < s; ++j)
             for (int64_t o = 0; o < d.O; ++o) {
               const T* src = out.data() + o * ld + j * d.P();
               T* dst = yp + ((n + j) * d.O + o) * d.P();
               const T bo = bp ? bp[o] : T(0);
-              for (int64_t q = 0; q < d.P(); ++q) dst[q] = src[q] + bo;
+              for (int64_t v = 0; v < d.P(); ++v) dst[v] = src[v] + bo;
             }
         }
       }
@@ -168,7 +183,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dG
 }
 
 Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
-                       Conv2dGeometry g, bool want_dx) {
+                       Conv2dGeometry g, bool want_dx, const Tensor* col_kept) {
   const char* op = "conv2d_backward";
   require_cpu(dy, op, "grad_output");
   const ConvDims d = conv_dims(x, w, g, op);
@@ -187,7 +202,13 @@ Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
     const int T_ = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(d.N)));
     std::vector<Mat> dw_part(static_cast<size_t>(T_));
     std::vector<Eigen::Matrix<T, Eigen::Dynamic, 1>> db_part(static_cast<size_t>(T_));
-    const int64_t S = group_size(d);
+    const int64_t S = group_size(d), groups = (d.N + S - 1) / S;
+    const T* kept = nullptr;
+    if (col_kept && col_kept->defined() && !is_pointwise(d)) {
+      EDP_CHECK(col_kept->numel() == d.N * d.K() * d.P() && col_kept->dtype() == x.dtype(), op,
+                ": the kept im2col buffer does not match this input (forward and backward inputs differ)");
+      kept = col_kept->data<T>();
+    }
 #pragma omp parallel num_threads(T_)
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -207,17 +228,21 @@ Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
             MatR<T>(dx.data<T>() + n * d.C * d.H * d.W, d.K(), d.P()).noalias() = Wm.transpose() * DY;
         }
       } else {
-        // Same grouping as forward: dY of S samples gathered into [O, S·P].
-        Mat col(d.K(), S * d.P()), dyg(d.O, S * d.P()), dcol;
-        for (int64_t n = n0; n < n1; n += S) {
-          const int64_t s = std::min(S, n1 - n), ld = s * d.P();
+        // Same groups as forward: dY of a group gathered into [O, s·P].
+        Mat local, dyg(d.O, S * d.P()), dcol;
+        if (!kept) local.resize(d.K(), S * d.P());
+        int64_t q0, q1;
+        thread_range(groups, t, nt, q0, q1);
+        for (int64_t q = q0; q < q1; ++q) {
+          const int64_t n = q * S, s = std::min(S, d.N - n), ld = s * d.P();
+          const T* col = kept ? kept + n * d.K() * d.P() : local.data();
           for (int64_t j = 0; j < s; ++j) {
-            im2col(xp + (n + j) * d.C * d.H * d.W, col.data() + j * d.P(), d, ld);
+            if (!kept) im2col(xp + (n + j) * d.C * d.H * d.W, local.data() + j * d.P(), d, ld);
             for (int64_t o = 0; o < d.O; ++o)
               std::copy_n(dyp + ((n + j) * d.O + o) * d.P(), d.P(), dyg.data() + o * ld + j * d.P());
           }
           CMatR<T> DY(dyg.data(), d.O, ld);
-          DWt.noalias() += DY * CMatR<T>(col.data(), d.K(), ld).transpose();
+          DWt.noalias() += DY * CMatR<T>(col, d.K(), ld).transpose();
           if (db) DBt += DY.rowwise().sum();
           if (want_dx) {
             dcol.noalias() = Wm.transpose() * DY;

@@ -69,13 +69,16 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
 
 Tensor Conv2d::forward(const Tensor& x) {
   x_ = x;
-  return ops::conv2d_forward(x, w_->value, b_ ? b_->value : Tensor(), geom_);
+  col_ = Tensor();
+  return ops::conv2d_forward(x, w_->value, b_ ? b_->value : Tensor(), geom_,
+                             training_ ? &col_ : nullptr);
 }
 
 Tensor Conv2d::backward(const Tensor& dy) {
   require_forward(x_, "Conv2d");
   Tensor dx = ops::conv2d_backward(x_, w_->value, dy, w_->grad, b_ ? &b_->grad : nullptr, geom_,
-                                   input_grad_);
+                                   input_grad_, &col_);
+  col_ = Tensor();  // free it for the next forward
   w_->mark_grad_ready();
   if (b_) b_->mark_grad_ready();
   return dx;

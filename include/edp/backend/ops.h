@@ -24,10 +24,13 @@ struct Conv2dGeometry {
   int64_t stride = 1;
   int64_t pad = 0;
 };
-// y[N, Co, Ho, Wo] with Ho = (H + 2 pad - k) / stride + 1
-Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dGeometry g);
+// y[N, Co, Ho, Wo] with Ho = (H + 2 pad - k) / stride + 1. With `col` the forward keeps its
+// im2col matrices there (an opaque buffer) and a backward given the same `col` reuses them
+// instead of recomputing: memory for time, what a training layer wants.
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dGeometry g,
+                      Tensor* col = nullptr);
 Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
-                       Conv2dGeometry g, bool want_dx);
+                       Conv2dGeometry g, bool want_dx, const Tensor* col = nullptr);
 
 // ---- pooling -------------------------------------------------------------------------------
 // Max over k×k windows with the given stride (no padding); argmax (int32, per output element,

@@ -49,7 +49,7 @@ class Conv2d : public Module {
   Parameter* w_;
   Parameter* b_ = nullptr;
   ops::Conv2dGeometry geom_;
-  Tensor x_;
+  Tensor x_, col_;  // col_: im2col of the last training forward, reused by backward
 };
 
 class MaxPool2d : public Module {
