@@ -397,8 +397,6 @@ class ColocatedCommunicator final : public Communicator {
     return std::make_unique<ColocatedCommunicator>(world_->dup(), ColocatedOptions{staging_bytes_});
   }
 
-  const ColocatedGroups& groups() const { return g_; }
-
  private:
   template <typename H>
   void open_peer(const H& h) {

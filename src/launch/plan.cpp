@@ -485,7 +485,9 @@ Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus)
         throw Error(concat("GPU ", g.index, " is in Exclusive_Process compute mode: ", max_share,
                            " ranks can share it only through MPS (", p.mps_reason, ")"));
   if (p.mps && p.mps_started_by_edprun) {
-    if (mps_pipe_dir(req.job_dir, 0).size() + 32 > 107)
+    // Unix socket paths hold 107 bytes; MPS's longest name in the pipe directory is
+    // "control_privileged".
+    if (mps_pipe_dir(req.job_dir, 99).size() + 20 > 107)
       throw Error("job directory '" + req.job_dir + "' is too long for MPS's socket paths; set TMPDIR to a shorter directory");
     for (int h = 0; h < H; ++h)
       for (int s = 0; s < p.hosts[h].gpus_used; ++s)
@@ -627,14 +629,19 @@ std::string format_plan(const Plan& p) {
     os << "  " << h.name << "  ranks " << h.ranks << "  threads/rank " << h.threads_per_rank
        << (p.gpu_mode ? "  gpus used " + std::to_string(h.gpus_used) : std::string()) << "\n";
   os << "ranks\n";
-  os << "  rank  host  local  gpu  gpu-rank  threads  uuid\n";
+  size_t hw = 4;
+  for (const auto& h : p.hosts) hw = std::max(hw, h.name.size());
+  auto pad = [](std::string v, size_t w) { return v.size() < w ? v + std::string(w - v.size(), ' ') : v; };
+  os << "  " << pad("rank", 6) << pad("host", hw + 2) << pad("local", 8) << pad("gpu", 5) << pad("gpu-rank", 10)
+     << pad("threads", 9) << "uuid\n";
   for (const auto& r : p.ranks) {
-    os << "  " << r.rank << "  " << p.hosts[r.host].name << "  " << r.local_rank << "/" << r.local_size << "  ";
-    if (r.gpu >= 0)
-      os << r.gpu << "  " << r.gpu_rank << "/" << r.gpu_ranks << "  " << r.threads << "  " << r.gpu_uuid;
-    else
-      os << "-  -  " << r.threads << "  -";
-    os << "\n";
+    const bool g = r.gpu >= 0;
+    std::string line = "  " + pad(std::to_string(r.rank), 6) + pad(p.hosts[r.host].name, hw + 2) +
+                       pad(std::to_string(r.local_rank) + "/" + std::to_string(r.local_size), 8) +
+                       pad(g ? std::to_string(r.gpu) : "-", 5) +
+                       pad(g ? std::to_string(r.gpu_rank) + "/" + std::to_string(r.gpu_ranks) : "-", 10) +
+                       pad(std::to_string(r.threads), 9) + (g ? r.gpu_uuid : "-");
+    os << line << "\n";
   }
   if (!p.daemons.empty()) {
     os << "mps daemons (started before mpirun, stopped on every exit path)\n";
