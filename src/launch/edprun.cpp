@@ -262,6 +262,7 @@ int launcher(int argc, char** argv) {
       .add("mps-mem-limit", "", "pinned device memory limit per rank, e.g. 8G (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)")
       .add("mps-pipe-directory", "", "use the MPS daemon already listening there (not started or stopped by edprun)")
       .add("bind-to", "auto", "core (each rank bound to its share of cores), none, auto (core unless oversubscribed)")
+      .add("cores-per-host", "0", "physical cores per host to plan with (0: the cores edprun may use here)")
       .add("gpu-discovery", "auto", "auto (NVML, then nvidia-smi), nvml, nvidia-smi, none")
       .add("mpirun", "mpirun", "the mpirun to use (Open MPI)")
       .add("mpirun-args", "", "extra arguments for mpirun, space-separated (e.g. \"--mca btl ^openib\")")
@@ -293,7 +294,7 @@ int launcher(int argc, char** argv) {
     req.mpirun_extra = split_list(o.str("mpirun-args"), ' ');
     req.program = o.rest();
     req.local_host = host_name();
-    req.local_cores = physical_cores();
+    req.local_cores = o.i64("cores-per-host") > 0 ? static_cast<int>(o.i64("cores-per-host")) : physical_cores();
     req.self_exe = self_exe_path();
     mps_control = find_in_path("nvidia-cuda-mps-control");
     req.mps_control_available = !mps_control.empty();

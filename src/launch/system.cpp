@@ -193,6 +193,8 @@ int physical_cores() {
 }
 
 std::string host_name() {
+  // Containers often have a hostname that no hostfile uses; EDP_HOSTNAME names the host instead.
+  if (const char* h = std::getenv("EDP_HOSTNAME"); h && *h) return h;
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
   return buf;

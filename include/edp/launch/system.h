@@ -24,6 +24,7 @@ Discovery discover_gpus(const std::string& method);
 
 // Physical cores (distinct core/package pairs) among the CPUs this process may run on.
 int physical_cores();
+// gethostname(), or $EDP_HOSTNAME when set (containers whose hostname no hostfile uses).
 std::string host_name();
 // Absolute path of `name` found on PATH (or name itself if it contains '/'), "" if absent.
 std::string find_in_path(const std::string& name);
