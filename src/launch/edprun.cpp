@@ -273,6 +273,9 @@ int launcher(int argc, char** argv) {
       .add_flag("oversubscribe", "allow more ranks than cores on a host");
   o.parse(static_cast<int>(cargs.size()), cargs.data());
   const bool dry = o.flag("dry-run"), verbose = o.flag("verbose");
+  // From here on a Ctrl-C waits (pending) until edprun can clean up what it created.
+  sigset_t sigs;
+  block_signals(sigs);
 
   LaunchRequest req;
   Plan plan;
@@ -340,13 +343,12 @@ int launcher(int argc, char** argv) {
     return kUsageError;
   }
 
-  sigset_t sigs;
-  block_signals(sigs);
+  // Declared before the Job, so that it outlives the Job's cleanup on every path.
+  MpsController mps(mps_control.empty() ? "nvidia-cuda-mps-control" : mps_control, verbose);
   Job job;
   job.dir = req.job_dir;
   job.verbose = verbose;
   mkdir((job.dir + "/ranks").c_str(), 0700);
-  MpsController mps(mps_control.empty() ? "nvidia-cuda-mps-control" : mps_control, verbose);
   job.mps = &mps;
 
   for (const auto& n : plan.notes)
