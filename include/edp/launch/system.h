@@ -1,0 +1,42 @@
+// What edprun needs from the operating system: GPU discovery (NVML loaded at run time with
+// dlopen, or nvidia-smi), the cores this process may use, PATH look-up, and running a child
+// process with its output captured. Kept apart from plan.h so that the planner stays pure.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "edp/launch/plan.h"
+
+namespace edp::launch {
+
+// nvidia-smi --query-gpu=index,uuid,name,memory.total,compute_cap,compute_mode
+//            --format=csv,noheader,nounits  (compute_cap may be missing: older drivers)
+std::vector<GpuInfo> parse_nvidia_smi_csv(const std::string& text, bool has_compute_cap = true);
+
+struct Discovery {
+  std::vector<GpuInfo> gpus;
+  std::string source;  // "NVML", "nvidia-smi", or why there are none ("no NVML, no nvidia-smi")
+};
+// method: "auto" (NVML, then nvidia-smi), "nvml", "nvidia-smi", "none". Never throws for a
+// missing tool (that is CPU mode); throws if a tool that exists gives output it cannot read.
+Discovery discover_gpus(const std::string& method);
+
+// Physical cores (distinct core/package pairs) among the CPUs this process may run on.
+int physical_cores();
+// gethostname(), or $EDP_HOSTNAME when set (containers whose hostname no hostfile uses).
+std::string host_name();
+// Absolute path of `name` found on PATH (or name itself if it contains '/'), "" if absent.
+std::string find_in_path(const std::string& name);
+std::string self_exe_path();
+
+struct RunResult {
+  int status = -1;  // exit code, or 128 + signal
+  std::string out, err;
+};
+// Runs argv (PATH look-up) with extra environment entries and stdin text; waits for it.
+RunResult run_capture(const std::vector<std::string>& argv,
+                      const std::vector<std::pair<std::string, std::string>>& env = {},
+                      const std::string& stdin_text = "");
+
+}  // namespace edp::launch

@@ -1,0 +1,457 @@
+// edprun: plans a launch (plan.h), starts the MPS daemons (mps.h), runs mpirun with a per-rank
+// shim that gives each rank its placement, and cleans up on every exit path. Signals are
+// blocked from the start and taken synchronously (sigtimedwait), so there is no async handler:
+// a SIGINT/SIGTERM/SIGHUP is forwarded to mpirun, and after mpirun is gone (or after the grace
+// period, killed) the daemons are stopped and the job directory removed.
+#include "edp/launch/edprun.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "edp/core/error.h"
+#include "edp/launch/mps.h"
+#include "edp/launch/plan.h"
+#include "edp/launch/system.h"
+#include "edp/train/options.h"
+
+namespace edp::launch {
+
+using ::edp::detail::concat;
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+std::string env_or(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long r = std::strtol(v, &end, 10);
+  if (!end || *end) throw Error(concat(name, "='", v, "' is not an integer"));
+  return static_cast<int>(r);
+}
+
+void block_signals(sigset_t& set) {
+  sigemptyset(&set);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, s);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+}
+
+// A termination signal already delivered to edprun (blocked, so pending), or 0.
+int pending_stop_signal() {
+  sigset_t p;
+  sigpending(&p);
+  for (int s : {SIGINT, SIGTERM, SIGHUP})
+    if (sigismember(&p, s)) {
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, s);
+      timespec zero{0, 0};
+      sigtimedwait(&one, nullptr, &zero);
+      return s;
+    }
+  return 0;
+}
+
+pid_t spawn(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw Error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "edprun: cannot run %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+int status_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1; }
+
+// Ranks of this host write <job>/ranks/<rank>.pid. A rank still alive once mpirun is gone (it
+// was killed) is killed too; the job directory in its environment guards against reused pids.
+int kill_leftover_ranks(const std::string& job_dir) {
+  int killed = 0;
+  const std::string dir = job_dir + "/ranks";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return 0;
+  while (dirent* e = readdir(d)) {
+    std::ifstream f(dir + "/" + e->d_name);
+    long pid = 0;
+    if (!(f >> pid) || pid <= 1) continue;
+    std::ifstream envf("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+    std::stringstream ss;
+    ss << envf.rdbuf();
+    if (ss.str().find("EDP_LAUNCH_JOB_DIR=" + job_dir + '\0') == std::string::npos) continue;
+    if (kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;
+  }
+  closedir(d);
+  return killed;
+}
+
+// ---- the per-rank shim ---------------------------------------------------------------------------
+
+int rank_exec(int argc, char** argv) {
+  int first = 2;
+  if (first < argc && std::string(argv[first]) == "--") ++first;
+  if (first >= argc) {
+    std::fprintf(stderr, "edprun --rank-exec: no program given\n");
+    return kUsageError;
+  }
+  const int rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+  try {
+    RankContext c;
+    c.rank = rank;
+    c.size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    c.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    c.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    c.ranks_per_gpu = env_int("EDP_RANKS_PER_GPU", 1);
+    c.gpu_mode = env_or("EDP_LAUNCH_MODE") == "gpu";
+    c.host = host_name();
+    if (c.gpu_mode) {
+      if (c.host == env_or("EDP_LAUNCH_HOST")) {  // edprun's host: its inventory, no re-discovery
+        for (const auto& item : split_list(env_or("EDP_LAUNCH_INVENTORY"), ';')) {
+          const auto f = split_list(item, '=');
+          if (f.size() < 2) throw Error("EDP_LAUNCH_INVENTORY: malformed entry '" + item + "'");
+          GpuInfo g;
+          g.index = std::atoi(f[0].c_str());
+          g.uuid = f[1];
+          c.gpus.push_back(g);
+        }
+      } else {
+        const Discovery d = discover_gpus("auto");
+        c.gpus = select_gpus(d.gpus, split_list(env_or("EDP_LAUNCH_GPUS")));
+        if (c.gpus.empty()) throw Error("host " + c.host + " has no GPU (" + d.source + ") but the job runs in GPU mode");
+      }
+    }
+    c.job_dir = env_or("EDP_LAUNCH_JOB_DIR");
+    c.mps = env_or("EDP_LAUNCH_MPS") == "1";
+    c.mps_pipe_directory = env_or("EDP_LAUNCH_MPS_PIPE_DIRECTORY");
+    c.mps_thread_percentage = env_int("EDP_LAUNCH_MPS_THREAD_PERCENTAGE", 100);
+    c.mps_mem_limit = env_or("EDP_LAUNCH_MPS_MEM_LIMIT");
+    c.bound = env_or("EDP_LAUNCH_BIND") == "core";
+    c.cores = physical_cores();
+    for (const auto& [k, v] : rank_environment(c)) setenv(k.c_str(), v.c_str(), 1);
+    if (!c.job_dir.empty()) {
+      struct stat st{};
+      if (stat((c.job_dir + "/ranks").c_str(), &st) == 0) {
+        std::ofstream pidf(c.job_dir + "/ranks/" + std::to_string(rank) + ".pid");
+        pidf << getpid() << "\n";
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "edprun --rank-exec (rank %d): %s\n", rank, e.what());
+    return kUsageError;
+  }
+  execvp(argv[first], argv + first);
+  std::fprintf(stderr, "edprun (rank %d): cannot run %s: %s\n", rank, argv[first], std::strerror(errno));
+  return 127;
+}
+
+// ---- MPS daemons on a remote host (run through mpirun, one per host) ----------------------------
+
+int mps_host(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: edprun --mps-host start JOBDIR GPU,GPU... | stop JOBDIR\n");
+    return kUsageError;
+  }
+  const std::string what = argv[2], job = argv[3];
+  const std::string control = find_in_path("nvidia-cuda-mps-control");
+  try {
+    if (what == "start") {
+      if (control.empty()) throw Error("nvidia-cuda-mps-control is not on PATH on host " + host_name());
+      const Discovery d = discover_gpus("auto");
+      const auto gpus = select_gpus(d.gpus, split_list(argc > 4 ? argv[4] : ""));
+      mkdir(job.c_str(), 0700);
+      MpsController mps(control);
+      for (const auto& g : gpus)
+        mps.start({0, g.index, g.uuid, mps_pipe_dir(job, g.index), mps_log_dir(job, g.index)});
+      mps.release();  // the daemons outlive this helper; `--mps-host stop` ends them
+      return 0;
+    }
+    if (what == "stop") {
+      MpsController mps(control.empty() ? "nvidia-cuda-mps-control" : control);
+      if (DIR* d = opendir((job + "/mps").c_str())) {
+        while (dirent* e = readdir(d)) {
+          const std::string n = e->d_name;
+          if (n == "." || n == "..") continue;
+          const int gpu = std::atoi(n.c_str());
+          mps.adopt({0, gpu, "", mps_pipe_dir(job, gpu), mps_log_dir(job, gpu)});
+        }
+        closedir(d);
+      }
+      const bool ok = mps.stop_all();
+      remove_tree(job);
+      return ok ? 0 : 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "edprun --mps-host %s on %s: %s\n", what.c_str(), host_name().c_str(), e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "edprun --mps-host: unknown action '%s'\n", what.c_str());
+  return kUsageError;
+}
+
+// ---- the launcher ----------------------------------------------------------------------------------
+
+struct Job {
+  std::string dir;
+  MpsController* mps = nullptr;
+  std::vector<std::string> remote_stop;  // `edprun --mps-host stop` through mpirun
+  bool verbose = false;
+
+  // Every exit path ends here (also from the destructor, if an exception got out first).
+  void cleanup() {
+    if (mps) mps->stop_all();
+    mps = nullptr;
+    if (!remote_stop.empty()) {
+      if (verbose) std::fprintf(stderr, "edprun: stopping MPS daemons on every host: %s\n", shell_join(remote_stop).c_str());
+      const RunResult r = run_capture(remote_stop);
+      if (r.status != 0)
+        std::fprintf(stderr, "edprun: warning: stopping the MPS daemons on the other hosts failed (status %d): %s%s\n",
+                     r.status, r.out.c_str(), r.err.c_str());
+      remote_stop.clear();
+    }
+    if (!dir.empty()) {
+      if (!remove_tree(dir)) std::fprintf(stderr, "edprun: warning: could not remove the job directory %s\n", dir.c_str());
+      dir.clear();
+    }
+  }
+  ~Job() { cleanup(); }
+};
+
+int launcher(int argc, char** argv) {
+  // Open MPI spells it -np; Options only knows --long options.
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i)
+    if (args[i] == "-np" || args[i] == "-n") args[i] = "--np";
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+
+  train::Options o("edprun",
+                   "Runs an MPI program with several ranks per GPU (NVIDIA MPS), or on the CPU cores when there is "
+                   "no GPU.\nusage: edprun [options] -- program args...   (exit code: the program's; 2: edprun's own "
+                   "error; 128+N: stopped by signal N)");
+  o.add("np", "0", "number of ranks (0: every GPU slot; CPU mode: 1 per host, or the hostfile's slots)")
+      .add("ranks-per-gpu", "1", "ranks sharing one GPU (K)")
+      .add("gpus", "", "GPUs to use: indices (nvidia-smi numbering) or UUIDs, comma-separated; all; none = CPU mode")
+      .add("hostfile", "", "Open MPI hostfile (host slots=N); inside Slurm the allocation is used without one")
+      .add("mps", "auto", "auto (MPS when ranks share a GPU, else time-sliced with a warning), on, off")
+      .add("mps-thread-percentage", "0", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per rank (0: ceil(200/K), max 100)")
+      .add("mps-mem-limit", "", "pinned device memory limit per rank, e.g. 8G (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)")
+      .add("mps-pipe-directory", "", "use the MPS daemon already listening there (not started or stopped by edprun)")
+      .add("bind-to", "auto", "core (each rank bound to its share of cores), none, auto (core unless oversubscribed)")
+      .add("cores-per-host", "0", "physical cores per host to plan with (0: the cores edprun may use here)")
+      .add("gpu-discovery", "auto", "auto (NVML, then nvidia-smi), nvml, nvidia-smi, none")
+      .add("mpirun", "mpirun", "the mpirun to use (Open MPI)")
+      .add("mpirun-args", "", "extra arguments for mpirun, space-separated (e.g. \"--mca btl ^openib\")")
+      .add("kill-grace", "10", "seconds mpirun gets to stop the ranks after a signal before it is killed")
+      .add_flag("dry-run", "print the plan (ranks, GPUs, cores, environment, daemons, mpirun command) and exit")
+      .add_flag("verbose", "print what edprun does")
+      .add_flag("allow-run-as-root", "allow running as root (passes --allow-run-as-root to mpirun)")
+      .add_flag("oversubscribe", "allow more ranks than cores on a host");
+  o.parse(static_cast<int>(cargs.size()), cargs.data());
+  const bool dry = o.flag("dry-run"), verbose = o.flag("verbose");
+  // From here on a Ctrl-C waits (pending) until edprun can clean up what it created.
+  sigset_t sigs;
+  block_signals(sigs);
+
+  LaunchRequest req;
+  Plan plan;
+  Discovery disc;
+  std::string mps_control;
+  try {
+    req.np = static_cast<int>(o.i64("np"));
+    req.ranks_per_gpu = static_cast<int>(o.i64("ranks-per-gpu"));
+    req.gpus = split_list(o.str("gpus"));
+    // CUDA_VISIBLE_DEVICES chosen by the user or the batch system is the default selection.
+    if (req.gpus.empty() && !env_or("CUDA_VISIBLE_DEVICES").empty()) req.gpus = split_list(env_or("CUDA_VISIBLE_DEVICES"));
+    req.mps = parse_mps_mode(o.str("mps"));
+    req.mps_thread_percentage = static_cast<int>(o.i64("mps-thread-percentage"));
+    req.mps_mem_limit = o.str("mps-mem-limit");
+    req.mps_pipe_directory = o.str("mps-pipe-directory");
+    req.bind = parse_bind_mode(o.str("bind-to"));
+    req.oversubscribe = o.flag("oversubscribe");
+    req.mpirun = o.str("mpirun");
+    req.mpirun_extra = split_list(o.str("mpirun-args"), ' ');
+    req.program = o.rest();
+    req.local_host = host_name();
+    req.local_cores = o.i64("cores-per-host") > 0 ? static_cast<int>(o.i64("cores-per-host")) : physical_cores();
+    req.self_exe = self_exe_path();
+    mps_control = find_in_path("nvidia-cuda-mps-control");
+    req.mps_control_available = !mps_control.empty();
+
+    const bool root = geteuid() == 0;
+    const bool ompi_root_ok = env_or("OMPI_ALLOW_RUN_AS_ROOT") == "1" && env_or("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM") == "1";
+    req.allow_run_as_root = o.flag("allow-run-as-root") || (root && ompi_root_ok);
+    if (root && !req.allow_run_as_root)
+      throw Error("refusing to run as root: pass --allow-run-as-root (or EDP_ALLOW_RUN_AS_ROOT=1) if you mean it");
+
+    if (!o.str("hostfile").empty()) {
+      req.host_source = HostSource::Hostfile;
+      req.hosts = parse_hostfile(o.str("hostfile"));
+    } else if (auto slurm = slurm_hosts_from_env()) {
+      req.host_source = HostSource::Slurm;
+      req.hosts = *slurm;
+      req.slurm_ntasks = env_int("SLURM_NTASKS", 0);
+    }
+    const bool forced_cpu = req.gpus.size() == 1 && req.gpus[0] == "none";
+    disc = forced_cpu ? Discovery{{}, "--gpus none"} : discover_gpus(o.str("gpu-discovery"));
+    req.gpu_source = disc.source;
+
+    const std::string tmp = env_or("TMPDIR", "/tmp");
+    if (dry) {
+      req.job_dir = tmp + "/edprun.XXXXXX";
+    } else {
+      std::string templ = tmp + "/edprun.XXXXXX";
+      if (!mkdtemp(templ.data())) throw Error("cannot create a job directory under " + tmp + ": " + std::strerror(errno));
+      req.job_dir = templ;
+    }
+    try {
+      plan = make_plan(req, disc.gpus);
+    } catch (...) {
+      if (!dry) remove_tree(req.job_dir);
+      throw;
+    }
+    if (dry) {
+      std::fputs(format_plan(plan).c_str(), stdout);
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "edprun: error: %s\n", e.what());
+    return kUsageError;
+  }
+
+  // Declared before the Job, so that it outlives the Job's cleanup on every path.
+  MpsController mps(mps_control.empty() ? "nvidia-cuda-mps-control" : mps_control, verbose);
+  Job job;
+  job.dir = req.job_dir;
+  job.verbose = verbose;
+  mkdir((job.dir + "/ranks").c_str(), 0700);
+  job.mps = &mps;
+
+  for (const auto& n : plan.notes)
+    if (n.rfind("warning:", 0) == 0) std::fprintf(stderr, "edprun: %s\n", n.c_str());
+  if (verbose) std::fputs(format_plan(plan).c_str(), stderr);
+
+  // MPS daemons.
+  if (!plan.daemons.empty()) {
+    try {
+      if (!plan.mps_host_start_argv.empty()) {
+        job.remote_stop = plan.mps_host_stop_argv;
+        const RunResult r = run_capture(plan.mps_host_start_argv);
+        if (r.status != 0) throw Error(concat("starting the MPS daemons on every host failed (status ", r.status, "): ", r.out, r.err));
+      } else {
+        for (const auto& d : plan.daemons) mps.start(d);
+      }
+    } catch (const std::exception& e) {
+      if (req.mps == MpsMode::On) {
+        std::fprintf(stderr, "edprun: error: --mps on: %s\n", e.what());
+        job.cleanup();
+        return kUsageError;
+      }
+      std::fprintf(stderr, "edprun: warning: MPS could not be started (%s); ranks sharing a GPU run time-sliced\n", e.what());
+      mps.stop_all();  // the daemons that did start
+      try {
+        LaunchRequest off = req;
+        off.mps = MpsMode::Off;
+        plan = make_plan(off, disc.gpus);
+      } catch (const std::exception& e2) {
+        std::fprintf(stderr, "edprun: error: %s\n", e2.what());
+        job.cleanup();
+        return kUsageError;
+      }
+    }
+  }
+  if (const int s = pending_stop_signal()) {
+    job.cleanup();
+    return 128 + s;
+  }
+
+  // mpirun.
+  if (find_in_path(req.mpirun).empty()) {
+    std::fprintf(stderr, "edprun: error: %s not found on PATH (install Open MPI: apt-get install openmpi-bin)\n",
+                 req.mpirun.c_str());
+    job.cleanup();
+    return kUsageError;
+  }
+  if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(plan.mpirun_argv).c_str());
+  pid_t child = -1;
+  try {
+    child = spawn(plan.mpirun_argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "edprun: error: %s\n", e.what());
+    job.cleanup();
+    return kUsageError;
+  }
+  const double grace = static_cast<double>(o.i64("kill-grace"));
+  int got_signal = 0, code = 0;
+  bool killed = false;
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  for (;;) {
+    timespec tick{0, 200 * 1000 * 1000};
+    const int s = sigtimedwait(&sigs, nullptr, &tick);
+    if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
+      if (!got_signal) {
+        got_signal = s;
+        deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(grace));
+        std::fprintf(stderr, "edprun: got %s, stopping the job\n", strsignal(s));
+      }
+      kill(child, s);
+    }
+    int st = 0;
+    const pid_t w = waitpid(child, &st, WNOHANG);
+    if (w == child) {
+      code = status_code(st);
+      break;
+    }
+    if (!killed && std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "edprun: mpirun did not stop within %.0f s; killing it\n", grace);
+      kill(child, SIGKILL);
+      killed = true;
+    }
+  }
+  const int leftovers = kill_leftover_ranks(job.dir);
+  if (leftovers > 0) std::fprintf(stderr, "edprun: killed %d rank(s) left behind by mpirun\n", leftovers);
+  job.cleanup();
+  if (got_signal) return 128 + got_signal;
+  if (verbose) std::fprintf(stderr, "edprun: mpirun exited with %d\n", code);
+  return code;
+}
+
+}  // namespace
+
+int edprun_main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--rank-exec") return rank_exec(argc, argv);
+  if (argc >= 2 && std::string(argv[1]) == "--mps-host") return mps_host(argc, argv);
+  try {
+    return launcher(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "edprun: error: %s\n", e.what());
+    return kUsageError;
+  }
+}
+
+}  // namespace edp::launch

@@ -1,0 +1,134 @@
+// A rank's view of its placement (see placement.h): parsing the EDP_* variables edprun sets,
+// cross-checking them with Open MPI's, and the once-per-process warnings about sharing a GPU
+// without MPS.
+#include "edp/launch/placement.h"
+
+#include <atomic>
+#include <cctype>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "edp/config.h"
+#include "edp/core/error.h"
+
+#if EDP_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace edp::launch {
+
+using ::edp::detail::concat;
+
+namespace {
+
+bool get(const char* name, std::string& out) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return false;
+  out = v;
+  return true;
+}
+
+int get_int(const char* name, int fallback, int min_value = 0) {
+  std::string s;
+  if (!get(name, s)) return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (!end || *end || v < min_value || v > INT_MAX)
+    throw Error(concat("environment variable ", name, "='", s, "' is not an integer >= ", min_value,
+                       " (it is set by edprun; see docs/launch.md)"));
+  return static_cast<int>(v);
+}
+
+[[maybe_unused]] std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::string Placement::str() const {
+  std::string s = concat("rank ", rank, "/", world_size, " local ", local_rank, "/", local_size);
+  if (gpu_mode)
+    s += concat(" gpu ", local_gpu, " (", gpu_uuid, ") shared by ", gpu_ranks, " [", gpu_rank, "]",
+                mps ? " mps" : " time-sliced");
+  else
+    s += " cpu";
+  if (num_threads > 0) s += concat(" threads ", num_threads);
+  return s;
+}
+
+Placement placement_from_env() {
+  Placement p;
+  std::string launcher;
+  p.from_edprun = get("EDP_LAUNCHER", launcher) && launcher == "edprun";
+  // Open MPI's view first: it is what MPI_Init will report.
+  const int o_rank = get_int("OMPI_COMM_WORLD_RANK", -1);
+  const int o_size = get_int("OMPI_COMM_WORLD_SIZE", -1, 1);
+  const int o_lrank = get_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
+  const int o_lsize = get_int("OMPI_COMM_WORLD_LOCAL_SIZE", -1, 1);
+  p.rank = get_int("EDP_RANK", o_rank >= 0 ? o_rank : 0);
+  p.world_size = get_int("EDP_WORLD_SIZE", o_size > 0 ? o_size : 1, 1);
+  p.local_rank = get_int("EDP_LOCAL_RANK", o_lrank >= 0 ? o_lrank : 0);
+  p.local_size = get_int("EDP_LOCAL_SIZE", o_lsize > 0 ? o_lsize : 1, 1);
+  if (o_rank >= 0 && (p.rank != o_rank || p.world_size != o_size))
+    throw Error(concat("EDP_RANK/EDP_WORLD_SIZE say rank ", p.rank, " of ", p.world_size, " but Open MPI says ",
+                       o_rank, " of ", o_size, ": EDP_* variables leaked from another job?"));
+  if (p.rank >= p.world_size || p.local_rank >= p.local_size)
+    throw Error(concat("inconsistent placement: rank ", p.rank, " of ", p.world_size, ", local rank ",
+                       p.local_rank, " of ", p.local_size));
+  p.num_threads = get_int("EDP_NUM_THREADS", 0, 1);
+  p.ranks_per_gpu = get_int("EDP_RANKS_PER_GPU", 1, 1);
+  p.local_gpu = get_int("EDP_LOCAL_GPU", -1, -1);
+  p.gpu_mode = p.local_gpu >= 0;
+  if (p.gpu_mode) {
+    if (!get("EDP_GPU_UUID", p.gpu_uuid))
+      throw Error("EDP_LOCAL_GPU is set but EDP_GPU_UUID is not (set both, or start the job with edprun)");
+    p.cuda_device = get_int("EDP_CUDA_DEVICE", 0);
+    p.gpu_rank = get_int("EDP_GPU_RANK", 0);
+    p.gpu_ranks = get_int("EDP_GPU_RANKS", 1, 1);
+    if (p.gpu_rank >= p.gpu_ranks)
+      throw Error(concat("EDP_GPU_RANK=", p.gpu_rank, " is not below EDP_GPU_RANKS=", p.gpu_ranks));
+    p.mps = get_int("EDP_MPS_ACTIVE", 0) != 0;
+    get("CUDA_MPS_PIPE_DIRECTORY", p.mps_pipe_dir);
+  }
+  return p;
+}
+
+std::string check_placement(const Placement& p) {
+  static std::atomic<bool> warned{false};
+  std::string w;
+  if (p.gpu_mode && p.gpu_ranks > 1 && !p.mps)
+    w += concat("edp: warning: ", p.gpu_ranks, " ranks share GPU ", p.local_gpu,
+                " without MPS: their kernels are time-sliced, not run side by side (start the job with "
+                "edprun --mps on, or see docs/launch.md)\n");
+#if EDP_HAVE_CUDA
+  if (p.gpu_mode) {
+    int dev = -1, count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0 && cudaGetDevice(&dev) == cudaSuccess) {
+      cudaDeviceProp prop{};
+      if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess && p.gpu_uuid.rfind("GPU-", 0) == 0) {
+        const unsigned char* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+        char u[64];
+        std::snprintf(u, sizeof u, "gpu-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                      b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+        if (lower(p.gpu_uuid) != u)
+          w += concat("edp: warning: rank ", p.rank, " runs on CUDA device ", dev, " (", u, ") but edprun placed it on ",
+                      p.gpu_uuid, "; select device EDP_CUDA_DEVICE=", p.cuda_device, "\n");
+      }
+      int mps_enabled = 0;
+      if (p.gpu_ranks > 1 && p.mps && cudaDeviceGetAttribute(&mps_enabled, cudaDevAttrMpsEnabled, dev) == cudaSuccess &&
+          !mps_enabled)
+        w += concat("edp: warning: edprun set up MPS for GPU ", p.local_gpu,
+                    " but CUDA reports MPS is not enabled for this context (cudaDevAttrMpsEnabled = 0): is the "
+                    "daemon at ", p.mps_pipe_dir, " running?\n");
+    }
+    cudaGetLastError();  // a failed query must not leak into the caller's next error check
+  }
+#endif
+  if (!w.empty() && !warned.exchange(true)) std::fputs(w.c_str(), stderr);
+  return w;
+}
+
+}  // namespace edp::launch

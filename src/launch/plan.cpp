@@ -1,0 +1,696 @@
+// The launch planner (see plan.h): pure functions from a request and an inventory to a plan,
+// plus the parsers it needs (hostfile, Slurm lists, --gpus) and the --dry-run formatting.
+#include "edp/launch/plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "edp/core/error.h"
+
+namespace edp::launch {
+
+using ::edp::detail::concat;
+
+namespace {
+
+bool is_integer(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+int parse_int(const std::string& s, const std::string& what) {
+  if (!is_integer(s) || s.size() > 9) throw Error(concat(what, ": '", s, "' is not a non-negative integer"));
+  return std::atoi(s.c_str());
+}
+
+std::string trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+}  // namespace
+
+// ---- small parsers ----------------------------------------------------------------------------
+
+std::vector<std::string> split_list(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream is(s);
+  while (std::getline(is, cur, sep)) {
+    cur = trim(cur);
+    if (!cur.empty()) out.push_back(cur);
+  }
+  return out;
+}
+
+MpsMode parse_mps_mode(const std::string& s) {
+  if (s == "auto") return MpsMode::Auto;
+  if (s == "on") return MpsMode::On;
+  if (s == "off") return MpsMode::Off;
+  throw Error("--mps '" + s + "': expected auto, on or off");
+}
+
+BindMode parse_bind_mode(const std::string& s) {
+  if (s == "auto") return BindMode::Auto;
+  if (s == "core") return BindMode::Core;
+  if (s == "none") return BindMode::None;
+  throw Error("--bind-to '" + s + "': expected auto, core or none");
+}
+
+const char* mps_mode_name(MpsMode m) {
+  switch (m) {
+    case MpsMode::Auto: return "auto";
+    case MpsMode::On: return "on";
+    case MpsMode::Off: return "off";
+  }
+  return "?";
+}
+
+const char* bind_mode_name(BindMode m) {
+  switch (m) {
+    case BindMode::Auto: return "auto";
+    case BindMode::Core: return "core";
+    case BindMode::None: return "none";
+  }
+  return "?";
+}
+
+std::string check_mps_size(const std::string& s) {
+  static const std::regex re("^[0-9]+([KMGT]B?)?$", std::regex::icase);
+  if (!std::regex_match(s, re) || s[0] == '0')
+    throw Error("--mps-mem-limit '" + s + "': expected a size such as 4096M or 8G (the syntax of "
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)");
+  return s;
+}
+
+std::vector<HostSpec> parse_hostfile_text(const std::string& text, const std::string& origin) {
+  std::vector<HostSpec> hosts;
+  std::istringstream is(text);
+  std::string line;
+  int lineno = 0;
+  while (std::getline(is, line)) {
+    ++lineno;
+    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
+    std::istringstream ls(line);
+    std::string name, tok;
+    if (!(ls >> name)) continue;
+    HostSpec spec{name, 0, 0};
+    while (ls >> tok) {
+      const auto eq = tok.find('=');
+      const std::string key = tok.substr(0, eq), value = eq == std::string::npos ? "" : tok.substr(eq + 1);
+      const std::string where = concat(origin, ":", lineno);
+      if (key == "slots" || key == "cpu" || key == "count")
+        spec.slots = parse_int(value, where + ": slots");
+      else if (key == "max_slots" || key == "max-slots")
+        spec.max_slots = parse_int(value, where + ": max_slots");
+      else
+        throw Error(concat(where, ": unknown hostfile attribute '", tok,
+                           "' (edprun understands Open MPI's slots=N and max_slots=N)"));
+    }
+    if (spec.max_slots > 0 && spec.slots > spec.max_slots)
+      throw Error(concat(origin, ":", lineno, ": slots=", spec.slots, " exceeds max_slots=", spec.max_slots));
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const HostSpec& h) { return h.name == name; });
+    if (it == hosts.end()) {
+      hosts.push_back(spec);
+    } else {  // Open MPI adds the slots of repeated lines for one host
+      it->slots = (it->slots ? it->slots : 1) + (spec.slots ? spec.slots : 1);
+      it->max_slots = std::max(it->max_slots, spec.max_slots);
+    }
+  }
+  if (hosts.empty()) throw Error(origin + ": the hostfile lists no host");
+  return hosts;
+}
+
+std::vector<HostSpec> parse_hostfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("--hostfile " + path + ": cannot open it");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_hostfile_text(ss.str(), path);
+}
+
+std::vector<std::string> expand_slurm_nodelist(const std::string& list) {
+  std::vector<std::string> out;
+  // Split on commas that are not inside brackets.
+  std::vector<std::string> items;
+  std::string cur;
+  int depth = 0;
+  for (char c : list) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0) {
+      if (!cur.empty()) items.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) items.push_back(cur);
+  for (const auto& item : items) {
+    const auto lb = item.find('[');
+    if (lb == std::string::npos) {
+      out.push_back(item);
+      continue;
+    }
+    const auto rb = item.find(']', lb);
+    if (rb == std::string::npos) throw Error("Slurm node list '" + list + "': unbalanced '['");
+    const std::string prefix = item.substr(0, lb), suffix = item.substr(rb + 1);
+    for (const auto& range : split_list(item.substr(lb + 1, rb - lb - 1))) {
+      const auto dash = range.find('-');
+      const std::string a = range.substr(0, dash);
+      const std::string b = dash == std::string::npos ? a : range.substr(dash + 1);
+      const int lo = parse_int(a, "Slurm node list"), hi = parse_int(b, "Slurm node list");
+      if (hi < lo) throw Error("Slurm node list '" + list + "': empty range " + range);
+      for (int v = lo; v <= hi; ++v) {
+        std::string num = std::to_string(v);
+        if (num.size() < a.size()) num.insert(0, a.size() - num.size(), '0');  // keep zero padding
+        out.push_back(prefix + num + suffix);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int> expand_slurm_tasks_per_node(const std::string& spec) {
+  std::vector<int> out;
+  for (const auto& item : split_list(spec)) {
+    const auto lp = item.find("(x");
+    if (lp == std::string::npos) {
+      out.push_back(parse_int(item, "SLURM_TASKS_PER_NODE"));
+      continue;
+    }
+    const int n = parse_int(item.substr(0, lp), "SLURM_TASKS_PER_NODE");
+    const auto rp = item.find(')', lp);
+    if (rp == std::string::npos) throw Error("SLURM_TASKS_PER_NODE '" + spec + "': missing ')'");
+    const int times = parse_int(item.substr(lp + 2, rp - lp - 2), "SLURM_TASKS_PER_NODE");
+    out.insert(out.end(), times, n);
+  }
+  return out;
+}
+
+std::optional<std::vector<HostSpec>> slurm_hosts_from_env() {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (!job || !*job) return std::nullopt;
+  const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
+  if (!nodelist) nodelist = std::getenv("SLURM_NODELIST");
+  std::vector<HostSpec> hosts;
+  if (nodelist && *nodelist)
+    for (const auto& n : expand_slurm_nodelist(nodelist)) hosts.push_back({n, 0, 0});
+  if (hosts.empty()) {
+    const char* nn = std::getenv("SLURM_JOB_NUM_NODES");
+    const int n = nn ? std::max(1, std::atoi(nn)) : 1;
+    for (int i = 0; i < n; ++i) hosts.push_back({"slurm-node-" + std::to_string(i), 0, 0});
+  }
+  if (const char* tpn = std::getenv("SLURM_TASKS_PER_NODE"); tpn && *tpn) {
+    const auto tasks = expand_slurm_tasks_per_node(tpn);
+    for (size_t i = 0; i < hosts.size() && i < tasks.size(); ++i) hosts[i].slots = tasks[i];
+  }
+  return hosts;
+}
+
+// ---- placement rules --------------------------------------------------------------------------
+
+int gpus_needed(int local_size, int ranks_per_gpu) {
+  return (local_size + ranks_per_gpu - 1) / ranks_per_gpu;
+}
+
+LocalSlot assign_local(int local_rank, int local_size, int ranks_per_gpu) {
+  EDP_CHECK(local_size >= 1 && local_rank >= 0 && local_rank < local_size && ranks_per_gpu >= 1,
+            "assign_local(", local_rank, ", ", local_size, ", ", ranks_per_gpu, ")");
+  const int g = gpus_needed(local_size, ranks_per_gpu);
+  const int q = local_size / g, r = local_size % g;  // the first r GPUs take q+1 ranks
+  LocalSlot s;
+  if (local_rank < r * (q + 1)) {
+    s.gpu_slot = local_rank / (q + 1);
+    s.gpu_rank = local_rank % (q + 1);
+    s.gpu_ranks = q + 1;
+  } else {
+    const int k = local_rank - r * (q + 1);
+    s.gpu_slot = r + k / q;
+    s.gpu_rank = k % q;
+    s.gpu_ranks = q;
+  }
+  return s;
+}
+
+std::vector<GpuInfo> select_gpus(const std::vector<GpuInfo>& gpus, const std::vector<std::string>& selection) {
+  if (selection.empty() || (selection.size() == 1 && selection[0] == "all")) return gpus;
+  if (selection.size() == 1 && selection[0] == "none") return {};
+  std::vector<GpuInfo> out;
+  std::set<int> seen;
+  std::string have;
+  for (const auto& g : gpus) have += (have.empty() ? "" : ", ") + std::to_string(g.index) + " (" + g.uuid + ")";
+  if (have.empty()) have = "none";
+  for (const auto& tok : selection) {
+    auto it = std::find_if(gpus.begin(), gpus.end(), [&](const GpuInfo& g) {
+      return is_integer(tok) ? g.index == std::atoi(tok.c_str()) : g.uuid == tok;
+    });
+    if (it == gpus.end())
+      throw Error("--gpus: no GPU '" + tok + "' on this host; it has: " + have);
+    if (!seen.insert(it->index).second) throw Error("--gpus: GPU '" + tok + "' is listed twice");
+    out.push_back(*it);
+  }
+  return out;
+}
+
+int mps_client_limit(int cc_major) { return cc_major >= 7 || cc_major == 0 ? 48 : 16; }
+
+int default_thread_percentage(int k) { return k <= 2 ? 100 : std::min(100, (200 + k - 1) / k); }
+
+std::string mps_pipe_dir(const std::string& job_dir, int gpu) {
+  return job_dir + "/mps/" + std::to_string(gpu) + "/pipe";
+}
+std::string mps_log_dir(const std::string& job_dir, int gpu) {
+  return job_dir + "/mps/" + std::to_string(gpu) + "/log";
+}
+
+std::vector<std::pair<std::string, std::string>> rank_environment(const RankContext& c) {
+  std::vector<std::pair<std::string, std::string>> env;
+  auto set = [&](const std::string& k, const std::string& v) { env.emplace_back(k, v); };
+  const int threads = c.bound ? std::max(1, c.cores) : std::max(1, c.cores / std::max(1, c.local_size));
+  set("EDP_RANK", std::to_string(c.rank));
+  set("EDP_WORLD_SIZE", std::to_string(c.size));
+  set("EDP_LOCAL_RANK", std::to_string(c.local_rank));
+  set("EDP_LOCAL_SIZE", std::to_string(c.local_size));
+  set("EDP_NUM_THREADS", std::to_string(threads));
+  if (!c.gpu_mode) {
+    set("EDP_LOCAL_GPU", "-1");
+    set("EDP_MPS_ACTIVE", "0");
+    return env;
+  }
+  const int slots = static_cast<int>(c.gpus.size()) * c.ranks_per_gpu;
+  if (c.local_size > slots)
+    throw Error(concat("host ", c.host, " runs ", c.local_size, " ranks but has ", c.gpus.size(),
+                       " selected GPU(s) x ", c.ranks_per_gpu, " rank(s) per GPU = ", slots,
+                       " GPU slots: give this host fewer ranks (hostfile slots, Slurm "
+                       "--ntasks-per-node) or raise --ranks-per-gpu"));
+  const LocalSlot s = assign_local(c.local_rank, c.local_size, c.ranks_per_gpu);
+  const GpuInfo& g = c.gpus[static_cast<size_t>(s.gpu_slot)];
+  set("EDP_LOCAL_GPU", std::to_string(g.index));
+  set("EDP_GPU_UUID", g.uuid);
+  // The rank sees exactly its GPU (by UUID, immune to CUDA's enumeration order), as device 0.
+  set("EDP_CUDA_DEVICE", "0");
+  set("EDP_GPU_RANK", std::to_string(s.gpu_rank));
+  set("EDP_GPU_RANKS", std::to_string(s.gpu_ranks));
+  set("EDP_MPS_ACTIVE", c.mps ? "1" : "0");
+  set("CUDA_VISIBLE_DEVICES", g.uuid);
+  if (c.mps) {
+    const bool own = c.mps_pipe_directory.empty();
+    set("CUDA_MPS_PIPE_DIRECTORY", own ? mps_pipe_dir(c.job_dir, g.index) : c.mps_pipe_directory);
+    if (own) set("CUDA_MPS_LOG_DIRECTORY", mps_log_dir(c.job_dir, g.index));
+    set("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(c.mps_thread_percentage));
+    if (!c.mps_mem_limit.empty()) set("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=" + c.mps_mem_limit);
+  }
+  return env;
+}
+
+// ---- the planner ------------------------------------------------------------------------------
+
+Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus) {
+  Plan p;
+  const int K = req.ranks_per_gpu;
+  if (K < 1) throw Error(concat("--ranks-per-gpu ", K, ": must be at least 1"));
+  if (req.np < 0) throw Error(concat("-np ", req.np, ": must be at least 1"));
+  if (req.program.empty())
+    throw Error("nothing to run: give the program after '--', e.g. edprun -np 2 -- ./train --epochs 1");
+  if (req.local_cores < 1) throw Error("local_cores must be >= 1");
+  p.ranks_per_gpu = K;
+  p.host_source = req.host_source;
+
+  // GPUs.
+  const bool forced_cpu = req.gpus.size() == 1 && req.gpus[0] == "none";
+  const bool explicit_selection = !req.gpus.empty() && !forced_cpu && !(req.gpus.size() == 1 && req.gpus[0] == "all");
+  if (explicit_selection && local_gpus.empty())
+    throw Error("--gpus " + join(req.gpus, ",") + ": no GPU was found on this host (" + req.gpu_source +
+                "); use --gpus none for CPU mode");
+  p.gpus = forced_cpu ? std::vector<GpuInfo>{} : select_gpus(local_gpus, req.gpus);
+  p.gpu_mode = !p.gpus.empty();
+  const int G = static_cast<int>(p.gpus.size());
+  for (const auto& g : p.gpus)
+    if (g.compute_mode == "Prohibited")
+      throw Error(concat("GPU ", g.index, " (", g.uuid, ") is in Prohibited compute mode: no process "
+                         "may use it; leave it out with --gpus"));
+  if (p.gpu_mode)
+    p.notes.push_back(concat("GPU mode: ", G, " GPU(s) selected (", req.gpu_source, "), ", K,
+                             " rank(s) per GPU"));
+  else
+    p.notes.push_back(forced_cpu ? "CPU mode: --gpus none"
+                                 : "CPU mode: no GPU found (" + req.gpu_source + "); ranks share the cores");
+
+  // Hosts and their capacities.
+  std::vector<HostSpec> hosts = req.host_source == HostSource::Local
+                                    ? std::vector<HostSpec>{{req.local_host, 0, 0}}
+                                    : req.hosts;
+  if (hosts.empty()) throw Error("no host to run on (empty hostfile or Slurm allocation)");
+  const int H = static_cast<int>(hosts.size());
+  std::vector<int> cap(H);
+  for (int h = 0; h < H; ++h) {
+    const int slots = hosts[h].slots;
+    if (p.gpu_mode)
+      cap[h] = (slots > 0 && !req.oversubscribe) ? std::min(slots, G * K) : G * K;
+    else
+      cap[h] = slots > 0 ? slots : req.local_cores;
+  }
+  int total_cap = 0;
+  for (int c : cap) total_cap += c;
+
+  int np = req.np;
+  if (np == 0) {
+    if (p.gpu_mode) {
+      np = total_cap;
+    } else if (req.host_source == HostSource::Slurm && req.slurm_ntasks > 0) {
+      np = req.slurm_ntasks;
+    } else if (req.host_source != HostSource::Local) {
+      const bool all_slots = std::all_of(hosts.begin(), hosts.end(), [](const HostSpec& s) { return s.slots > 0; });
+      np = all_slots ? total_cap : H;
+    } else {
+      np = 1;
+    }
+    p.notes.push_back(concat("-np not given: ", np, " rank(s)"));
+  }
+  p.np = np;
+
+  // Fill hosts in order, as Open MPI's by-slot mapping does.
+  std::vector<int> ranks_on(H, 0);
+  int left = np;
+  for (int h = 0; h < H && left > 0; ++h) {
+    ranks_on[h] = std::min(cap[h], left);
+    left -= ranks_on[h];
+  }
+  if (left > 0) {
+    if (p.gpu_mode)
+      throw Error(concat("-np ", np, " needs more GPU slots than there are: ", H, " host(s) x ", G,
+                         " GPU(s) x ", K, " rank(s) per GPU", (total_cap < H * G * K ? " (limited by hostfile slots)" : ""),
+                         " = ", total_cap, "; raise --ranks-per-gpu, add GPUs or hosts, or lower -np"));
+    if (!req.oversubscribe)
+      throw Error(concat("-np ", np, " is more ranks than the ", total_cap, " ",
+                         req.host_source == HostSource::Local ? "core(s) of this host" : "slot(s) of the hosts",
+                         "; pass --oversubscribe to let ranks share cores"));
+    for (int h = 0; h < H; ++h) ranks_on[h] += left / H + (h < left % H ? 1 : 0);
+    left = 0;
+  }
+
+  // Cores: remote hosts are assumed to have as many as this one.
+  bool oversubscribed = false;
+  for (int h = 0; h < H; ++h) {
+    const int slot_limit = hosts[h].slots > 0 ? hosts[h].slots : req.local_cores;
+    if (ranks_on[h] > slot_limit) oversubscribed = true;
+  }
+  if (oversubscribed && !req.oversubscribe)
+    throw Error(concat("more ranks on a host than it has cores (", req.local_cores,
+                       " on this host) or hostfile slots; pass --oversubscribe to let ranks share cores"));
+  bool cores_shared = false;
+  for (int h = 0; h < H; ++h) cores_shared = cores_shared || ranks_on[h] > req.local_cores;
+  BindMode bind = req.bind;
+  if (bind == BindMode::Auto) bind = cores_shared ? BindMode::None : BindMode::Core;
+  if (bind == BindMode::Core && cores_shared)
+    throw Error(concat("--bind-to core: more ranks on a host than its ", req.local_cores,
+                       " core(s); use --bind-to none"));
+  p.bind = bind;
+  int pe = 1 << 30;
+  for (int h = 0; h < H; ++h)
+    if (ranks_on[h] > 0) pe = std::min(pe, std::max(1, req.local_cores / ranks_on[h]));
+  p.pe = pe == (1 << 30) ? 1 : pe;
+  if (bind == BindMode::Core)
+    p.notes.push_back(concat("binding: each rank bound to ", p.pe, " core(s)"));
+  else
+    p.notes.push_back(cores_shared ? "binding: none (more ranks than cores)" : "binding: none");
+
+  for (int h = 0; h < H; ++h) {
+    HostPlan hp;
+    hp.name = hosts[h].name;
+    hp.ranks = ranks_on[h];
+    hp.capacity = cap[h];
+    hp.threads_per_rank = bind == BindMode::Core ? p.pe : std::max(1, req.local_cores / std::max(1, ranks_on[h]));
+    hp.gpus_used = p.gpu_mode && ranks_on[h] > 0 ? gpus_needed(ranks_on[h], K) : 0;
+    p.hosts.push_back(hp);
+  }
+
+  // MPS.
+  int max_share = 1;
+  for (const auto& hp : p.hosts)
+    if (hp.ranks > 0 && p.gpu_mode) max_share = std::max(max_share, assign_local(0, hp.ranks, K).gpu_ranks);
+  int limit = 1 << 30;
+  const GpuInfo* limiting = nullptr;
+  for (const auto& g : p.gpus)
+    if (mps_client_limit(g.cc_major) < limit) {
+      limit = mps_client_limit(g.cc_major);
+      limiting = &g;
+    }
+  const bool reuse = !req.mps_pipe_directory.empty();
+  p.mps_thread_percentage = req.mps_thread_percentage ? req.mps_thread_percentage : default_thread_percentage(K);
+  if (p.mps_thread_percentage < 1 || p.mps_thread_percentage > 100)
+    throw Error(concat("--mps-thread-percentage ", p.mps_thread_percentage, ": must be 1..100"));
+  if (!req.mps_mem_limit.empty()) p.mps_mem_limit = check_mps_size(req.mps_mem_limit);
+  if (!p.gpu_mode) {
+    if (req.mps == MpsMode::On) throw Error("--mps on: there is no GPU to share (CPU mode)");
+    p.mps_reason = "off (CPU mode)";
+  } else if (req.mps == MpsMode::Off) {
+    p.mps_reason = "off (--mps off): ranks sharing a GPU are time-sliced";
+  } else {
+    std::string why_not;
+    if (max_share > limit)
+      why_not = concat(max_share, " ranks per GPU exceed the MPS client limit of ", limit, " for GPU ",
+                       limiting->index, " (compute capability ", limiting->cc_major, ".", limiting->cc_minor, ")");
+    else if (!reuse && !req.mps_control_available)
+      why_not = "nvidia-cuda-mps-control was not found on PATH";
+    if (req.mps == MpsMode::On && !why_not.empty()) throw Error("--mps on: " + why_not);
+    if (req.mps == MpsMode::Auto && max_share <= 1) {
+      p.mps_reason = "off (auto: one rank per GPU, nothing to share)";
+    } else if (!why_not.empty()) {
+      p.mps_reason = "off (auto: " + why_not + "); ranks sharing a GPU are time-sliced";
+      p.notes.push_back("warning: MPS not used: " + why_not);
+    } else {
+      p.mps = true;
+      p.mps_started_by_edprun = !reuse;
+      p.mps_reason = reuse ? "on (reusing the daemon at " + req.mps_pipe_directory + ")"
+                           : "on (one control daemon per used GPU, started and stopped by edprun)";
+    }
+  }
+  if (p.gpu_mode && !p.mps && max_share > 1)
+    for (const auto& g : p.gpus)
+      if (g.compute_mode == "Exclusive_Process")
+        throw Error(concat("GPU ", g.index, " is in Exclusive_Process compute mode: ", max_share,
+                           " ranks can share it only through MPS (", p.mps_reason, ")"));
+  if (p.mps && p.mps_started_by_edprun) {
+    // Unix socket paths hold 107 bytes; MPS's longest name in the pipe directory is
+    // "control_privileged".
+    if (mps_pipe_dir(req.job_dir, 99).size() + 20 > 107)
+      throw Error("job directory '" + req.job_dir + "' is too long for MPS's socket paths; set TMPDIR to a shorter directory");
+    for (int h = 0; h < H; ++h)
+      for (int s = 0; s < p.hosts[h].gpus_used; ++s)
+        p.daemons.push_back({h, p.gpus[s].index, p.gpus[s].uuid, mps_pipe_dir(req.job_dir, p.gpus[s].index),
+                             mps_log_dir(req.job_dir, p.gpus[s].index)});
+  }
+
+  if (!p.daemons.empty() && H > 1) {
+    int used = 0;
+    std::vector<std::string> hs;
+    for (const auto& hp : p.hosts) {
+      used = std::max(used, hp.gpus_used);
+      if (hp.ranks > 0) hs.push_back(hp.name + ":1");
+    }
+    std::vector<std::string> idx;
+    for (int s = 0; s < used; ++s) idx.push_back(std::to_string(p.gpus[s].index));
+    std::vector<std::string> head = {req.mpirun};
+    if (req.allow_run_as_root) head.push_back("--allow-run-as-root");
+    head.insert(head.end(), {"-np", std::to_string(hs.size())});
+    if (req.host_source == HostSource::Hostfile) head.insert(head.end(), {"--host", join(hs, ",")});
+    head.insert(head.end(), {"--map-by", "ppr:1:node", "--bind-to", "none", req.self_exe, "--mps-host"});
+    p.mps_host_start_argv = head;
+    p.mps_host_start_argv.insert(p.mps_host_start_argv.end(), {"start", req.job_dir, join(idx, ",")});
+    p.mps_host_stop_argv = head;
+    p.mps_host_stop_argv.insert(p.mps_host_stop_argv.end(), {"stop", req.job_dir});
+  }
+
+  // Ranks.
+  int rank = 0;
+  for (int h = 0; h < H; ++h)
+    for (int l = 0; l < ranks_on[h]; ++l, ++rank) {
+      RankPlan r;
+      r.rank = rank;
+      r.host = h;
+      r.local_rank = l;
+      r.local_size = ranks_on[h];
+      r.threads = p.hosts[h].threads_per_rank;
+      if (p.gpu_mode) {
+        const LocalSlot s = assign_local(l, ranks_on[h], K);
+        r.gpu = p.gpus[s.gpu_slot].index;
+        r.gpu_uuid = p.gpus[s.gpu_slot].uuid;
+        r.gpu_rank = s.gpu_rank;
+        r.gpu_ranks = s.gpu_ranks;
+        if (p.mps) r.mps_pipe_dir = reuse ? req.mps_pipe_directory : mps_pipe_dir(req.job_dir, r.gpu);
+      }
+      p.ranks.push_back(r);
+    }
+
+  // Variables every rank gets (the shim derives the per-rank ones from these).
+  auto env = [&](const std::string& k, const std::string& v) { p.env.emplace_back(k, v); };
+  env("EDP_LAUNCHER", "edprun");
+  env("EDP_LAUNCH_MODE", p.gpu_mode ? "gpu" : "cpu");
+  env("EDP_RANKS_PER_GPU", std::to_string(K));
+  if (p.gpu_mode) {
+    std::vector<std::string> sel, inv;
+    for (const auto& g : p.gpus) {
+      sel.push_back(std::to_string(g.index));
+      inv.push_back(concat(g.index, "=", g.uuid, "=", g.cc_major, ".", g.cc_minor));
+    }
+    // Indices travel to remote hosts; UUIDs only mean something on this one.
+    env("EDP_LAUNCH_GPUS", join(sel, ","));
+    env("EDP_LAUNCH_HOST", req.local_host);
+    env("EDP_LAUNCH_INVENTORY", join(inv, ";"));
+  }
+  env("EDP_LAUNCH_JOB_DIR", req.job_dir);
+  env("EDP_LAUNCH_BIND", bind == BindMode::Core ? "core" : "none");
+  env("EDP_LAUNCH_MPS", p.mps ? "1" : "0");
+  if (p.mps) {
+    if (reuse) env("EDP_LAUNCH_MPS_PIPE_DIRECTORY", req.mps_pipe_directory);
+    env("EDP_LAUNCH_MPS_THREAD_PERCENTAGE", std::to_string(p.mps_thread_percentage));
+    if (!p.mps_mem_limit.empty()) env("EDP_LAUNCH_MPS_MEM_LIMIT", p.mps_mem_limit);
+  }
+
+  // The mpirun command.
+  auto& a = p.mpirun_argv;
+  a.push_back(req.mpirun);
+  if (req.allow_run_as_root) a.push_back("--allow-run-as-root");
+  if (oversubscribed || cores_shared) a.push_back("--oversubscribe");
+  a.insert(a.end(), {"-np", std::to_string(np)});
+  if (req.host_source == HostSource::Hostfile) {
+    std::vector<std::string> hs;
+    for (const auto& hp : p.hosts)
+      if (hp.ranks > 0) hs.push_back(hp.name + ":" + std::to_string(hp.ranks));
+    a.insert(a.end(), {"--host", join(hs, ",")});
+  }
+  if (bind == BindMode::Core)
+    a.insert(a.end(), {"--map-by", "slot:PE=" + std::to_string(p.pe), "--bind-to", "core"});
+  else
+    a.insert(a.end(), {"--map-by", "slot", "--bind-to", "none"});
+  for (const auto& [k, v] : p.env) a.insert(a.end(), {"-x", k + "=" + v});
+  a.insert(a.end(), req.mpirun_extra.begin(), req.mpirun_extra.end());
+  a.insert(a.end(), {req.self_exe, "--rank-exec", "--"});
+  a.insert(a.end(), req.program.begin(), req.program.end());
+  return p;
+}
+
+// ---- formatting -------------------------------------------------------------------------------
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) {
+        return std::isalnum(c) || std::string("@%+=:,./_-").find(static_cast<char>(c)) != std::string::npos;
+      }))
+    return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string shell_join(const std::vector<std::string>& argv) {
+  std::string out;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (i) out += ' ';
+    out += shell_quote(argv[i]);
+  }
+  return out;
+}
+
+std::string format_plan(const Plan& p) {
+  std::ostringstream os;
+  const char* src = p.host_source == HostSource::Local ? "local" : p.host_source == HostSource::Hostfile ? "hostfile" : "slurm";
+  os << "edprun plan\n";
+  os << "  mode      " << (p.gpu_mode ? "gpu" : "cpu") << "\n";
+  os << "  ranks     " << p.np;
+  if (p.gpu_mode) os << " (" << p.ranks_per_gpu << " per GPU)";
+  os << "\n  hosts     " << p.hosts.size() << " (" << src << ")\n";
+  os << "  mps       " << p.mps_reason << "\n";
+  if (p.mps) os << "  mps knobs thread percentage " << p.mps_thread_percentage << ", pinned memory limit "
+                << (p.mps_mem_limit.empty() ? "none" : p.mps_mem_limit) << " per rank\n";
+  os << "  binding   " << (p.bind == BindMode::Core ? "core, " + std::to_string(p.pe) + " core(s) per rank" : std::string("none"))
+     << "\n";
+  if (p.gpu_mode) {
+    os << "gpus (this host)\n";
+    for (const auto& g : p.gpus)
+      os << "  " << g.index << "  " << g.uuid << "  " << g.name << "  cc " << g.cc_major << "." << g.cc_minor
+         << "  " << g.memory_mib << " MiB  " << g.compute_mode << "\n";
+  }
+  os << "hosts\n";
+  for (const auto& h : p.hosts)
+    os << "  " << h.name << "  ranks " << h.ranks << "  threads/rank " << h.threads_per_rank
+       << (p.gpu_mode ? "  gpus used " + std::to_string(h.gpus_used) : std::string()) << "\n";
+  os << "ranks\n";
+  size_t hw = 4;
+  for (const auto& h : p.hosts) hw = std::max(hw, h.name.size());
+  auto pad = [](std::string v, size_t w) { return v.size() < w ? v + std::string(w - v.size(), ' ') : v; };
+  os << "  " << pad("rank", 6) << pad("host", hw + 2) << pad("local", 8) << pad("gpu", 5) << pad("gpu-rank", 10)
+     << pad("threads", 9) << "uuid\n";
+  for (const auto& r : p.ranks) {
+    const bool g = r.gpu >= 0;
+    std::string line = "  " + pad(std::to_string(r.rank), 6) + pad(p.hosts[r.host].name, hw + 2) +
+                       pad(std::to_string(r.local_rank) + "/" + std::to_string(r.local_size), 8) +
+                       pad(g ? std::to_string(r.gpu) : "-", 5) +
+                       pad(g ? std::to_string(r.gpu_rank) + "/" + std::to_string(r.gpu_ranks) : "-", 10) +
+                       pad(std::to_string(r.threads), 9) + (g ? r.gpu_uuid : "-");
+    os << line << "\n";
+  }
+  if (!p.daemons.empty()) {
+    os << "mps daemons (started before mpirun, stopped on every exit path)\n";
+    for (const auto& d : p.daemons) {
+      os << "  host " << p.hosts[d.host].name << " gpu " << d.gpu << ":\n";
+      os << "    start: " << shell_join({"env", "CUDA_VISIBLE_DEVICES=" + d.gpu_uuid, "CUDA_MPS_PIPE_DIRECTORY=" + d.pipe_dir,
+                                         "CUDA_MPS_LOG_DIRECTORY=" + d.log_dir, "nvidia-cuda-mps-control", "-d"})
+         << "\n";
+      os << "    stop:  echo quit | " << shell_join({"env", "CUDA_MPS_PIPE_DIRECTORY=" + d.pipe_dir, "nvidia-cuda-mps-control"})
+         << "\n";
+    }
+  }
+  if (!p.mps_host_start_argv.empty()) {
+    os << "mps daemons on every host (through mpirun, one process per host)\n";
+    os << "  start: " << shell_join(p.mps_host_start_argv) << "\n";
+    os << "  stop:  " << shell_join(p.mps_host_stop_argv) << "\n";
+  }
+  os << "environment (every rank)\n";
+  for (const auto& [k, v] : p.env) os << "  " << k << "=" << v << "\n";
+  os << "environment (per rank, set by edprun --rank-exec on the rank's host)\n";
+  for (const auto& r : p.ranks) {
+    RankContext c;
+    c.rank = r.rank;
+    c.size = p.np;
+    c.local_rank = r.local_rank;
+    c.local_size = r.local_size;
+    c.ranks_per_gpu = p.ranks_per_gpu;
+    c.gpu_mode = p.gpu_mode;
+    c.gpus = p.gpus;
+    c.mps = p.mps;
+    for (const auto& [k, v] : p.env) {
+      if (k == "EDP_LAUNCH_JOB_DIR") c.job_dir = v;
+      if (k == "EDP_LAUNCH_MPS_PIPE_DIRECTORY") c.mps_pipe_directory = v;
+    }
+    c.mps_thread_percentage = p.mps_thread_percentage;
+    c.mps_mem_limit = p.mps_mem_limit;
+    c.bound = p.bind == BindMode::Core;
+    c.cores = c.bound ? p.pe : r.threads * r.local_size;
+    c.host = p.hosts[r.host].name;
+    os << "  rank " << r.rank << ":";
+    for (const auto& [k, v] : rank_environment(c)) os << " " << k << "=" << shell_quote(v);
+    os << "\n";
+  }
+  os << "command\n  " << shell_join(p.mpirun_argv) << "\n";
+  if (!p.notes.empty()) {
+    os << "notes\n";
+    for (const auto& n : p.notes) os << "  " << n << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace edp::launch

@@ -1,0 +1,282 @@
+// Operating-system side of the launcher (see system.h): GPU discovery through NVML (dlopen'ed,
+// so that edp needs no NVIDIA driver at build time and runs in CPU mode without one) or
+// nvidia-smi, core counting from the affinity mask and sysfs topology, PATH look-up and a
+// small fork/exec helper that captures a child's output.
+#include "edp/launch/system.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "edp/core/error.h"
+
+namespace edp::launch {
+
+using ::edp::detail::concat;
+
+namespace {
+std::string trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+}  // namespace
+
+std::vector<GpuInfo> parse_nvidia_smi_csv(const std::string& text, bool has_cc) {
+  std::vector<GpuInfo> gpus;
+  std::istringstream is(text);
+  std::string line;
+  while (std::getline(is, line)) {
+    if (trim(line).empty()) continue;
+    std::vector<std::string> f;
+    std::istringstream ls(line);
+    std::string cell;
+    while (std::getline(ls, cell, ',')) f.push_back(trim(cell));
+    const size_t want = has_cc ? 6 : 5;
+    if (f.size() != want)
+      throw Error(concat("nvidia-smi printed '", line, "': expected ", want, " comma-separated fields"));
+    GpuInfo g;
+    char* end = nullptr;
+    g.index = static_cast<int>(std::strtol(f[0].c_str(), &end, 10));
+    if (!end || *end) throw Error("nvidia-smi printed '" + line + "': the index is not a number");
+    g.uuid = f[1];
+    g.name = f[2];
+    g.memory_mib = std::strtoll(f[3].c_str(), nullptr, 10);
+    if (has_cc) {
+      const auto dot = f[4].find('.');
+      if (dot != std::string::npos) {
+        g.cc_major = std::atoi(f[4].substr(0, dot).c_str());
+        g.cc_minor = std::atoi(f[4].substr(dot + 1).c_str());
+      }
+    }
+    g.compute_mode = f[want - 1];
+    if (g.compute_mode == "Exclusive_Thread") g.compute_mode = "Exclusive_Process";
+    gpus.push_back(g);
+  }
+  return gpus;
+}
+
+// ---- NVML through dlopen ------------------------------------------------------------------------
+
+namespace {
+// The few NVML entry points used, declared here so that no NVML header is needed to build.
+using nvmlDevice_t = struct nvmlDevice_st*;
+struct nvmlMemory_t {
+  unsigned long long total, free, used;
+};
+using nvmlReturn_t = int;
+
+bool nvml_discover(std::vector<GpuInfo>& out, std::string& why) {
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    why = "NVML not loadable";
+    return false;
+  }
+  auto sym = [&](const char* n) { return dlsym(lib, n); };
+  auto init = reinterpret_cast<nvmlReturn_t (*)()>(sym("nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<nvmlReturn_t (*)()>(sym("nvmlShutdown"));
+  auto count = reinterpret_cast<nvmlReturn_t (*)(unsigned*)>(sym("nvmlDeviceGetCount_v2"));
+  auto handle = reinterpret_cast<nvmlReturn_t (*)(unsigned, nvmlDevice_t*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
+  auto uuid = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned)>(sym("nvmlDeviceGetUUID"));
+  auto name = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned)>(sym("nvmlDeviceGetName"));
+  auto mem = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(sym("nvmlDeviceGetMemoryInfo"));
+  auto cc = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int*, int*)>(sym("nvmlDeviceGetCudaComputeCapability"));
+  auto mode = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int*)>(sym("nvmlDeviceGetComputeMode"));
+  if (!init || !shutdown || !count || !handle || !uuid || !name) {
+    why = "NVML lacks the needed functions";
+    dlclose(lib);
+    return false;
+  }
+  if (init() != 0) {
+    why = "nvmlInit failed (no driver loaded?)";
+    dlclose(lib);
+    return false;
+  }
+  unsigned n = 0;
+  if (count(&n) != 0) n = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    nvmlDevice_t d = nullptr;
+    if (handle(i, &d) != 0) continue;
+    GpuInfo g;
+    g.index = static_cast<int>(i);
+    char buf[128] = {0};
+    if (uuid(d, buf, sizeof buf) == 0) g.uuid = buf;
+    std::memset(buf, 0, sizeof buf);
+    if (name(d, buf, sizeof buf) == 0) g.name = buf;
+    nvmlMemory_t m{};
+    if (mem && mem(d, &m) == 0) g.memory_mib = static_cast<int64_t>(m.total >> 20);
+    if (cc) cc(d, &g.cc_major, &g.cc_minor);
+    int cm = 0;
+    if (mode && mode(d, &cm) == 0)
+      g.compute_mode = cm == 2 ? "Prohibited" : (cm == 1 || cm == 3) ? "Exclusive_Process" : "Default";
+    out.push_back(g);
+  }
+  shutdown();
+  dlclose(lib);
+  return true;
+}
+}  // namespace
+
+Discovery discover_gpus(const std::string& method) {
+  Discovery d;
+  if (method == "none") {
+    d.source = "discovery disabled (--gpu-discovery none)";
+    return d;
+  }
+  if (method != "auto" && method != "nvml" && method != "nvidia-smi")
+    throw Error("--gpu-discovery '" + method + "': expected auto, nvml, nvidia-smi or none");
+  std::string why_nvml = "NVML not tried";
+  if (method == "auto" || method == "nvml") {
+    if (nvml_discover(d.gpus, why_nvml)) {
+      d.source = "NVML";
+      return d;
+    }
+    if (method == "nvml") {
+      d.source = why_nvml;
+      return d;
+    }
+  }
+  const std::string smi = find_in_path("nvidia-smi");
+  if (smi.empty()) {
+    d.source = method == "auto" ? why_nvml + ", nvidia-smi not on PATH" : "nvidia-smi not on PATH";
+    return d;
+  }
+  RunResult r = run_capture({smi, "--query-gpu=index,uuid,name,memory.total,compute_cap,compute_mode",
+                             "--format=csv,noheader,nounits"});
+  bool has_cc = true;
+  if (r.status != 0) {  // drivers before 510 do not know compute_cap
+    r = run_capture({smi, "--query-gpu=index,uuid,name,memory.total,compute_mode", "--format=csv,noheader,nounits"});
+    has_cc = false;
+  }
+  if (r.status != 0) {
+    d.source = concat("nvidia-smi failed (exit ", r.status, "): ", trim(r.err.empty() ? r.out : r.err));
+    return d;
+  }
+  d.gpus = parse_nvidia_smi_csv(r.out, has_cc);
+  d.source = "nvidia-smi";
+  return d;
+}
+
+// ---- cores, names, paths ----------------------------------------------------------------------
+
+int physical_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  std::set<std::pair<int, int>> cores;
+  int cpus = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    ++cpus;
+    const std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+    std::ifstream core(base + "core_id"), pkg(base + "physical_package_id");
+    int ci = -1, pi = -1;
+    if (core >> ci && pkg >> pi)
+      cores.insert({pi, ci});
+    else
+      cores.insert({-1, c});  // no topology: count the CPU itself
+  }
+  return std::max<int>(1, cores.empty() ? cpus : static_cast<int>(cores.size()));
+}
+
+std::string host_name() {
+  // Containers often have a hostname that no hostfile uses; EDP_HOSTNAME names the host instead.
+  if (const char* h = std::getenv("EDP_HOSTNAME"); h && *h) return h;
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::string find_in_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::istringstream is(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(is, dir, ':')) {
+    const std::string cand = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    struct stat st{};
+    if (stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(cand.c_str(), X_OK) == 0) return cand;
+  }
+  return "";
+}
+
+std::string self_exe_path() {
+  char buf[PATH_MAX] = {0};
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "edprun";
+}
+
+RunResult run_capture(const std::vector<std::string>& argv,
+                      const std::vector<std::pair<std::string, std::string>>& env, const std::string& in) {
+  RunResult res;
+  int pin[2], pout[2], perr[2];
+  if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC))
+    throw Error(std::string("pipe: ") + std::strerror(errno));
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw Error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    dup2(pin[0], 0);
+    dup2(pout[1], 1);
+    dup2(perr[1], 2);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(pin[0]);
+  close(pout[1]);
+  close(perr[1]);
+  // Inputs are a few bytes ("quit\n"): one write fits the pipe buffer.
+  if (!in.empty()) {
+    const ssize_t w = write(pin[1], in.data(), in.size());
+    (void)w;
+  }
+  close(pin[1]);
+  pollfd fds[2] = {{pout[0], POLLIN, 0}, {perr[0], POLLIN, 0}};
+  std::string* sinks[2] = {&res.out, &res.err};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+      } else {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  res.status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+  return res;
+}
+
+}  // namespace edp::launch

@@ -1,0 +1,513 @@
+// The launch planner over fake inventories (1-8 GPUs, K = 1-8, hostfiles of 1-3 hosts, uneven
+// -np), its parsers, the per-rank environment and placement_from_env. Pure functions: no
+// process is started here.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "edp/core/error.h"
+#include "edp/launch/placement.h"
+#include "edp/launch/plan.h"
+#include "edp/launch/system.h"
+
+using namespace edp::launch;
+
+namespace {
+
+std::vector<GpuInfo> fake_gpus(int n, int cc_major = 9, const std::string& mode = "Default") {
+  std::vector<GpuInfo> g;
+  for (int i = 0; i < n; ++i)
+    g.push_back({i, "GPU-" + std::to_string(1000 + i), "Fake", cc_major, 0, 81920, mode});
+  return g;
+}
+
+LaunchRequest base(int np, int k) {
+  LaunchRequest r;
+  r.np = np;
+  r.ranks_per_gpu = k;
+  r.local_host = "h0";
+  r.local_cores = 64;
+  r.gpu_source = "test";
+  r.job_dir = "/tmp/edprun.test";
+  r.self_exe = "/opt/edp/bin/edprun";
+  r.program = {"./train", "--epochs", "1"};
+  return r;
+}
+
+std::string env_of(const Plan& p, const std::string& k) {
+  for (const auto& [kk, v] : p.env)
+    if (kk == k) return v;
+  return "<unset>";
+}
+
+bool has_arg(const Plan& p, const std::string& a) {
+  return std::find(p.mpirun_argv.begin(), p.mpirun_argv.end(), a) != p.mpirun_argv.end();
+}
+
+// Invariants every valid plan keeps, whatever the inputs.
+void check_invariants(const Plan& p, int K) {
+  ASSERT_EQ(static_cast<int>(p.ranks.size()), p.np);
+  std::map<std::pair<int, int>, std::vector<int>> per_gpu;  // (host, gpu) -> ranks
+  int sum = 0;
+  for (const auto& h : p.hosts) sum += h.ranks;
+  EXPECT_EQ(sum, p.np);
+  for (size_t i = 0; i < p.ranks.size(); ++i) {
+    const RankPlan& r = p.ranks[i];
+    EXPECT_EQ(r.rank, static_cast<int>(i));
+    EXPECT_EQ(r.local_size, p.hosts[r.host].ranks);
+    EXPECT_GE(r.threads, 1);
+    if (p.gpu_mode) {
+      EXPECT_GE(r.gpu, 0);
+      EXPECT_LE(r.gpu_ranks, K);
+      per_gpu[{r.host, r.gpu}].push_back(r.rank);
+    } else {
+      EXPECT_EQ(r.gpu, -1);
+    }
+  }
+  for (const auto& [key, ranks] : per_gpu) {
+    EXPECT_LE(static_cast<int>(ranks.size()), K);
+    for (size_t j = 0; j < ranks.size(); ++j) {
+      EXPECT_EQ(p.ranks[ranks[j]].gpu_rank, static_cast<int>(j));
+      EXPECT_EQ(p.ranks[ranks[j]].gpu_ranks, static_cast<int>(ranks.size()));
+      if (j) {
+        EXPECT_EQ(ranks[j], ranks[j - 1] + 1) << "ranks of one GPU are contiguous";
+      }
+    }
+  }
+  // Balanced: on each host, the GPU groups differ by at most one rank.
+  std::map<int, std::pair<int, int>> minmax;
+  for (const auto& [key, ranks] : per_gpu) {
+    auto& mm = minmax.try_emplace(key.first, 1 << 30, 0).first->second;
+    mm.first = std::min(mm.first, static_cast<int>(ranks.size()));
+    mm.second = std::max(mm.second, static_cast<int>(ranks.size()));
+  }
+  for (const auto& [h, mm] : minmax) EXPECT_LE(mm.second - mm.first, 1) << "host " << h;
+}
+
+}  // namespace
+
+TEST(AssignLocal, ContiguousBalancedBlocks) {
+  // L=7, K=4: two GPUs with 4 and 3 ranks.
+  std::vector<int> gpu;
+  for (int l = 0; l < 7; ++l) gpu.push_back(assign_local(l, 7, 4).gpu_slot);
+  EXPECT_EQ(gpu, (std::vector<int>{0, 0, 0, 0, 1, 1, 1}));
+  // L=6, K=4: 3+3, not 4+2.
+  EXPECT_EQ(assign_local(3, 6, 4).gpu_slot, 1);
+  EXPECT_EQ(assign_local(3, 6, 4).gpu_rank, 0);
+  EXPECT_EQ(assign_local(3, 6, 4).gpu_ranks, 3);
+  // L=5, K=2: 2+2+1.
+  EXPECT_EQ(assign_local(4, 5, 2).gpu_slot, 2);
+  EXPECT_EQ(assign_local(4, 5, 2).gpu_ranks, 1);
+  EXPECT_EQ(gpus_needed(5, 2), 3);
+  EXPECT_EQ(gpus_needed(8, 8), 1);
+}
+
+TEST(Planner, SweepOverInventoriesAndK) {
+  // Every (GPUs, K, np) on one host: valid plans keep the invariants; np above G*K is refused.
+  for (int G = 1; G <= 8; ++G)
+    for (int K = 1; K <= 8; ++K)
+      for (int np : {1, 2, 3, G * K - 1, G * K, G * K + 1}) {
+        if (np < 1) continue;
+        LaunchRequest r = base(np, K);
+        r.oversubscribe = true;
+        SCOPED_TRACE(testing::Message() << "G=" << G << " K=" << K << " np=" << np);
+        if (np > G * K) {
+          try {
+            make_plan(r, fake_gpus(G));
+            ADD_FAILURE() << "expected an error";
+          } catch (const edp::Error& e) {
+            EXPECT_NE(std::string(e.what()).find("more GPU slots than there are"), std::string::npos) << e.what();
+          }
+          continue;
+        }
+        const Plan p = make_plan(r, fake_gpus(G));
+        EXPECT_TRUE(p.gpu_mode);
+        check_invariants(p, K);
+        EXPECT_EQ(p.hosts[0].gpus_used, gpus_needed(np, K));
+      }
+}
+
+TEST(Planner, DefaultNpFillsEveryGpuSlot) {
+  LaunchRequest r = base(0, 4);
+  const Plan p = make_plan(r, fake_gpus(2));
+  EXPECT_EQ(p.np, 8);
+  EXPECT_EQ(p.ranks[7].gpu, 1);
+  EXPECT_EQ(p.ranks[7].gpu_rank, 3);
+}
+
+TEST(Planner, HostfilesOfOneToThreeHosts) {
+  for (int H = 1; H <= 3; ++H)
+    for (int K : {1, 2, 4})
+      for (int np = 1; np <= H * 2 * K; ++np) {
+        LaunchRequest r = base(np, K);
+        r.host_source = HostSource::Hostfile;
+        for (int h = 0; h < H; ++h) r.hosts.push_back({"node" + std::to_string(h), 0, 0});
+        SCOPED_TRACE(testing::Message() << "H=" << H << " K=" << K << " np=" << np);
+        const Plan p = make_plan(r, fake_gpus(2));
+        check_invariants(p, K);
+        // Hosts fill in order (Open MPI's by-slot), each to 2 GPUs x K.
+        int left = np;
+        for (int h = 0; h < H; ++h) {
+          EXPECT_EQ(p.hosts[h].ranks, std::min(left, 2 * K));
+          left -= p.hosts[h].ranks;
+        }
+        // The host list handed to mpirun carries exactly these counts.
+        auto it = std::find(p.mpirun_argv.begin(), p.mpirun_argv.end(), "--host");
+        ASSERT_NE(it, p.mpirun_argv.end());
+        std::string expect;
+        for (int h = 0; h < H; ++h)
+          if (p.hosts[h].ranks > 0)
+            expect += (expect.empty() ? "" : ",") + p.hosts[h].name + ":" + std::to_string(p.hosts[h].ranks);
+        EXPECT_EQ(*(it + 1), expect);
+      }
+}
+
+TEST(Planner, HostfileSlotsLimitAndErrors) {
+  LaunchRequest r = base(7, 4);
+  r.host_source = HostSource::Hostfile;
+  r.hosts = {{"a", 2, 0}, {"b", 8, 0}};
+  Plan p = make_plan(r, fake_gpus(2));
+  EXPECT_EQ(p.hosts[0].ranks, 2);  // slots=2 bound host a
+  EXPECT_EQ(p.hosts[1].ranks, 5);
+  r.np = 11;  // a: 2, b: min(8, 2*4) = 8 -> 10 slots
+  try {
+    make_plan(r, fake_gpus(2));
+    FAIL();
+  } catch (const edp::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("= 10"), std::string::npos) << m;
+    EXPECT_NE(m.find("limited by hostfile slots"), std::string::npos) << m;
+    EXPECT_NE(m.find("raise --ranks-per-gpu"), std::string::npos) << m;
+  }
+}
+
+TEST(Planner, CpuModeSharesCores) {
+  LaunchRequest r = base(4, 1);
+  r.local_cores = 8;
+  Plan p = make_plan(r, {});
+  EXPECT_FALSE(p.gpu_mode);
+  check_invariants(p, 1);
+  EXPECT_EQ(p.bind, BindMode::Core);
+  EXPECT_EQ(p.pe, 2);
+  for (const auto& rk : p.ranks) EXPECT_EQ(rk.threads, 2);
+  EXPECT_TRUE(has_arg(p, "slot:PE=2"));
+  EXPECT_FALSE(has_arg(p, "--oversubscribe"));
+  // More ranks than cores: refused unless --oversubscribe, which also turns binding off.
+  r.np = 12;
+  EXPECT_THROW(make_plan(r, {}), edp::Error);
+  r.oversubscribe = true;
+  p = make_plan(r, {});
+  EXPECT_EQ(p.bind, BindMode::None);
+  EXPECT_TRUE(has_arg(p, "--oversubscribe"));
+  for (const auto& rk : p.ranks) EXPECT_EQ(rk.threads, 1);
+  r.bind = BindMode::Core;
+  EXPECT_THROW(make_plan(r, {}), edp::Error);
+  // Default -np in CPU mode on one host: 1.
+  LaunchRequest d = base(0, 1);
+  EXPECT_EQ(make_plan(d, {}).np, 1);
+  // --gpus none forces CPU mode even with GPUs present.
+  d.gpus = {"none"};
+  EXPECT_FALSE(make_plan(d, fake_gpus(4)).gpu_mode);
+}
+
+TEST(Planner, MpsDecisions) {
+  // auto + K>1 + control available: MPS on, one daemon per used GPU.
+  LaunchRequest r = base(6, 4);
+  Plan p = make_plan(r, fake_gpus(4));
+  EXPECT_TRUE(p.mps);
+  ASSERT_EQ(p.daemons.size(), 2u);  // 6 ranks / K=4 -> 2 GPUs (3+3)
+  EXPECT_EQ(p.daemons[1].pipe_dir, "/tmp/edprun.test/mps/1/pipe");
+  EXPECT_EQ(p.mps_thread_percentage, 50);
+  EXPECT_EQ(env_of(p, "EDP_LAUNCH_MPS"), "1");
+  // auto with one rank per GPU: no MPS.
+  p = make_plan(base(4, 1), fake_gpus(4));
+  EXPECT_FALSE(p.mps);
+  EXPECT_TRUE(p.daemons.empty());
+  // auto without the control program: time-sliced with a warning note.
+  r.mps_control_available = false;
+  p = make_plan(r, fake_gpus(4));
+  EXPECT_FALSE(p.mps);
+  EXPECT_NE(p.notes.back().find("warning"), std::string::npos);
+  // on without it: an error naming the program.
+  r.mps = MpsMode::On;
+  try {
+    make_plan(r, fake_gpus(4));
+    FAIL();
+  } catch (const edp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nvidia-cuda-mps-control"), std::string::npos);
+  }
+  // Reusing a user's daemon: MPS on, nothing started.
+  r.mps_pipe_directory = "/var/run/mps";
+  p = make_plan(r, fake_gpus(4));
+  EXPECT_TRUE(p.mps);
+  EXPECT_FALSE(p.mps_started_by_edprun);
+  EXPECT_TRUE(p.daemons.empty());
+  EXPECT_EQ(p.ranks[0].mps_pipe_dir, "/var/run/mps");
+  // off: time-sliced, but refused on Exclusive_Process GPUs.
+  r = base(4, 2);
+  r.mps = MpsMode::Off;
+  EXPECT_FALSE(make_plan(r, fake_gpus(2)).mps);
+  EXPECT_THROW(make_plan(r, fake_gpus(2, 9, "Exclusive_Process")), edp::Error);
+  EXPECT_THROW(make_plan(base(1, 1), fake_gpus(1, 9, "Prohibited")), edp::Error);
+}
+
+TEST(Planner, ClientLimit) {
+  EXPECT_EQ(mps_client_limit(7), 48);
+  EXPECT_EQ(mps_client_limit(9), 48);
+  EXPECT_EQ(mps_client_limit(6), 16);
+  // K=20 on a Pascal GPU (limit 16): on -> error naming the limit; auto -> time-sliced.
+  LaunchRequest r = base(20, 20);
+  r.oversubscribe = true;
+  r.mps = MpsMode::On;
+  try {
+    make_plan(r, fake_gpus(1, 6));
+    FAIL();
+  } catch (const edp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("client limit of 16"), std::string::npos) << e.what();
+  }
+  r.mps = MpsMode::Auto;
+  EXPECT_FALSE(make_plan(r, fake_gpus(1, 6)).mps);
+  EXPECT_TRUE(make_plan(r, fake_gpus(1, 8)).mps);  // 20 <= 48 on Ampere
+}
+
+TEST(Planner, ThreadPercentageAndMemLimit) {
+  EXPECT_EQ(default_thread_percentage(1), 100);
+  EXPECT_EQ(default_thread_percentage(2), 100);
+  EXPECT_EQ(default_thread_percentage(3), 67);
+  EXPECT_EQ(default_thread_percentage(4), 50);
+  EXPECT_EQ(default_thread_percentage(8), 25);
+  LaunchRequest r = base(4, 4);
+  r.mps_thread_percentage = 101;
+  EXPECT_THROW(make_plan(r, fake_gpus(1)), edp::Error);
+  r.mps_thread_percentage = 30;
+  r.mps_mem_limit = "8G";
+  Plan p = make_plan(r, fake_gpus(1));
+  EXPECT_EQ(env_of(p, "EDP_LAUNCH_MPS_THREAD_PERCENTAGE"), "30");
+  EXPECT_EQ(env_of(p, "EDP_LAUNCH_MPS_MEM_LIMIT"), "8G");
+  for (const char* ok : {"8G", "512M", "4096MB", "1T", "100"}) EXPECT_EQ(check_mps_size(ok), ok);
+  for (const char* bad : {"", "8X", "-1G", "0", "1.5G"}) EXPECT_THROW(check_mps_size(bad), edp::Error) << bad;
+}
+
+TEST(Planner, GpuSelection) {
+  const auto g = fake_gpus(4);
+  EXPECT_EQ(select_gpus(g, {"2", "0"}).at(0).index, 2);
+  EXPECT_EQ(select_gpus(g, {"GPU-1003"}).at(0).index, 3);
+  EXPECT_EQ(select_gpus(g, {"all"}).size(), 4u);
+  EXPECT_TRUE(select_gpus(g, {"none"}).empty());
+  EXPECT_THROW(select_gpus(g, {"7"}), edp::Error);
+  EXPECT_THROW(select_gpus(g, {"1", "GPU-1001"}), edp::Error);  // the same GPU twice
+  LaunchRequest r = base(2, 1);
+  r.gpus = {"0"};
+  EXPECT_THROW(make_plan(r, {}), edp::Error);  // asked for a GPU, none found
+  r.gpus = {"3", "1"};
+  const Plan p = make_plan(r, g);
+  EXPECT_EQ(p.ranks[0].gpu, 3);
+  EXPECT_EQ(p.ranks[1].gpu, 1);
+  EXPECT_EQ(env_of(p, "EDP_LAUNCH_GPUS"), "3,1");
+}
+
+TEST(Planner, ErrorsSayWhatIsImpossible) {
+  EXPECT_THROW(make_plan(base(2, 0), fake_gpus(1)), edp::Error);
+  LaunchRequest r = base(2, 1);
+  r.program.clear();
+  try {
+    make_plan(r, {});
+    FAIL();
+  } catch (const edp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing to run"), std::string::npos);
+  }
+  r = base(3, 1);
+  r.local_cores = 2;
+  try {
+    make_plan(r, {});
+    FAIL();
+  } catch (const edp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--oversubscribe"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Planner, RootFlagAndCommandShape) {
+  LaunchRequest r = base(2, 2);
+  r.allow_run_as_root = true;
+  r.mpirun_extra = {"--mca", "btl", "^openib"};
+  const Plan p = make_plan(r, fake_gpus(1));
+  const auto& a = p.mpirun_argv;
+  EXPECT_EQ(a[0], "mpirun");
+  EXPECT_EQ(a[1], "--allow-run-as-root");
+  const auto shim = std::find(a.begin(), a.end(), "/opt/edp/bin/edprun");
+  ASSERT_NE(shim, a.end());
+  EXPECT_EQ(*(shim + 1), "--rank-exec");
+  EXPECT_EQ(*(shim + 2), "--");
+  EXPECT_EQ(std::vector<std::string>(shim + 3, a.end()), r.program);
+  EXPECT_NE(std::find(a.begin(), shim, "^openib"), shim);
+}
+
+TEST(Planner, MultiHostMpsGoesThroughMpirun) {
+  LaunchRequest r = base(8, 4);
+  r.host_source = HostSource::Hostfile;
+  r.hosts = {{"a", 0, 0}, {"b", 0, 0}};
+  const Plan p = make_plan(r, fake_gpus(1));
+  ASSERT_EQ(p.daemons.size(), 2u);
+  EXPECT_EQ(p.daemons[1].host, 1);
+  const std::string start = shell_join(p.mps_host_start_argv);
+  EXPECT_NE(start.find("--host a:1,b:1 --map-by ppr:1:node"), std::string::npos) << start;
+  EXPECT_NE(start.find("--mps-host start /tmp/edprun.test 0"), std::string::npos) << start;
+  EXPECT_FALSE(make_plan(base(8, 4), fake_gpus(2)).mps_host_start_argv.size());
+}
+
+TEST(RankEnvironment, GpuAndCpu) {
+  RankContext c;
+  c.rank = 5;
+  c.size = 8;
+  c.local_rank = 5;
+  c.local_size = 8;
+  c.ranks_per_gpu = 4;
+  c.gpu_mode = true;
+  c.gpus = fake_gpus(2);
+  c.mps = true;
+  c.job_dir = "/j";
+  c.mps_thread_percentage = 50;
+  c.mps_mem_limit = "4G";
+  c.cores = 16;
+  std::map<std::string, std::string> env;
+  for (const auto& [k, v] : rank_environment(c)) env[k] = v;
+  EXPECT_EQ(env["EDP_LOCAL_GPU"], "1");
+  EXPECT_EQ(env["EDP_GPU_UUID"], "GPU-1001");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-1001");
+  EXPECT_EQ(env["EDP_GPU_RANK"], "1");
+  EXPECT_EQ(env["EDP_GPU_RANKS"], "4");
+  EXPECT_EQ(env["EDP_NUM_THREADS"], "2");  // 16 cores / 8 local ranks
+  EXPECT_EQ(env["CUDA_MPS_PIPE_DIRECTORY"], "/j/mps/1/pipe");
+  EXPECT_EQ(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50");
+  EXPECT_EQ(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=4G");
+  c.local_size = 9;  // more local ranks than 2 GPUs x 4
+  c.local_rank = 0;
+  EXPECT_THROW(rank_environment(c), edp::Error);
+  RankContext cpu;
+  cpu.local_size = 3;
+  cpu.cores = 8;
+  env.clear();
+  for (const auto& [k, v] : rank_environment(cpu)) env[k] = v;
+  EXPECT_EQ(env["EDP_NUM_THREADS"], "2");
+  EXPECT_EQ(env["EDP_LOCAL_GPU"], "-1");
+  EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
+  cpu.bound = true;  // bound: the binding is the rank's share
+  cpu.cores = 3;
+  for (const auto& [k, v] : rank_environment(cpu)) {
+    if (k == "EDP_NUM_THREADS") {
+      EXPECT_EQ(v, "3");
+    }
+  }
+}
+
+TEST(Parsers, Hostfile) {
+  const auto h = parse_hostfile_text("# cluster\nnode1 slots=4\n\nnode2 slots=2 max_slots=8  # gpu box\nnode1 slots=2\nnode3\n",
+                                     "hf");
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[0].name, "node1");
+  EXPECT_EQ(h[0].slots, 6);  // repeated lines add up
+  EXPECT_EQ(h[1].max_slots, 8);
+  EXPECT_EQ(h[2].slots, 0);
+  try {
+    parse_hostfile_text("node1 gpus=4\n", "hf");
+    FAIL();
+  } catch (const edp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hf:1"), std::string::npos);
+  }
+  EXPECT_THROW(parse_hostfile_text("# nothing\n", "hf"), edp::Error);
+  EXPECT_THROW(parse_hostfile_text("n slots=4 max_slots=2\n", "hf"), edp::Error);
+}
+
+TEST(Parsers, Slurm) {
+  EXPECT_EQ(expand_slurm_nodelist("node[01-03,07],gpu5"),
+            (std::vector<std::string>{"node01", "node02", "node03", "node07", "gpu5"}));
+  EXPECT_EQ(expand_slurm_nodelist("a[8-10]"), (std::vector<std::string>{"a8", "a9", "a10"}));
+  EXPECT_EQ(expand_slurm_tasks_per_node("4(x2),3"), (std::vector<int>{4, 4, 3}));
+  EXPECT_THROW(expand_slurm_nodelist("n[3-1]"), edp::Error);
+  setenv("SLURM_JOB_ID", "77", 1);
+  setenv("SLURM_JOB_NODELIST", "g[1-2]", 1);
+  setenv("SLURM_TASKS_PER_NODE", "8(x2)", 1);
+  const auto hosts = slurm_hosts_from_env();
+  ASSERT_TRUE(hosts.has_value());
+  ASSERT_EQ(hosts->size(), 2u);
+  EXPECT_EQ((*hosts)[1].name, "g2");
+  EXPECT_EQ((*hosts)[1].slots, 8);
+  // Inside Slurm mpirun gets no host list: Open MPI reads the allocation itself.
+  LaunchRequest r = base(0, 4);
+  r.host_source = HostSource::Slurm;
+  r.hosts = *hosts;
+  const Plan p = make_plan(r, fake_gpus(2));
+  EXPECT_EQ(p.np, 16);
+  EXPECT_FALSE(has_arg(p, "--host"));
+  EXPECT_FALSE(has_arg(p, "--hostfile"));
+  for (const char* v : {"SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE"}) unsetenv(v);
+  EXPECT_FALSE(slurm_hosts_from_env().has_value());
+}
+
+TEST(Parsers, NvidiaSmiCsv) {
+  const auto g = parse_nvidia_smi_csv(
+      "0, GPU-aaaa, NVIDIA H100 80GB HBM3, 81559, 9.0, Default\n"
+      "1, GPU-bbbb, NVIDIA A100-SXM4-40GB, 40960, 8.0, Exclusive_Process\n");
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].uuid, "GPU-aaaa");
+  EXPECT_EQ(g[0].cc_major, 9);
+  EXPECT_EQ(g[1].memory_mib, 40960);
+  EXPECT_EQ(g[1].compute_mode, "Exclusive_Process");
+  const auto old = parse_nvidia_smi_csv("0, GPU-x, Tesla P100, 16280, Default\n", false);
+  EXPECT_EQ(old[0].cc_major, 0);
+  EXPECT_THROW(parse_nvidia_smi_csv("0, GPU-x\n"), edp::Error);
+}
+
+TEST(Format, ShellQuote) {
+  EXPECT_EQ(shell_quote("plain-arg_1.txt"), "plain-arg_1.txt");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote(""), "''");
+}
+
+TEST(Placement, FromEnvironment) {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                        "OMPI_COMM_WORLD_LOCAL_SIZE", "EDP_LAUNCHER", "EDP_RANK", "EDP_WORLD_SIZE", "EDP_LOCAL_GPU"})
+    unsetenv(v);
+  Placement p = placement_from_env();  // plain run: rank 0 of 1, CPU
+  EXPECT_FALSE(p.from_edprun);
+  EXPECT_EQ(p.world_size, 1);
+  EXPECT_FALSE(p.gpu_mode);
+  // Plain mpirun: Open MPI's variables.
+  setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+  p = placement_from_env();
+  EXPECT_EQ(p.rank, 3);
+  EXPECT_EQ(p.local_size, 2);
+  // edprun's variables, K=2 without MPS: the check warns.
+  setenv("EDP_LAUNCHER", "edprun", 1);
+  setenv("EDP_RANK", "3", 1);
+  setenv("EDP_WORLD_SIZE", "4", 1);
+  setenv("EDP_LOCAL_GPU", "1", 1);
+  setenv("EDP_GPU_UUID", "GPU-1001", 1);
+  setenv("EDP_GPU_RANK", "1", 1);
+  setenv("EDP_GPU_RANKS", "2", 1);
+  setenv("EDP_MPS_ACTIVE", "0", 1);
+  p = placement_from_env();
+  EXPECT_TRUE(p.from_edprun);
+  EXPECT_TRUE(p.gpu_mode);
+  EXPECT_EQ(p.gpu_ranks, 2);
+  EXPECT_NE(check_placement(p).find("without MPS"), std::string::npos);
+  setenv("EDP_MPS_ACTIVE", "1", 1);
+  p = placement_from_env();
+  EXPECT_EQ(check_placement(p).find("without MPS"), std::string::npos);
+  // Contradictions are errors naming the variables.
+  setenv("EDP_RANK", "2", 1);
+  EXPECT_THROW(placement_from_env(), edp::Error);
+  setenv("EDP_RANK", "3", 1);
+  setenv("EDP_GPU_RANK", "2", 1);
+  EXPECT_THROW(placement_from_env(), edp::Error);
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                        "OMPI_COMM_WORLD_LOCAL_SIZE", "EDP_LAUNCHER", "EDP_RANK", "EDP_WORLD_SIZE", "EDP_LOCAL_GPU",
+                        "EDP_GPU_UUID", "EDP_GPU_RANK", "EDP_GPU_RANKS", "EDP_MPS_ACTIVE"})
+    unsetenv(v);
+}
