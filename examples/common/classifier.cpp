@@ -4,6 +4,7 @@
 #include "common/classifier.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "edp/backend/ops.h"
@@ -144,9 +145,11 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
 }  // namespace
 
 int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
-  // Ranks on one host share its cores.
+  // EDP_NUM_THREADS (set by edprun) wins; otherwise the ranks on one host share its cores.
   const comm::LaunchInfo li = comm::launch_info();
-  const int default_threads = std::max(1, available_cores() / std::max(1, li.local_size));
+  const int default_threads = std::getenv("EDP_NUM_THREADS")
+                                  ? num_threads()
+                                  : std::max(1, available_cores() / std::max(1, li.local_size));
   train::Options o(spec.name, spec.description);
   o.add("epochs", std::to_string(spec.default_epochs), "training epochs")
       .add("batch", "64", "batch size per rank (global batch = batch x ranks)")
