@@ -335,6 +335,8 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
         }
         L.g = a.gpus;
         L.B = B;
+        if (cfg.record_allocations)
+          res.allocations.push_back(AllocationEvent{t, static_cast<int>(k), L.g, L.B, L.g > 0 ? L.rate : 0.0});
       }
       res.summary.max_gpus_used = std::max(res.summary.max_gpus_used, used);
       if (cfg.record_timeline) {
@@ -390,6 +392,39 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
   return res;
 }
 
+std::vector<JobBound> job_bounds(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles,
+                                 const SimConfig& cfg) {
+  const std::string& pol = cfg.policy;
+  EDP_CHECK(pol == "static" || pol == "baseline" || pol == "dp" || pol == "goodput", "job_bounds: unknown policy '",
+            pol, "'");
+  std::vector<JobBound> out;
+  out.reserve(trace.size());
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const TraceJob& tj = trace[i];
+    const ModelProfile& p = profiles[assign_model(tj, i, profiles, cfg.seed)];
+    const JobModel jm = make_job_model(p, tj.gpus, cfg);
+    JobBound b;
+    b.model = p.name;
+    b.own_gpu_s = tj.gpus * tj.duration_s;
+    // Work is defined by the own configuration, so ratios of rates give times directly.
+    std::vector<JobConfig> own = {JobConfig{tj.gpus, jm.ref_batch, jm.ref_samples_per_s, 1.0}};
+    const std::vector<JobConfig>& cfgs = pol == "static"     ? own
+                                         : pol == "baseline" ? jm.fixed_batch
+                                         : pol == "dp"       ? jm.elastic
+                                                             : jm.elastic_goodput;
+    b.min_time_s = b.min_gpu_s = std::numeric_limits<double>::infinity();
+    for (const JobConfig& c : cfgs) {
+      const double rate = c.samples_per_s * (cfg.statistical_efficiency ? c.efficiency : 1.0);
+      if (!(rate > 0)) continue;
+      const double t = tj.duration_s * jm.ref_samples_per_s / rate;
+      b.min_time_s = std::min(b.min_time_s, t);
+      b.min_gpu_s = std::min(b.min_gpu_s, t * c.gpus);
+    }
+    out.push_back(b);
+  }
+  return out;
+}
+
 void write_jobs_csv(const SimResult& r, const std::string& path) {
   std::ofstream o(path);
   if (!o) throw Error("cannot write " + path);
@@ -418,6 +453,21 @@ std::string summary_json(const SimSummary& s) {
     << ",\"plan_ms_avg\":" << s.plan_ms_avg << ",\"plan_ms_max\":" << s.plan_ms_max
     << ",\"max_gpus_used\":" << s.max_gpus_used << ",\"wall_s\":" << s.wall_s << "}";
   return o.str();
+}
+
+void write_allocations_csv(const SimResult& r, const std::string& path) {
+  std::ofstream o(path);
+  if (!o) throw Error("cannot write " + path);
+  // speedup: progress rate over the rate at the job's own configuration (its trace duration).
+  o << "t_s,id,model,req_gpus,ref_batch,gpus,batch,samples_per_s,speedup\n";
+  char buf[256];
+  for (const AllocationEvent& a : r.allocations) {
+    const JobResult& j = r.jobs.at(static_cast<size_t>(a.job));
+    const double ref_rate = j.duration_s > 0 ? j.work / j.duration_s : 0.0;
+    std::snprintf(buf, sizeof buf, "%.3f,%s,%s,%d,%d,%d,%d,%.6g,%.4f\n", a.t, j.id.c_str(), j.model.c_str(), j.req_gpus,
+                  j.ref_batch, a.gpus, a.batch, a.samples_per_s, ref_rate > 0 ? a.samples_per_s / ref_rate : 0.0);
+    o << buf;
+  }
 }
 
 void write_timeline_csv(const SimResult& r, const std::string& path) {

@@ -1,6 +1,7 @@
 // The `edp-autoscale plan` contract, exercised by running the built tool: a valid request gives
 // the optimal plan as JSON (checked against the library's brute force), and every kind of bad
-// input exits with code 2 and a message naming the job and the field. Also a tiny `simulate`.
+// input exits with code 2 and a message naming the job and the field. Also a tiny `simulate` and
+// `workload` (the load and bound report).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -154,4 +155,31 @@ TEST(AutoscaleCli, SimulateWritesSummaryAndPerJobCsv) {
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("unknown policy"), std::string::npos) << bad.out;
   fs::remove_all(tmpdir());
+}
+
+TEST(AutoscaleCli, WorkloadReportsLoadAndPolicyBounds) {
+  const RunResult r = run("workload --poisson 60 --sweep 8,16 --policy static,baseline,dp --window 3600");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string last = r.out.substr(r.out.rfind("\n{") + 1);
+  const json j = json::parse(last);
+  EXPECT_EQ(j["jobs"].get<int>(), 60);
+  const double own = j["own_gpu_h"].get<double>();
+  ASSERT_EQ(j["sizes"].size(), 2u);
+  // Load = GPU-hours / (GPUs x window): 8 GPUs carry twice the load of 16 (relative 1e-12).
+  EXPECT_NEAR(j["sizes"][0]["work_load"].get<double>(), own / 8.0, 1e-12 * own);
+  EXPECT_NEAR(j["sizes"][0]["work_load"].get<double>(), 2 * j["sizes"][1]["work_load"].get<double>(), 1e-12 * own);
+  ASSERT_EQ(j["policies"].size(), 3u);
+  // static can only run the own configuration; the elastic policies include it (so need no more
+  // GPU-time) and dp's options include the baseline's.
+  const json& st = j["policies"][0];
+  const json& ba = j["policies"][1];
+  const json& dp = j["policies"][2];
+  EXPECT_NEAR(st["min_gpu_h"].get<double>(), own, 1e-9 * own);
+  EXPECT_LE(ba["min_gpu_h"].get<double>(), own * (1 + 1e-12));
+  EXPECT_LE(dp["min_gpu_h"].get<double>(), ba["min_gpu_h"].get<double>() * (1 + 1e-12));
+  EXPECT_LE(dp["unlimited_avg_jct_h"].get<double>(), ba["unlimited_avg_jct_h"].get<double>() * (1 + 1e-12));
+  EXPECT_LE(ba["unlimited_avg_jct_h"].get<double>(), st["unlimited_avg_jct_h"].get<double>() * (1 + 1e-12));
+  const RunResult bad = run("workload --poisson 10 --policy nonsense");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("unknown policy"), std::string::npos) << bad.out;
 }

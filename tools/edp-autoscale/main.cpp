@@ -62,6 +62,7 @@ const OptSpec kOptions[] = {
     {"limit", nullptr, false, "use only the first N jobs of the trace"},
     {"seed", "1", false, "seed of the model assignment (and the Poisson generator)"},
     {"statistical-efficiency", "", true, "progress = samples/s x statistical efficiency (Pollux)"},
+    {"allocations", "", true, "also write allocations_<policy>_<gpus>.csv (every job's GPUs and batch over time)"},
     {"threads", "1", false, "simulations run in parallel (sweep)"},
     {"no-plots", "", true, "do not call the plot script"},
     {"plot-script", nullptr, false, "path of plot_autoscale.py (default: installed or source copy)"},
@@ -144,7 +145,8 @@ class Args {
 void usage(std::ostream& o) {
   o << "usage:\n"
        "  edp-autoscale plan --input FILE [--gpus N] [--rescale-penalty F]\n"
-       "  edp-autoscale simulate (--trace FILE | --poisson N) (--gpus N | --sweep A,B,..) --out DIR [options]\n\n"
+       "  edp-autoscale simulate (--trace FILE | --poisson N) (--gpus N | --sweep A,B,..) --out DIR [options]\n"
+       "  edp-autoscale workload (--trace FILE | --poisson N) [--gpus N | --sweep A,B,..] [--policy P,..] [options]\n\n"
        "options (each also settable as EDP_AUTOSCALE_<NAME>):\n";
   for (const OptSpec& s : kOptions) {
     std::string left = std::string("  --") + s.name + (s.flag ? "" : " V");
@@ -299,11 +301,9 @@ std::string plot_script(const Args& args, const char* argv0) {
   return EDP_AUTOSCALE_PLOT_SCRIPT_SRC;
 }
 
-int cmd_simulate(const Args& args, const char* argv0) {
-  if (!args.has("out")) throw UsageError("simulate needs --out DIR");
-  const fs::path out = args.get("out");
-  fs::create_directories(out);
-  std::vector<TraceJob> trace;
+// The jobs (--trace or --poisson, --limit) and the model profiles (--profiles, else beside the
+// trace, else synthetic), shared by simulate and workload.
+void load_inputs(const Args& args, std::vector<TraceJob>& trace, std::vector<ModelProfile>& profiles) {
   std::string profiles_dir = args.get("profiles");
   if (args.has("trace")) {
     trace = load_philly_trace(args.get("trace"));
@@ -318,17 +318,25 @@ int cmd_simulate(const Args& args, const char* argv0) {
     po.seed = static_cast<uint64_t>(args.integer("seed"));
     trace = poisson_trace(po);
   } else {
-    throw UsageError("simulate needs --trace FILE or --poisson N");
+    throw UsageError("needs --trace FILE or --poisson N");
   }
   if (args.has("limit") && static_cast<size_t>(args.integer("limit")) < trace.size())
     trace.resize(static_cast<size_t>(args.integer("limit")));
-  std::vector<ModelProfile> profiles;
   if (!profiles_dir.empty()) {
     profiles = load_model_profiles(profiles_dir);
   } else {
     std::cerr << "edp-autoscale: no --profiles and none beside the trace: using synthetic models\n";
     profiles = synthetic_model_profiles();
   }
+}
+
+int cmd_simulate(const Args& args, const char* argv0) {
+  if (!args.has("out")) throw UsageError("simulate needs --out DIR");
+  const fs::path out = args.get("out");
+  fs::create_directories(out);
+  std::vector<TraceJob> trace;
+  std::vector<ModelProfile> profiles;
+  load_inputs(args, trace, profiles);
   {
     json fit = json::array();
     for (const ModelProfile& p : profiles) {
@@ -372,6 +380,7 @@ int cmd_simulate(const Args& args, const char* argv0) {
   base.window_s = args.num("window");
   base.seed = static_cast<uint64_t>(args.integer("seed"));
   base.statistical_efficiency = args.has("statistical-efficiency");
+  base.record_allocations = args.has("allocations");
   const bool quiet = args.has("quiet");
 
   struct Run {
@@ -401,6 +410,7 @@ int cmd_simulate(const Args& args, const char* argv0) {
         const SimResult r = simulate(trace, profiles, cfg);
         write_jobs_csv(r, (out / ("jobs_" + tag + ".csv")).string());
         write_timeline_csv(r, (out / ("timeline_" + tag + ".csv")).string());
+        if (cfg.record_allocations) write_allocations_csv(r, (out / ("allocations_" + tag + ".csv")).string());
         std::ofstream(out / ("summary_" + tag + ".json")) << summary_json(r.summary) << "\n";
         std::lock_guard<std::mutex> lock(mu);
         run.summary = r.summary;
@@ -470,6 +480,117 @@ int cmd_simulate(const Args& args, const char* argv0) {
 
 }  // namespace
 
+// ---- workload -----------------------------------------------------------------------------
+
+// How loaded each cluster size is, and what each policy's options alone allow (job_bounds):
+// the fewest GPU-hours the work needs (what matters on a saturated cluster) and the average JCT
+// on an unlimited cluster (what scaling alone can give). No simulation; a second or so.
+int cmd_workload(const Args& args) {
+  std::vector<TraceJob> trace;
+  std::vector<ModelProfile> profiles;
+  load_inputs(args, trace, profiles);
+  EDP_CHECK(!trace.empty(), "workload: no jobs");
+  SimConfig cfg;
+  cfg.max_scale = args.integer("max-scale");
+  cfg.seed = static_cast<uint64_t>(args.integer("seed"));
+  cfg.statistical_efficiency = args.has("statistical-efficiency");
+  const double window = args.num("window");
+  std::vector<std::string> policies = split(args.get("policy"));
+  if (policies.empty()) throw UsageError("--policy: no policy given");
+  std::vector<std::vector<JobBound>> bounds;
+  for (const std::string& p : policies) {
+    cfg.policy = p;
+    bounds.push_back(job_bounds(trace, profiles, cfg));
+  }
+  const size_t N = trace.size();
+  std::vector<std::string> models;
+  std::map<std::string, int> jobs;
+  std::map<std::string, double> own_gpu_h;
+  double own_total = 0;
+  for (const JobBound& b : bounds[0]) {
+    if (!jobs.count(b.model)) models.push_back(b.model);
+    ++jobs[b.model];
+    own_gpu_h[b.model] += b.own_gpu_s / 3600;
+    own_total += b.own_gpu_s / 3600;
+  }
+  std::sort(models.begin(), models.end(), [&](const auto& a, const auto& b) { return own_gpu_h[a] < own_gpu_h[b]; });
+  std::printf("work by model (GPU-h at the jobs' own configurations) and per policy: min GPU-h / contribution to the\n"
+              "unlimited-cluster avg JCT (h)\n%-12s %6s %10s %6s", "model", "jobs", "own_GPU-h", "share");
+  for (const auto& p : policies) std::printf(" %22s", p.c_str());
+  std::printf("\n");
+  json jmodels = json::array();
+  std::vector<double> min_total(policies.size()), jct_total(policies.size());
+  for (const std::string& m : models) {
+    std::printf("%-12s %6d %10.0f %6.3f", m.c_str(), jobs[m], own_gpu_h[m], own_gpu_h[m] / own_total);
+    json jm = {{"model", m}, {"jobs", jobs[m]}, {"own_gpu_h", own_gpu_h[m]}};
+    for (size_t k = 0; k < policies.size(); ++k) {
+      double g = 0, t = 0;
+      for (const JobBound& b : bounds[k])
+        if (b.model == m) {
+          g += b.min_gpu_s / 3600;
+          t += b.min_time_s / 3600 / static_cast<double>(N);
+        }
+      min_total[k] += g;
+      jct_total[k] += t;
+      std::printf(" %12.0f / %7.3f", g, t);
+      jm[policies[k]] = {{"min_gpu_h", g}, {"unlimited_avg_jct_h", t}};
+    }
+    std::printf("\n");
+    jmodels.push_back(jm);
+  }
+  std::printf("%-12s %6zu %10.0f %6.3f", "total", N, own_total, 1.0);
+  for (size_t k = 0; k < policies.size(); ++k) std::printf(" %12.0f / %7.3f", min_total[k], jct_total[k]);
+  std::printf("\n");
+
+  // Offered load: all the work over the window, and the demand inside the window if every job
+  // ran at its own configuration from its submission (the trace README's "unqueued demand").
+  double in_window = 0, last_end = 0;
+  for (const TraceJob& j : trace) {
+    in_window += j.gpus * std::max(0.0, std::min(window, j.submit_s + j.duration_s) - std::min(window, j.submit_s));
+    last_end = std::max(last_end, j.submit_s + j.duration_s);
+  }
+  const double demand = in_window / window;
+  std::vector<int> sizes;
+  if (args.has("sweep"))
+    for (const std::string& x : split(args.get("sweep"))) sizes.push_back(std::atoi(x.c_str()));
+  else if (args.has("gpus"))
+    sizes.push_back(args.integer("gpus"));
+  std::printf("\nunqueued demand in the window: %.1f GPUs on average; all work = %.1f GPUs x window\n", demand,
+              own_total * 3600 / window);
+  json jsizes = json::array();
+  if (!sizes.empty()) {
+    std::printf("%6s %14s %16s", "gpus", "demand/gpus", "all_work/gpus");
+    for (const auto& p : policies) std::printf(" %12s", ("min_" + p).c_str());
+    std::printf("   (load = GPU-hours / (gpus x window))\n");
+  }
+  for (int g : sizes) {
+    if (g < 1) throw UsageError("cluster sizes must be >= 1");
+    const double cap_h = g * window / 3600;
+    std::printf("%6d %14.2f %16.2f", g, demand / g, own_total / cap_h);
+    json js = {{"gpus", g}, {"demand_load", demand / g}, {"work_load", own_total / cap_h}};
+    for (size_t k = 0; k < policies.size(); ++k) {
+      std::printf(" %12.2f", min_total[k] / cap_h);
+      js["min_load_" + policies[k]] = min_total[k] / cap_h;
+    }
+    std::printf("\n");
+    jsizes.push_back(js);
+  }
+  json jp = json::array();
+  for (size_t k = 0; k < policies.size(); ++k)
+    jp.push_back({{"policy", policies[k]}, {"min_gpu_h", min_total[k]}, {"unlimited_avg_jct_h", jct_total[k]}});
+  const json line = {{"workload", args.has("trace") ? args.get("trace") : "poisson:" + args.get("poisson")},
+                     {"jobs", N},
+                     {"own_gpu_h", own_total},
+                     {"demand_gpus", demand},
+                     {"max_scale", cfg.max_scale},
+                     {"seed", cfg.seed},
+                     {"policies", jp},
+                     {"models", jmodels},
+                     {"sizes", jsizes}};
+  std::printf("%s\n", line.dump().c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
     usage(argc < 2 ? std::cerr : std::cout);
@@ -484,7 +605,8 @@ int main(int argc, char** argv) {
     }
     if (cmd == "plan") return cmd_plan(args);
     if (cmd == "simulate") return cmd_simulate(args, argv[0]);
-    throw UsageError("unknown command '" + cmd + "' (plan or simulate)");
+    if (cmd == "workload") return cmd_workload(args);
+    throw UsageError("unknown command '" + cmd + "' (plan, simulate or workload)");
   } catch (const UsageError& e) {
     std::cerr << "edp-autoscale: " << e.what() << "\n";
     return 2;

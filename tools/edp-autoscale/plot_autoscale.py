@@ -8,7 +8,9 @@ Reads OUT_DIR/summary.json and the per-run CSVs and writes
                 (only when more than one cluster size was simulated);
   timeline.png  GPUs in use and queued jobs over time, one line per policy (largest-contention
                 run, i.e. the smallest cluster);
-  jct_cdf.png   CDF of job completion times per policy (same cluster size).
+  jct_cdf.png   CDF of job completion times per policy (same cluster size);
+  ratio.png     baseline / dp average JCT vs cluster size, over all jobs and per model (when both
+                policies ran at more than one size): where dp's gain comes from.
 Needs matplotlib (Debian: python3-matplotlib). Standard library otherwise.
 """
 import csv
@@ -20,6 +22,49 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+
+def mean_jct_by_model(path):
+    tot, n = {}, {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if float(r["jct_s"]) < 0:
+                continue
+            for key in ("all jobs", r["model"]):
+                tot[key] = tot.get(key, 0.0) + float(r["jct_s"])
+                n[key] = n.get(key, 0) + 1
+    return {k: tot[k] / n[k] for k in tot}
+
+
+def ratio_plot(out, sizes, title):
+    ratios = {}
+    for g in sizes:
+        b = os.path.join(out, "jobs_baseline_%d.csv" % g)
+        d = os.path.join(out, "jobs_dp_%d.csv" % g)
+        if not (os.path.exists(b) and os.path.exists(d)):
+            continue
+        mb, md = mean_jct_by_model(b), mean_jct_by_model(d)
+        for k in mb:
+            if k in md and md[k] > 0:
+                ratios.setdefault(k, []).append((g, mb[k] / md[k]))
+    if "all jobs" not in ratios:
+        return
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    for k, pts in sorted(ratios.items(), key=lambda kv: kv[0] != "all jobs"):
+        allj = k == "all jobs"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", lw=2.5 if allj else 1,
+                color="black" if allj else None, label=k, zorder=3 if allj else 2)
+    ax.axhline(2.0, ls="--", color="grey", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("cluster GPUs (log)")
+    ax.set_ylabel("baseline / dp mean JCT (log)")
+    ax.set_title("dp's gain over baseline by model (%s)" % title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "ratio.png"), dpi=110)
+    plt.close(fig)
 
 
 def main(out):
@@ -54,6 +99,9 @@ def main(out):
         fig.tight_layout()
         fig.savefig(os.path.join(out, "sweep.png"), dpi=110)
         plt.close(fig)
+
+    if len(sizes) > 1 and "baseline" in policies and "dp" in policies:
+        ratio_plot(out, sizes, title)
 
     g0 = sizes[0]
     fig, ax = plt.subplots(2, 1, figsize=(11, 6), sharex=True)

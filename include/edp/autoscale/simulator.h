@@ -52,6 +52,7 @@ struct SimConfig {
   bool statistical_efficiency = false;  // progress = samples/s x efficiency(batch) when true
   uint64_t seed = 1;               // model assignment
   bool record_timeline = true;
+  bool record_allocations = false;  // every (GPUs, batch) change of every job, for per-job analysis
   // Called every ~progress_every_s of simulated time with (now, jobs finished, jobs total).
   std::function<void(double, int, int)> progress;
   double progress_every_s = 86400;
@@ -77,6 +78,16 @@ struct TimelinePoint {
   int queued = 0;
 };
 
+// One change of a job's allocation (gpus == 0: the job was preempted). A job's allocation holds
+// from `t` until its next event or its finish.
+struct AllocationEvent {
+  double t = 0;
+  int job = 0;  // index into SimResult::jobs
+  int gpus = 0;
+  int batch = 0;
+  double samples_per_s = 0;  // progress rate at this allocation (0 while preempted)
+};
+
 struct SimSummary {
   std::string policy;
   int gpus = 0;
@@ -99,6 +110,7 @@ struct SimResult {
   std::vector<JobResult> jobs;
   SimSummary summary;
   std::vector<TimelinePoint> timeline;
+  std::vector<AllocationEvent> allocations;  // when SimConfig::record_allocations
 };
 
 // Builds the elastic configurations of one job (exposed for tests and the plan tool).
@@ -119,9 +131,28 @@ size_t assign_model(const TraceJob& job, size_t job_index, const std::vector<Mod
 SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles,
                    const SimConfig& cfg);
 
+// What a policy's options alone allow a job (no queueing, no pauses): its shortest run time
+// (the best configuration on an empty cluster) and its fewest GPU-seconds (the most efficient
+// configuration per GPU). Summed over a trace they bound the policy's average JCT on an unlimited
+// cluster (exactly its value there for static, baseline and dp; goodput, which values
+// throughput x efficiency, may choose slower ones) and the GPU-time the work needs on a
+// saturated one
+// (docs/autoscaler.md, "Why dp/baseline stays below 2x"). In trace order; cfg.policy picks the
+// options (static: the requested configuration only); cfg.statistical_efficiency counts progress
+// as the simulator does.
+struct JobBound {
+  std::string model;
+  double own_gpu_s = 0;  // requested GPUs x trace duration
+  double min_time_s = 0;
+  double min_gpu_s = 0;
+};
+std::vector<JobBound> job_bounds(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles,
+                                 const SimConfig& cfg);
+
 // Output helpers: per-job CSV, summary JSON (one object), timeline CSV.
 void write_jobs_csv(const SimResult& r, const std::string& path);
 std::string summary_json(const SimSummary& s);
 void write_timeline_csv(const SimResult& r, const std::string& path);
+void write_allocations_csv(const SimResult& r, const std::string& path);  // t_s,id,model,gpus,batch,...
 
 }  // namespace edp::autoscale
