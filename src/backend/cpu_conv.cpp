@@ -8,6 +8,10 @@
 
 #include "cpu_common.h"
 #include "edp/backend/ops.h"
+#include "edp/config.h"
+#if EDP_HAVE_CUDA
+#include "edp/cuda/ops.h"
+#endif
 
 namespace edp::ops {
 using namespace cpu;
@@ -102,6 +106,10 @@ bool is_pointwise(const ConvDims& d) { return d.k == 1 && d.stride == 1 && d.pad
 }  // namespace
 
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dGeometry g) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x, w, b))
+    return cuda::conv2d_forward(x, w, b, g);
+#endif
   const char* op = "conv2d_forward";
   require_cpu(x, op, "input");
   require_cpu(w, op, "weight");
@@ -142,6 +150,10 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dG
 
 Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
                        Conv2dGeometry g, bool want_dx) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x, w, dy, dw))
+    return cuda::conv2d_backward(x, w, dy, dw, db, g, want_dx);
+#endif
   const char* op = "conv2d_backward";
   require_cpu(dy, op, "grad_output");
   const ConvDims d = conv_dims(x, w, g, op);
