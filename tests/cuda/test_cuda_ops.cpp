@@ -274,7 +274,7 @@ TEST_F(CudaOps, BatchNormMatchesCpu) {
     const Tensor x = randn(shape, seed++, 2.0);
     Tensor xs = x.clone();  // a shifted input: statistics must not cancel
     for (int64_t i = 0; i < xs.numel(); ++i) xs.data<float>()[i] += 50.0f;
-    for (const Tensor* in : {&x, &xs}) {
+    for (const Tensor* in : {&x, static_cast<const Tensor*>(&xs)}) {
       const Tensor gamma = randn({C}, seed++), beta = randn({C}, seed++);
       Tensor rm_ref = randn({C}, seed++), rv_ref = Tensor::full({C}, 1.5);
       Tensor rm = G(rm_ref), rv = G(rv_ref);
@@ -356,7 +356,8 @@ ParamSet make_params(Device d, uint64_t seed) {
   for (int i = 0; i < 24; ++i) sizes.push_back(17 * i + 3);
   for (size_t i = 0; i < sizes.size(); ++i) {
     auto p = std::make_unique<nn::Parameter>();
-    p->name = "p" + std::to_string(i);
+    p->name = "p";
+    p->name += std::to_string(i);
     p->value = randn({sizes[i]}, seed + i).to(d);
     p->grad = Tensor::zeros({sizes[i]}, DType::F32, d);
     s.ptrs.push_back(p.get());
