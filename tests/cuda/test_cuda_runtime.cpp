@@ -65,6 +65,7 @@ TEST_F(CudaRuntime, CopiesAndFillsEveryDtype) {
     const Tensor d2 = dev.clone();  // device to device
     EXPECT_EQ(std::memcmp(d2.to(Device::cpu()).raw(), cpu.raw(), cpu.nbytes()), 0);
     for (double v : {0.0, -0.0, 3.5, -7.0, 200.0}) {
+      if (t == DType::U8 && v < 0) continue;  // out of uint8's range: undefined in C++
       Tensor f({517}, t, gpu()), ref({517}, t);
       f.fill(v);
       ref.fill(v);
