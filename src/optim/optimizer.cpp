@@ -14,11 +14,13 @@
 namespace edp::optim {
 using ops::cpu::dispatch_float;
 
+#if EDP_HAVE_CUDA
 namespace {
 bool params_on_cuda(const std::vector<nn::Parameter*>& ps) {
   return !ps.empty() && ps.front()->value.device().is_cuda();
 }
 }  // namespace
+#endif
 
 Optimizer::Optimizer(std::vector<nn::Parameter*> params, double lr)
     : params_(std::move(params)), lr_(lr) {
