@@ -6,7 +6,11 @@ the examples' format. Optionally data-parallel with torch.distributed (gloo) whe
 --ddp under torchrun-style environment variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 
 Run with Debian's interpreter (/usr/bin/python3) and python3-torch; set OPENBLAS_NUM_THREADS to
-the same thread count so that PyTorch's generic BLAS uses OpenBLAS with those threads."""
+the same thread count so that PyTorch's generic BLAS uses OpenBLAS with those threads.
+
+--device cuda trains on the GPU. --bench-steps S times S steps (after --bench-warmup steps) on
+synthetic batches uploaded from pinned host memory every step, reading the loss once per step:
+the loop bench/gpu/bench_gpu.cpp runs in edp (bench/gpu/run.sh compares the two)."""
 import argparse
 import gzip
 import json
@@ -68,7 +72,13 @@ def main():
     ap.add_argument("--warmup-steps", type=int, default=100)
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--ddp", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--tf32", type=int, default=1, help="TF32 matmul/conv on the GPU (edp's default)")
+    ap.add_argument("--bench-steps", type=int, default=0, help="time this many steps on synthetic data")
+    ap.add_argument("--bench-warmup", type=int, default=20)
     a = ap.parse_args()
+    if a.bench_steps:
+        return bench(a)
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -82,7 +92,12 @@ def main():
     xte, yte = load(a.data, "test")
     if a.limit:
         xtr, ytr = xtr[:a.limit], ytr[:a.limit]
-    model = mlp() if a.model == "mlp" else cnn()
+    device = torch.device(a.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = bool(a.tf32)
+        torch.backends.cudnn.allow_tf32 = bool(a.tf32)
+        torch.backends.cudnn.benchmark = True
+    model = (mlp() if a.model == "mlp" else cnn()).to(device)
     if a.ddp:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
@@ -107,7 +122,7 @@ def main():
         loss_sum, count = 0.0, 0
         for i in range(0, shard, a.batch):
             idx = perm[i:i + a.batch]
-            xb, yb = xtr[idx], ytr[idx]
+            xb, yb = xtr[idx].to(device, non_blocking=True), ytr[idx].to(device, non_blocking=True)
             for group in opt.param_groups:
                 group["lr"] = lr_at(step)
             opt.zero_grad(set_to_none=True)
@@ -125,7 +140,7 @@ def main():
     correct = 0
     with torch.no_grad():
         for i in range(0, xte.shape[0], 1000):
-            correct += (model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item()
+            correct += (model(xte[i:i + 1000].to(device)).argmax(1).cpu() == yte[i:i + 1000]).sum().item()
     if rank == 0:
         print(json.dumps({
             "model": f"fashion_mnist_{a.model}", "impl": "pytorch", "torch": torch.__version__,
@@ -135,6 +150,51 @@ def main():
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
     if a.ddp:
         torch.distributed.destroy_process_group()
+
+
+def bench(a):
+    """Training throughput on synthetic batches (the values do not change the work)."""
+    device = torch.device(a.device)
+    torch.manual_seed(a.seed)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = bool(a.tf32)
+        torch.backends.cudnn.allow_tf32 = bool(a.tf32)
+        torch.backends.cudnn.benchmark = True
+    model = (mlp() if a.model == "mlp" else cnn()).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
+    loss_fn = nn.CrossEntropyLoss()
+    pin = device.type == "cuda"
+    xs = [torch.randn(a.batch, 1, 28, 28) for _ in range(16)]
+    ys = [torch.randint(0, 10, (a.batch,)) for _ in range(16)]
+    if pin:
+        xs = [x.pin_memory() for x in xs]
+        ys = [y.pin_memory() for y in ys]
+
+    def step(i):
+        xb = xs[i % 16].to(device, non_blocking=True)
+        yb = ys[i % 16].to(device, non_blocking=True)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for i in range(a.bench_warmup):
+        step(i)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    last = 0.0
+    for i in range(a.bench_steps):
+        last = step(a.bench_warmup + i)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    secs = time.perf_counter() - t0
+    print(json.dumps({
+        "model": f"fashion_mnist_{a.model}", "impl": "pytorch", "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+        "batch": a.batch, "steps": a.bench_steps, "samples_per_s": round(a.bench_steps * a.batch / secs, 1),
+        "step_ms": round(1e3 * secs / a.bench_steps, 4), "final_loss": round(last, 4), "tf32": bool(a.tf32)}))
 
 
 if __name__ == "__main__":

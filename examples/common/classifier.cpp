@@ -10,6 +10,8 @@
 #include "edp/backend/ops.h"
 #include "edp/comm/communicator.h"
 #include "edp/core/threads.h"
+#include "edp/cuda/nccl.h"
+#include "edp/cuda/runtime.h"
 #include "edp/data/dataset.h"
 #include "edp/data/distributed_sampler.h"
 #include "edp/data/loader.h"
@@ -30,9 +32,14 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   const bool root = rank == 0;
   const int threads = static_cast<int>(o.i64("threads"));
   set_num_threads(threads);
-  const Device device = Device::parse(o.str("device"));
-  EDP_CHECK(device.is_cpu(), "--device ", device.str(),
-            ": this build trains on the CPU only (the CUDA backend is not available)");
+  // One rank per GPU: "auto" and "cuda" pick the GPU by local rank.
+  const std::string dev_arg = o.str("device");
+  Device device = dev_arg == "auto" ? (cuda::available() ? Device::cuda(0) : Device::cpu())
+                                    : Device::parse(dev_arg);
+  EDP_CHECK(device.is_cpu() || cuda::available(), "--device ", dev_arg, ": ", cuda::unavailable_reason());
+  if (device.is_cuda() && (dev_arg == "auto" || dev_arg == "cuda"))
+    device = Device::cuda(world.local_rank() % cuda::device_count());
+  if (device.is_cuda()) cuda::set_device(device.index);
   const int64_t epochs = o.i64("epochs"), batch = o.i64("batch");
   EDP_CHECK(epochs >= 1 && batch >= 1, "--epochs and --batch must be >= 1");
   const uint64_t seed = static_cast<uint64_t>(o.i64("seed"));
@@ -47,8 +54,14 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   manual_seed(seed);
   auto model = spec.build();
   model->set_input_grad(false);
-  ddp::DistributedDataParallel dmodel(model, world,
+  model->to(device);
+  // GPU gradients are reduced by NCCL (ncclUniqueId sent over `world`); CPU ones over `world`.
+  std::unique_ptr<comm::Communicator> nccl;
+  if (device.is_cuda()) nccl = comm::make_nccl_communicator(world, device.index);
+  ddp::DistributedDataParallel dmodel(model, nccl ? *nccl : world,
                                       {.bucket_cap_bytes = o.i64("bucket-cap-mb") << 20});
+  std::unique_ptr<cuda::AsyncUploader> uploader;
+  if (device.is_cuda()) uploader = std::make_unique<cuda::AsyncUploader>(device);
   optim::SGD opt(model->parameters(), {.lr = lr, .momentum = o.f64("momentum"),
                                        .weight_decay = o.f64("weight-decay"), .nesterov = true});
 
@@ -66,12 +79,13 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   if (root)
     std::fprintf(stderr,
                  "%s: %lld train / %lld test samples, %lld parameters, %d rank(s) x batch %lld "
-                 "(global %lld), lr %.4g (%s scaling), %d thread(s) per rank, %zu gradient bucket(s)\n",
+                 "(global %lld), lr %.4g (%s scaling), %d thread(s) per rank, %zu gradient bucket(s), "
+                 "on %s\n",
                  spec.name.c_str(), static_cast<long long>(train_set->size()),
                  static_cast<long long>(test_set->size()),
                  static_cast<long long>(model->num_parameters()), W,
                  static_cast<long long>(batch), static_cast<long long>(global_batch), lr,
-                 o.str("lr-scaling").c_str(), threads, dmodel.buckets().size());
+                 o.str("lr-scaling").c_str(), threads, dmodel.buckets().size(), device.str().c_str());
 
   nn::SoftmaxCrossEntropy ce;
   double train_seconds = 0, last_epoch_loss = 0;
@@ -95,7 +109,10 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
       if (local > 0) {
         data::Batch b;
         EDP_CHECK(loader.next(b) && b.size() == local, "data loader and sampler disagree at step ", k);
-        loss = ce.forward(dmodel.forward(b.x), b.y);
+        // GPU: pinned staging + cudaMemcpyAsync on a copy stream, ordered by an event.
+        const Tensor x = uploader ? uploader->upload(b.x) : b.x;
+        const Tensor y = uploader ? uploader->upload(b.y) : b.y;
+        loss = ce.forward(dmodel.forward(x), y);
         dmodel.backward(ce.backward());
       } else {
         dmodel.sync_without_backward();  // uneven last step: nothing here, still reduce
@@ -164,7 +181,7 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
       .add("limit", "0", "use only the first N training samples (0 = all)")
       .add("workers", "1", "data-loader threads per rank")
       .add("bucket-cap-mb", "25", "DDP gradient bucket cap in MiB")
-      .add("device", "cpu", "cpu (cuda needs a CUDA build and a GPU)")
+      .add("device", "auto", "auto (cuda when a GPU is visible, else cpu), cpu, cuda or cuda:N")
       .add_flag("no-eval", "skip the per-epoch test-set evaluation (the final one still runs)");
   o.parse(argc, argv);
   return comm::run_main(argc, argv, [&](comm::Communicator& world) { return train(world, o, spec); });

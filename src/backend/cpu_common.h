@@ -33,6 +33,14 @@ inline void require_cpu(const Tensor& t, const char* op, const char* name) {
                 " and this op has no CUDA implementation in this build");
 }
 
+// True when any defined operand lives on a CUDA device: the op then runs on the CUDA backend,
+// which checks that all operands share that device (so a stray CPU operand is reported there
+// instead of being read through a device pointer here).
+template <typename... Ts>
+bool on_cuda(const Ts&... t) {
+  return ((t.defined() && t.device().is_cuda()) || ...);
+}
+
 inline void require_dtype(const Tensor& a, const Tensor& b, const char* op) {
   EDP_CHECK_SHAPE(a.dtype() == b.dtype(), op, ": dtypes differ: ", a.str(), " vs ", b.str());
 }

@@ -9,6 +9,10 @@
 
 #include "cpu_common.h"
 #include "edp/backend/ops.h"
+#include "edp/config.h"
+#if EDP_HAVE_CUDA
+#include "edp/cuda/ops.h"
+#endif
 
 namespace edp::ops {
 using namespace cpu;
@@ -121,6 +125,10 @@ int64_t group_size(const ConvDims& d) {
 
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dGeometry g,
                       Tensor* col_keep) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x, w, b))
+    return cuda::conv2d_forward(x, w, b, g);  // cuDNN keeps no im2col: col_keep stays empty
+#endif
   const char* op = "conv2d_forward";
   require_cpu(x, op, "input");
   require_cpu(w, op, "weight");
@@ -184,6 +192,10 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dG
 
 Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
                        Conv2dGeometry g, bool want_dx, const Tensor* col_kept) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x, w, dy, dw))
+    return cuda::conv2d_backward(x, w, dy, dw, db, g, want_dx);
+#endif
   const char* op = "conv2d_backward";
   require_cpu(dy, op, "grad_output");
   const ConvDims d = conv_dims(x, w, g, op);

@@ -1,11 +1,19 @@
 // Linear layer math on the CPU: Eigen GEMM (multi-threaded through OpenMP inside Eigen).
 #include "cpu_common.h"
 #include "edp/backend/ops.h"
+#include "edp/config.h"
+#if EDP_HAVE_CUDA
+#include "edp/cuda/ops.h"
+#endif
 
 namespace edp::ops {
 using namespace cpu;
 
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x, w, b))
+    return cuda::linear_forward(x, w, b);
+#endif
   const char* op = "linear_forward";
   require_cpu(x, op, "input");
   require_cpu(w, op, "weight");
@@ -33,6 +41,10 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 Tensor linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
                        bool want_dx) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x, w, dy, dw))
+    return cuda::linear_backward(x, w, dy, dw, db, want_dx);
+#endif
   const char* op = "linear_backward";
   require_cpu(dy, op, "grad_output");
   const int64_t N = x.dim(0), I = x.dim(1), O = w.dim(0);

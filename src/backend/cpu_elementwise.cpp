@@ -5,6 +5,10 @@
 
 #include "cpu_common.h"
 #include "edp/backend/ops.h"
+#include "edp/config.h"
+#if EDP_HAVE_CUDA
+#include "edp/cuda/ops.h"
+#endif
 #include "edp/core/random.h"
 
 namespace edp::ops {
@@ -20,6 +24,10 @@ void parallel_for(int64_t n, F&& f) {
 }  // namespace
 
 Tensor relu_forward(const Tensor& x) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x))
+    return cuda::relu_forward(x);
+#endif
   require_cpu(x, "relu_forward", "input");
   Tensor y(x.shape(), x.dtype());
   dispatch_float(x.dtype(), "relu_forward", [&](auto tag) {
@@ -32,6 +40,10 @@ Tensor relu_forward(const Tensor& x) {
 }
 
 Tensor relu_backward(const Tensor& y, const Tensor& dy) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(y, dy))
+    return cuda::relu_backward(y, dy);
+#endif
   check_same_shape(y, dy, "relu_backward: output vs grad_output");
   Tensor dx(y.shape(), y.dtype());
   dispatch_float(y.dtype(), "relu_backward", [&](auto tag) {
@@ -50,6 +62,10 @@ Tensor relu_backward(const Tensor& y, const Tensor& dy) {
 }
 
 Tensor gelu_forward(const Tensor& x) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x))
+    return cuda::gelu_forward(x);
+#endif
   require_cpu(x, "gelu_forward", "input");
   Tensor y(x.shape(), x.dtype());
   dispatch_float(x.dtype(), "gelu_forward", [&](auto tag) {
@@ -64,6 +80,10 @@ Tensor gelu_forward(const Tensor& x) {
 }
 
 Tensor gelu_backward(const Tensor& x, const Tensor& dy) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x, dy))
+    return cuda::gelu_backward(x, dy);
+#endif
   check_same_shape(x, dy, "gelu_backward: input vs grad_output");
   Tensor dx(x.shape(), x.dtype());
   dispatch_float(x.dtype(), "gelu_backward", [&](auto tag) {
@@ -82,6 +102,10 @@ Tensor gelu_backward(const Tensor& x, const Tensor& dy) {
 }
 
 Tensor dropout_forward(const Tensor& x, double p, uint64_t seed, Tensor& mask) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x))
+    return cuda::dropout_forward(x, p, seed, mask);
+#endif
   require_cpu(x, "dropout_forward", "input");
   EDP_CHECK(p >= 0.0 && p < 1.0, "dropout: p = ", p, " must be in [0, 1)");
   mask = Tensor(x.shape(), DType::U8);
@@ -104,6 +128,10 @@ Tensor dropout_forward(const Tensor& x, double p, uint64_t seed, Tensor& mask) {
 }
 
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, double p) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(dy, mask))
+    return cuda::dropout_backward(dy, mask, p);
+#endif
   check_same_shape(dy, mask, "dropout_backward: grad_output vs mask");
   Tensor dx(dy.shape(), dy.dtype());
   const uint8_t* m = mask.data<uint8_t>();
@@ -126,6 +154,10 @@ Tensor add(const Tensor& a, const Tensor& b) {
 void add_(Tensor& a, const Tensor& b) { axpy_(a, 1.0, b); }
 
 void axpy_(Tensor& y, double alpha, const Tensor& x) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(y, x))
+    return cuda::axpy_(y, alpha, x);
+#endif
   require_cpu(y, "axpy_", "y");
   require_cpu(x, "axpy_", "x");
   check_same_shape(y, x, "axpy_");
@@ -140,6 +172,10 @@ void axpy_(Tensor& y, double alpha, const Tensor& x) {
 }
 
 void scale_(Tensor& x, double alpha) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x))
+    return cuda::scale_(x, alpha);
+#endif
   require_cpu(x, "scale_", "x");
   dispatch_float(x.dtype(), "scale_", [&](auto tag) {
     using T = decltype(tag);
@@ -169,6 +205,10 @@ double chunked_sum(int64_t n, F&& term) {
 }  // namespace
 
 double sum(const Tensor& x) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x))
+    return cuda::sum(x);
+#endif
   require_cpu(x, "sum", "input");
   return dispatch_float(x.dtype(), "sum", [&](auto tag) {
     using T = decltype(tag);
@@ -178,6 +218,10 @@ double sum(const Tensor& x) {
 }
 
 double sum_squares(const Tensor& x) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x))
+    return cuda::sum_squares(x);
+#endif
   require_cpu(x, "sum_squares", "input");
   return dispatch_float(x.dtype(), "sum_squares", [&](auto tag) {
     using T = decltype(tag);

@@ -5,6 +5,10 @@
 
 #include "cpu_common.h"
 #include "edp/backend/ops.h"
+#include "edp/config.h"
+#if EDP_HAVE_CUDA
+#include "edp/cuda/ops.h"
+#endif
 
 namespace edp::ops {
 using namespace cpu;
@@ -22,6 +26,11 @@ void check_bn(const Tensor& x, const Tensor& gamma, const char* op) {
 Tensor batchnorm2d_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  Tensor& running_mean, Tensor& running_var, double momentum,
                                  double eps, Tensor& save_mean, Tensor& save_invstd) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x, gamma, beta, running_mean, running_var))
+    return cuda::batchnorm2d_forward_train(x, gamma, beta, running_mean, running_var, momentum,
+                                           eps, save_mean, save_invstd);
+#endif
   const char* op = "batchnorm2d_forward";
   check_bn(x, gamma, op);
   const int64_t N = x.dim(0), C = x.dim(1), P = x.dim(2) * x.dim(3), M = N * P;
@@ -74,6 +83,10 @@ Tensor batchnorm2d_forward_train(const Tensor& x, const Tensor& gamma, const Ten
 Tensor batchnorm2d_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 const Tensor& running_mean, const Tensor& running_var,
                                 double eps) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x, gamma, beta, running_mean, running_var))
+    return cuda::batchnorm2d_forward_eval(x, gamma, beta, running_mean, running_var, eps);
+#endif
   const char* op = "batchnorm2d_forward(eval)";
   check_bn(x, gamma, op);
   const int64_t N = x.dim(0), C = x.dim(1), P = x.dim(2) * x.dim(3);
@@ -102,6 +115,10 @@ Tensor batchnorm2d_forward_eval(const Tensor& x, const Tensor& gamma, const Tens
 Tensor batchnorm2d_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                             const Tensor& save_mean, const Tensor& save_invstd, Tensor& dgamma,
                             Tensor& dbeta) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x, dy, gamma, save_mean, save_invstd, dgamma, dbeta))
+    return cuda::batchnorm2d_backward(x, dy, gamma, save_mean, save_invstd, dgamma, dbeta);
+#endif
   const char* op = "batchnorm2d_backward";
   check_bn(x, gamma, op);
   check_same_shape(x, dy, "batchnorm2d_backward: input vs grad_output");
@@ -154,6 +171,10 @@ void check_ce(const Tensor& logits, const Tensor& labels, const char* op) {
 }  // namespace
 
 double softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& probs) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(logits, labels))
+    return cuda::softmax_cross_entropy_forward(logits, labels, probs);
+#endif
   const char* op = "softmax_cross_entropy";
   check_ce(logits, labels, op);
   const int64_t N = logits.dim(0), C = logits.dim(1);
@@ -187,6 +208,10 @@ double softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
 }
 
 Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, double scale) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(probs, labels))
+    return cuda::softmax_cross_entropy_backward(probs, labels, scale);
+#endif
   const char* op = "softmax_cross_entropy_backward";
   check_ce(probs, labels, op);
   const int64_t N = probs.dim(0), C = probs.dim(1);
@@ -205,6 +230,10 @@ Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
 }
 
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(logits, labels))
+    return cuda::count_correct(logits, labels);
+#endif
   check_ce(logits, labels, "count_correct");
   const int64_t N = logits.dim(0), C = logits.dim(1);
   const int32_t* lab = labels.data<int32_t>();

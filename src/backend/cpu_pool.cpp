@@ -4,11 +4,19 @@
 
 #include "cpu_common.h"
 #include "edp/backend/ops.h"
+#include "edp/config.h"
+#if EDP_HAVE_CUDA
+#include "edp/cuda/ops.h"
+#endif
 
 namespace edp::ops {
 using namespace cpu;
 
 Tensor maxpool2d_forward(const Tensor& x, int64_t k, int64_t s, Tensor& argmax) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x))
+    return cuda::maxpool2d_forward(x, k, s, argmax);
+#endif
   const char* op = "maxpool2d_forward";
   require_cpu(x, op, "input");
   EDP_CHECK_SHAPE(x.ndim() == 4, op, ": input must be [N, C, H, W], got ", x.shape().str());
@@ -78,6 +86,10 @@ Tensor maxpool2d_forward(const Tensor& x, int64_t k, int64_t s, Tensor& argmax) 
 }
 
 Tensor maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Shape& xs) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(dy, argmax))
+    return cuda::maxpool2d_backward(dy, argmax, xs);
+#endif
   const char* op = "maxpool2d_backward";
   require_cpu(dy, op, "grad_output");
   check_same_shape(dy, argmax, "maxpool2d_backward: grad_output vs saved argmax");
@@ -97,6 +109,10 @@ Tensor maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Shape& x
 }
 
 Tensor global_avgpool_forward(const Tensor& x) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(x))
+    return cuda::global_avgpool_forward(x);
+#endif
   const char* op = "global_avgpool_forward";
   require_cpu(x, op, "input");
   EDP_CHECK_SHAPE(x.ndim() == 4, op, ": input must be [N, C, H, W], got ", x.shape().str());
@@ -117,6 +133,10 @@ Tensor global_avgpool_forward(const Tensor& x) {
 }
 
 Tensor global_avgpool_backward(const Tensor& dy, const Shape& xs) {
+#if EDP_HAVE_CUDA
+  if (on_cuda(dy))
+    return cuda::global_avgpool_backward(dy, xs);
+#endif
   const char* op = "global_avgpool_backward";
   require_cpu(dy, op, "grad_output");
   EDP_CHECK_SHAPE(dy.ndim() == 2 && dy.dim(0) == xs[0] && dy.dim(1) == xs[1], op,

@@ -77,22 +77,23 @@ void Request::wait() {
 // ---- Tensor conveniences ------------------------------------------------------------------
 
 namespace {
-void check_host(const Tensor& t, const char* op) {
+// Host tensors for every backend; GPU tensors for the NCCL backend (edp/cuda/nccl.h).
+void check_host(const Communicator& c, const Tensor& t, const char* op) {
   EDP_CHECK(t.defined(), "comm::", op, ": the tensor is undefined");
-  EDP_CHECK(t.device().is_cpu(), "comm::", op, ": tensor ", t.str(),
-            " is not in host memory; this communicator reduces host buffers (copy it with "
-            ".to(Device::cpu()) first)");
+  EDP_CHECK(t.device().is_cpu() || c.backend() == "nccl", "comm::", op, ": tensor ", t.str(),
+            " is not in host memory; the ", c.backend(), " communicator reduces host buffers (copy it "
+            "with .to(Device::cpu()) first, or use the NCCL communicator for GPU tensors)");
 }
 }  // namespace
 
 void Communicator::allreduce(Tensor& t, ReduceOp op) {
-  check_host(t, "allreduce");
+  check_host(*this, t, "allreduce");
   allreduce(t.raw(), t.raw(), t.numel(), t.dtype(), op);
 }
 
 void Communicator::allreduce(const Tensor& in, Tensor& out, ReduceOp op) {
-  check_host(in, "allreduce");
-  check_host(out, "allreduce");
+  check_host(*this, in, "allreduce");
+  check_host(*this, out, "allreduce");
   check_same_shape(in, out, "comm::allreduce(in, out)");
   EDP_CHECK_SHAPE(in.dtype() == out.dtype(), "comm::allreduce(in, out): dtypes differ (",
                   dtype_name(in.dtype()), " vs ", dtype_name(out.dtype()), ")");
@@ -100,13 +101,13 @@ void Communicator::allreduce(const Tensor& in, Tensor& out, ReduceOp op) {
 }
 
 void Communicator::broadcast(Tensor& t, int root) {
-  check_host(t, "broadcast");
+  check_host(*this, t, "broadcast");
   broadcast(t.raw(), t.numel(), t.dtype(), root);
 }
 
 void Communicator::allgather(const Tensor& in, Tensor& out) {
-  check_host(in, "allgather");
-  check_host(out, "allgather");
+  check_host(*this, in, "allgather");
+  check_host(*this, out, "allgather");
   EDP_CHECK_SHAPE(in.dtype() == out.dtype(), "comm::allgather: dtypes differ (",
                   dtype_name(in.dtype()), " vs ", dtype_name(out.dtype()), ")");
   EDP_CHECK_SHAPE(out.numel() == in.numel() * size(), "comm::allgather: out ", out.shape().str(),
@@ -115,12 +116,12 @@ void Communicator::allgather(const Tensor& in, Tensor& out) {
 }
 
 Request Communicator::iallreduce(Tensor& t, ReduceOp op) {
-  check_host(t, "iallreduce");
+  check_host(*this, t, "iallreduce");
   return iallreduce(t.raw(), t.raw(), t.numel(), t.dtype(), op);
 }
 
 Request Communicator::ibroadcast(Tensor& t, int root) {
-  check_host(t, "ibroadcast");
+  check_host(*this, t, "ibroadcast");
   return ibroadcast(t.raw(), t.numel(), t.dtype(), root);
 }
 

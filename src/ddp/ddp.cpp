@@ -41,6 +41,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   step_weight_ = 1.0 / comm_.size();
   params_ = module_->parameters();
   EDP_CHECK(!params_.empty(), "DistributedDataParallel: the module has no parameters");
+  EDP_CHECK(params_[0]->value.device().is_cpu() || comm_.backend() == "nccl",
+            "DistributedDataParallel: the parameters are on ", params_[0]->value.device().str(),
+            " but the communicator is '", comm_.backend(), "': GPU models need the NCCL communicator "
+            "(comm::make_nccl_communicator(world))");
   check_same_parameters();
   // Identical replicas from the start: rank 0's values win.
   for (nn::Parameter* p : params_) comm_.broadcast(p->value, 0);
@@ -115,7 +119,10 @@ void DistributedDataParallel::build_buckets() {
       info.params.push_back(params_[k]->name);
     }
     info.numel = off;
-    bucket->buffer = Tensor({off + 1}, params_[0]->value.dtype());
+    // On the parameters' device: with GPU parameters the buckets live on the GPU and the
+    // (NCCL) communicator reduces them there, on its own stream ordered after the compute
+    // stream by an event (edp/cuda/nccl.h), so nothing here waits for the GPU.
+    bucket->buffer = Tensor({off + 1}, params_[0]->value.dtype(), params_[0]->value.device());
     buckets_.push_back(std::move(bucket));
     bucket_info_.push_back(std::move(info));
   }
@@ -132,6 +139,12 @@ void DistributedDataParallel::on_grad_ready(size_t k) {
   Bucket& b = *buckets_[static_cast<size_t>(s.bucket)];
   // Fold the averaging into the copy: the allreduce is then a plain Sum.
   Tensor dst = b.buffer.narrow(s.offset, s.param->grad.numel());
+  if (dst.device().is_cuda()) {  // enqueued on the compute stream, before the bucket's allreduce
+    dst.copy_from(s.param->grad.flatten());
+    ops::scale_(dst, step_weight_);
+    if (++b.ready == b.slots.size()) launch_ready_buckets();
+    return;
+  }
   ops::cpu::dispatch_float(dst.dtype(), "ddp copy-in", [&](auto tag) {
     using T = decltype(tag);
     const T* g = s.param->grad.data<T>();
@@ -147,10 +160,15 @@ void DistributedDataParallel::launch_ready_buckets() {
          buckets_[next_launch_]->ready == buckets_[next_launch_]->slots.size()) {
     Bucket& b = *buckets_[next_launch_];
     const int64_t n = b.buffer.numel();
-    ops::cpu::dispatch_float(b.buffer.dtype(), "ddp order check", [&](auto tag) {
-      using T = decltype(tag);
-      b.buffer.data<T>()[n - 1] = static_cast<T>(next_launch_ + 1);
-    });
+    if (b.buffer.device().is_cuda()) {
+      Tensor check = b.buffer.narrow(n - 1, 1);
+      check.fill(static_cast<double>(next_launch_ + 1));
+    } else {
+      ops::cpu::dispatch_float(b.buffer.dtype(), "ddp order check", [&](auto tag) {
+        using T = decltype(tag);
+        b.buffer.data<T>()[n - 1] = static_cast<T>(next_launch_ + 1);
+      });
+    }
     b.launched = true;
     const int64_t queued = train::Timeline::get().enabled() ? train::Timeline::get().now_us() : 0;
     void* buf = b.buffer.raw();
@@ -234,18 +252,31 @@ void DistributedDataParallel::finish() {
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = *buckets_[bi];
     const int64_t n = b.buffer.numel();
-    ops::cpu::dispatch_float(b.buffer.dtype(), "ddp copy-out", [&](auto tag) {
-      using T = decltype(tag);
-      const T* src = b.buffer.data<T>();
-      if (src[n - 1] != static_cast<T>(world * static_cast<double>(bi + 1)))
+    if (b.buffer.device().is_cuda()) {
+      // One small read per bucket (synchronises with the reduction); then copies on the stream.
+      const double got = b.buffer.narrow(n - 1, 1).to(Device::cpu()).item(0);
+      if (got != world * static_cast<double>(bi + 1))
         throw Error("DistributedDataParallel: ranks launched buckets in different orders (bucket " +
                     std::to_string(bi) + " met another rank's bucket); the models or the " +
                     "backward passes differ between ranks");
       for (size_t k : b.slots) {
         const Slot& s = slots_[k];
-        std::memcpy(s.param->grad.raw(), src + s.offset, s.param->grad.nbytes());
+        s.param->grad.copy_from(b.buffer.narrow(s.offset, s.param->grad.numel()).reshape(s.param->grad.shape()));
       }
-    });
+    } else {
+      ops::cpu::dispatch_float(b.buffer.dtype(), "ddp copy-out", [&](auto tag) {
+        using T = decltype(tag);
+        const T* src = b.buffer.data<T>();
+        if (src[n - 1] != static_cast<T>(world * static_cast<double>(bi + 1)))
+          throw Error("DistributedDataParallel: ranks launched buckets in different orders (bucket " +
+                      std::to_string(bi) + " met another rank's bucket); the models or the " +
+                      "backward passes differ between ranks");
+        for (size_t k : b.slots) {
+          const Slot& s = slots_[k];
+          std::memcpy(s.param->grad.raw(), src + s.offset, s.param->grad.nbytes());
+        }
+      });
+    }
     stats_.comm_s += static_cast<double>(b.comm_us->load()) * 1e-6;
     stats_.bytes_reduced += static_cast<int64_t>(b.buffer.nbytes());
     b.ready = 0;

@@ -35,12 +35,16 @@ EvalResult evaluate_range(nn::Module& model, const data::Dataset& ds, int64_t be
   EvalResult r;
   loss_sum = 0;
   correct = 0;
+  // Batches go to the model's device (ops never copy between devices themselves).
+  const auto params = model.parameters();
+  const Device dev = params.empty() ? Device::cpu() : params.front()->value.device();
   data::Batch b;
   while (loader.next(b)) {
-    Tensor logits = model.forward(b.x);
+    const Tensor x = b.x.to(dev), y = b.y.to(dev);
+    Tensor logits = model.forward(x);
     Tensor probs;
-    loss_sum += ops::softmax_cross_entropy_forward(logits, b.y, probs) * static_cast<double>(b.size());
-    correct += ops::count_correct(logits, b.y);
+    loss_sum += ops::softmax_cross_entropy_forward(logits, y, probs) * static_cast<double>(b.size());
+    correct += ops::count_correct(logits, y);
     r.samples += b.size();
   }
   model.train(was_training);

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# On a GPU machine, in one go: configure and build edp for the GPU found, run the GPU tests
+# (ctest -L cuda), then the GPU benchmarks — edp's memory-bound kernels against a device-to-
+# device cudaMemcpy, Linear (cuBLASLt) against cublasSgemm, and Fashion-MNIST CNN training
+# throughput at batch 256 against PyTorch — and write results.md (table) and results.json, plus
+# logs.tar.gz (every log) and run.log under $OUT (default bench-results/gpu): four files, within
+# what the device tool brings back.
+#
+# Made to fit one 10-minute call of the device tool: each stage gets a share of a time budget
+# (EDP_TIME_BUDGET seconds, default 560) and the results written so far are kept when a stage
+# runs out. Builds for the GPU's own architecture only, in $EDP_BUILD_DIR (default
+# /tmp/edp-build-gpu, outside the repository so that nothing large travels back).
+#
+# Missing build dependencies: if the machine lacks Eigen, nlohmann-json, GoogleTest or zlib's
+# header, run bench/gpu/pack_deps.sh on a machine that has them (Debian: the packages of
+# scripts/setup.sh) and carry the .gpu-deps folder it writes. cuDNN and NCCL are taken from the
+# CUDA toolkit, else from the Python wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13) if present.
+#   bench/gpu/run.sh [--quick] [--skip-tests] [--skip-bench]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/bench-results/gpu}
+BUILD=${EDP_BUILD_DIR:-/tmp/edp-build-gpu}
+BUDGET=${EDP_TIME_BUDGET:-560}
+QUICK=0 SKIP_TESTS=0 SKIP_BENCH=0
+for a in "$@"; do
+  case "$a" in
+    --quick) QUICK=1 ;;
+    --skip-tests) SKIP_TESTS=1 ;;
+    --skip-bench) SKIP_BENCH=1 ;;
+    *) echo "usage: $0 [--quick] [--skip-tests] [--skip-bench]" >&2; exit 2 ;;
+  esac
+done
+LOGS=$(mktemp -d /tmp/edp-gpu-logs.XXXXXX)
+mkdir -p "$OUT"
+: > "$OUT/run.log"
+START=$SECONDS
+left() { echo $(( BUDGET - (SECONDS - START) )); }
+# stage_timeout WANT: WANT seconds, or what is left of the budget (minus a margin), if less.
+stage_timeout() { local l; l=$(( $(left) - 15 )); [ "$l" -lt 1 ] && l=1; [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
+say() { echo "[$(( SECONDS - START ))s] $*" | tee -a "$OUT/run.log"; }
+STATUS_CONFIGURE=skipped STATUS_BUILD=skipped STATUS_TESTS=skipped STATUS_BENCH=skipped STATUS_TORCH=skipped
+
+# ---- environment ----------------------------------------------------------------------------------
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "host: $(hostname) $(nproc) cores"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+  echo "cmake: $(cmake --version 2>/dev/null | head -1)"
+  echo "python: $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>&1 | tail -1)"
+  echo "edp: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+} > "$LOGS/env.txt" 2>&1
+cat "$LOGS/env.txt"
+CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+[ -n "$CC" ] || CC=90
+CC=${EDP_CUDA_ARCH:-$CC}  # e.g. "80;90" to build for other GPUs than the one found
+export PATH=/usr/local/cuda/bin:$PATH
+
+# ---- dependencies ---------------------------------------------------------------------------------
+CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CC" -DEDP_BUILD_EXAMPLES=OFF
+            -DEDP_BUILD_BENCH=ON -DEDP_BUILD_TESTS=ON -DEDP_CUDA=ON)
+command -v ninja >/dev/null && CMAKE_ARGS+=(-G Ninja)
+if [ -d "$ROOT/.gpu-deps/usr" ]; then
+  D=$ROOT/.gpu-deps/usr
+  CMAKE_ARGS+=(-DCMAKE_PREFIX_PATH="$D" -DEigen3_DIR="$D/share/eigen3/cmake"
+               -Dnlohmann_json_DIR="$D/share/cmake/nlohmann_json" -DGTest_DIR="$D/lib/x86_64-linux-gnu/cmake/GTest")
+  if [ ! -f /usr/include/zlib.h ]; then
+    Z=$(ls /usr/lib/x86_64-linux-gnu/libz.so* /lib/x86_64-linux-gnu/libz.so* 2>/dev/null | head -1)
+    CMAKE_ARGS+=(-DZLIB_INCLUDE_DIR="$D/include" -DZLIB_LIBRARY="$Z")
+  fi
+  say "using carried build dependencies in .gpu-deps"
+fi
+# cuDNN / NCCL from the Python wheels when the toolkit has none.
+wheel_dir() { python3 -c "import importlib; m = importlib.import_module('nvidia.$1'); print(list(m.__path__)[0])" 2>/dev/null; }
+if ! ls /usr/local/cuda/lib*/libcudnn.so* /usr/lib/x86_64-linux-gnu/libcudnn.so* >/dev/null 2>&1; then
+  W=$(wheel_dir cudnn); if [ -n "$W" ]; then export CUDNN_ROOT=$W LD_LIBRARY_PATH=$W/lib:${LD_LIBRARY_PATH:-}; say "cuDNN from $W"; fi
+fi
+if ! ls /usr/local/cuda/lib*/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* >/dev/null 2>&1; then
+  W=$(wheel_dir nccl); if [ -n "$W" ]; then export NCCL_ROOT=$W LD_LIBRARY_PATH=$W/lib:${LD_LIBRARY_PATH:-}; say "NCCL from $W"; fi
+fi
+
+# ---- configure + build ------------------------------------------------------------------------------
+say "configure (CUDA arch $CC) in $BUILD"
+if timeout "$(stage_timeout 120)" cmake -S . -B "$BUILD" "${CMAKE_ARGS[@]}" > "$LOGS/configure.log" 2>&1; then
+  STATUS_CONFIGURE=ok
+else
+  STATUS_CONFIGURE=failed
+fi
+grep -E "^-- +(CUDA|cuDNN|NCCL|cuBLAS|MPI)" "$LOGS/configure.log" | tee -a "$OUT/run.log"
+TARGETS=(test_cuda_allocator test_cuda_launch_math test_cuda_ops test_cuda_runtime edp_bench_gpu)
+grep -q "test_cuda_nccl" "$BUILD/build.ninja" "$BUILD/Makefile" 2>/dev/null && TARGETS+=(test_cuda_nccl)
+if [ "$STATUS_CONFIGURE" = ok ]; then
+  say "build ${TARGETS[*]}"
+  if timeout "$(stage_timeout 360)" cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" > "$LOGS/build.log" 2>&1; then
+    STATUS_BUILD=ok
+  else
+    STATUS_BUILD=failed
+    grep -E "error|Error" "$LOGS/build.log" | head -20
+  fi
+fi
+
+# ---- tests ------------------------------------------------------------------------------------------
+if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_TESTS" = 0 ]; then
+  say "GPU tests (ctest -L cuda)"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  if timeout "$(stage_timeout 200)" ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 180 \
+       > "$LOGS/tests.log" 2>&1; then
+    STATUS_TESTS=ok
+  else
+    STATUS_TESTS=failed
+  fi
+  grep -E "tests passed|Test +#|\(Failed|Skipped|Timeout" "$LOGS/tests.log" | tee -a "$OUT/run.log"
+  # The gtest output of the GPU binaries, for the record (device info, allocator numbers).
+  for t in test_cuda_ops test_cuda_runtime; do
+    [ -x "$BUILD/tests/cuda/$t" ] && [ "$(left)" -gt 120 ] && \
+      timeout "$(stage_timeout 90)" "$BUILD/tests/cuda/$t" > "$LOGS/$t.log" 2>&1
+  done
+fi
+
+# ---- benchmarks ---------------------------------------------------------------------------------------
+if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
+  STEPS=200; [ "$QUICK" = 1 ] && STEPS=50
+  say "edp GPU benchmarks"
+  QARG=(); [ "$QUICK" = 1 ] && QARG=(--quick)
+  if timeout "$(stage_timeout 150)" "$BUILD/bench/gpu/edp_bench_gpu" --train-steps "$STEPS" "${QARG[@]}" \
+       > "$LOGS/edp_bench.txt" 2>&1; then
+    STATUS_BENCH=ok
+  else
+    STATUS_BENCH=failed
+  fi
+  say "PyTorch peer"
+  if timeout "$(stage_timeout 120)" env PYTHONUNBUFFERED=1 python3 bench/pytorch/train_fashion_mnist.py --model cnn \
+       --device cuda --batch 256 --bench-steps "$STEPS" --bench-warmup 20 --tf32 1 > "$LOGS/pytorch.txt" 2>&1; then
+    STATUS_TORCH=ok
+  else
+    STATUS_TORCH=failed
+  fi
+fi
+
+# ---- results -------------------------------------------------------------------------------------------
+python3 - "$LOGS" "$OUT" "$STATUS_CONFIGURE" "$STATUS_BUILD" "$STATUS_TESTS" "$STATUS_BENCH" "$STATUS_TORCH" <<'PY'
+import json, os, sys
+logs, out, st = sys.argv[1], sys.argv[2], dict(zip(["configure", "build", "tests", "bench", "pytorch"], sys.argv[3:]))
+def read(name):
+    p = os.path.join(logs, name)
+    return open(p, errors="replace").read() if os.path.exists(p) else ""
+edp = next((json.loads(l[5:]) for l in read("edp_bench.txt").splitlines() if l.startswith("JSON ")), None)
+torch = next((json.loads(l) for l in read("pytorch.txt").splitlines() if l.startswith("{")), None)
+env = dict(l.split(": ", 1) for l in read("env.txt").splitlines() if ": " in l)
+res = {"bench": "edp_gpu", "status": st, "env": env, "edp": edp, "pytorch": torch}
+lines = ["# edp GPU results", "", "| what | value |", "|---|---|"]
+for k, v in env.items():
+    lines.append(f"| {k} | {v} |")
+for k, v in st.items():
+    lines.append(f"| stage {k} | {v} |")
+if edp and "bandwidth" in edp:
+    lines += ["", "## kernel bandwidth (GB/s, read + write)", "", "| kernel | elements | GB/s | vs memcpy |", "|---|---:|---:|---:|"]
+    for b in edp["bandwidth"]:
+        lines.append(f"| {b['kernel']} | {b['n']} | {b['gbps']:.0f} | {100*b['vs_memcpy']:.0f}% |")
+if edp and "gemm" in edp:
+    lines += ["", f"## GEMM (Linear forward vs cublasSgemm, TF32 {edp.get('gemm_tf32')})", "",
+              "| N x I -> O | edp TFLOP/s | cuBLAS TFLOP/s | ratio |", "|---|---:|---:|---:|"]
+    for g in edp["gemm"]:
+        lines.append(f"| {g['shape']} | {g['edp_tflops']:.1f} | {g['cublas_tflops']:.1f} | {g['edp_tflops']/g['cublas_tflops']:.2f} |")
+if edp and "train" in edp:
+    t = edp["train"]
+    lines += ["", "## training: fashion_mnist_cnn, batch %d" % t["batch"], "",
+              "| impl | samples/s | step ms | cudaMalloc in timed steps |", "|---|---:|---:|---:|",
+              f"| edp | {t['samples_per_s']:.0f} | {t['step_ms']:.3f} | {t['raw_allocs_timed']} |"]
+    if torch:
+        lines.append(f"| pytorch {torch['torch']} | {torch['samples_per_s']:.0f} | {torch['step_ms']:.3f} | - |")
+        lines.append(f"| edp / pytorch | {t['samples_per_s']/torch['samples_per_s']:.2f}x | | |")
+        res["train_speedup_vs_pytorch"] = t["samples_per_s"] / torch["samples_per_s"]
+open(os.path.join(out, "results.md"), "w").write("\n".join(lines) + "\n")
+open(os.path.join(out, "results.json"), "w").write(json.dumps(res) + "\n")
+print("\n".join(lines))
+print("JSON " + json.dumps(res))
+PY
+tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
+say "done: $OUT (results.md, results.json, run.log, logs.tar.gz)"
+[ "$STATUS_BUILD" = ok ] && [ "$STATUS_TESTS" != failed ] && [ "$STATUS_BENCH" != failed ]

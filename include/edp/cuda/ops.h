@@ -1,0 +1,97 @@
+// The CUDA implementation of the op set of edp/backend/ops.h (same signatures, same math and
+// gradient contract), plus a few GPU-only fused ops. edp::ops dispatches here when the first
+// tensor argument lives on a CUDA device; calling these directly is for tests and benchmarks.
+//
+// All tensors of one call must be float32 (labels int32, masks uint8), contiguous, and on the
+// same CUDA device; anything else throws edp::ShapeError / edp::Error naming the operand.
+// Work is enqueued on the device's current stream (runtime.h); ops that return a host value
+// (losses, sums, counts) synchronise with that stream.
+//
+// Precision: elementwise ops, pooling, BatchNorm, losses and reductions are float32 like the CPU
+// backend (reductions accumulate in double, combined in a fixed order: deterministic).
+// Linear and Conv2d use TF32 tensor cores unless EDP_TF32=0 (runtime.h).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "edp/backend/ops.h"
+#include "edp/core/tensor.h"
+
+namespace edp::cuda {
+
+// ---- the op set (see edp/backend/ops.h for the math) ---------------------------------------------
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);
+Tensor linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
+                       bool want_dx);
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, ops::Conv2dGeometry g);
+Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
+                       ops::Conv2dGeometry g, bool want_dx);
+Tensor maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, Tensor& argmax);
+Tensor maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Shape& x_shape);
+Tensor global_avgpool_forward(const Tensor& x);
+Tensor global_avgpool_backward(const Tensor& dy, const Shape& x_shape);
+Tensor relu_forward(const Tensor& x);
+Tensor relu_backward(const Tensor& y, const Tensor& dy);
+Tensor gelu_forward(const Tensor& x);
+Tensor gelu_backward(const Tensor& x, const Tensor& dy);
+Tensor dropout_forward(const Tensor& x, double p, uint64_t seed, Tensor& mask);
+Tensor dropout_backward(const Tensor& dy, const Tensor& mask, double p);
+void axpy_(Tensor& y, double alpha, const Tensor& x);
+void scale_(Tensor& x, double alpha);
+Tensor batchnorm2d_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 Tensor& running_mean, Tensor& running_var, double momentum,
+                                 double eps, Tensor& save_mean, Tensor& save_invstd);
+Tensor batchnorm2d_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& running_mean, const Tensor& running_var, double eps);
+Tensor batchnorm2d_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                            const Tensor& save_mean, const Tensor& save_invstd, Tensor& dgamma,
+                            Tensor& dbeta);
+double softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& probs);
+Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, double scale);
+int64_t count_correct(const Tensor& logits, const Tensor& labels);
+double sum(const Tensor& x);
+double sum_squares(const Tensor& x);
+
+// ---- GPU-only fused ops -----------------------------------------------------------------------
+enum class Activation { Identity = 0, ReLU = 1, GELU = 2 };
+// y = act(x + b), b[C] broadcast over channel axis 1 of x ([N, C] or [N, C, H, W]); b may be
+// undefined. One pass over memory instead of two.
+Tensor bias_act_forward(const Tensor& x, const Tensor& b, Activation act);
+// With z = x + b the pre-activation (ReLU may pass its output instead: y > 0 ⇔ z > 0):
+//   dz = dy · act'(z);  db += Σ_{all but axis 1} dz   (db may be null). Returns dz.
+Tensor bias_act_backward(const Tensor& z_or_y, const Tensor& dy, Tensor* db, Activation act);
+
+// Softmax cross-entropy without a host synchronisation: returns a device float64 tensor [3]
+// holding (mean loss, first row with an invalid label or -1, class count). read_loss() copies it to the
+// host (synchronising) and throws if a label was invalid. The training benchmark uses this to
+// read the loss once per step, after the optimizer step, as PyTorch's loop does.
+Tensor softmax_cross_entropy_forward_async(const Tensor& logits, const Tensor& labels,
+                                           Tensor& probs);
+double read_loss(const Tensor& loss_and_flag, const Tensor& labels);
+
+// ---- fused multi-tensor optimizer updates (math: edp/optim/optimizer.h) ------------------------
+// params[i], grads[i], state tensors: float32, same shape, all on one device. One kernel launch
+// per up to 24 tensors / 320 chunks of 64 Ki elements.
+struct SGDHyper {
+  float lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  bool first_step = false;  // momentum buffer := d on the first step
+};
+void sgd_step(const std::vector<Tensor*>& params, const std::vector<const Tensor*>& grads,
+              const std::vector<Tensor*>& momentum_bufs /* empty when momentum == 0 */,
+              const SGDHyper& h);
+struct AdamWHyper {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float decay = 1;      // 1 - lr·weight_decay
+  float step_size = 0;  // lr / (1 - β1^t)
+  float rbc2 = 1;       // 1 / √(1 - β2^t)
+};
+void adamw_step(const std::vector<Tensor*>& params, const std::vector<const Tensor*>& grads,
+                const std::vector<Tensor*>& m, const std::vector<Tensor*>& v, const AdamWHyper& h);
+// Gradient scaling (loss scaling / averaging): g *= scale for every tensor; returns true when
+// any element (after scaling) is not finite. Synchronises once to read the flag.
+bool scale_and_check_finite(const std::vector<Tensor*>& grads, float scale);
+// Σ over all tensors of Σ x², accumulated in double in a fixed order (for gradient clipping).
+double sum_squares_multi(const std::vector<const Tensor*>& tensors);
+
+}  // namespace edp::cuda

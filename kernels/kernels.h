@@ -1,0 +1,112 @@
+// Host launchers of edp's own CUDA kernels (kernels/*.cu), one section per file. Plain
+// signatures on raw device pointers and a stream; shapes were validated by the callers
+// (src/cuda/ops_*.cpp), which own all allocation. Every launcher returns without launching when
+// there is no work, and checks the launch (CUDA_CHECK_LAUNCH).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace edp::cuda::kern {
+
+// ---- activation.cu: fused bias + activation ----------------------------------------------------
+enum class Act : int { Identity = 0, ReLU = 1, GELU = 2 };
+// y[i] = act(x[i] + b[c(i)]), c(i) = (i / inner) % C; b may be null (then C, inner unused).
+// x may equal y (in place).
+void bias_act_forward(const float* x, const float* b, float* y, int64_t n, int64_t C,
+                      int64_t inner, Act act, cudaStream_t s);
+// dz[i] = dy[i] · act'(z[i]); for ReLU `z` may be the output y.
+void act_backward(const float* z, const float* dy, float* dz, int64_t n, Act act, cudaStream_t s);
+
+// ---- reduce.cu: reductions, axpy/scale, fill, per-channel sums ----------------------------------
+// partial[b] for b < reduce_blocks(n) (launch.h), then out[0] = Σ partial (double).
+void sum_partial(const float* x, int64_t n, bool squares, double* partial, int blocks, cudaStream_t s);
+void sum_finalize(const double* partial, int blocks, double* out, cudaStream_t s);
+void axpy(float* y, float alpha, const float* x, int64_t n, cudaStream_t s);
+void scale(float* x, float alpha, int64_t n, cudaStream_t s);
+// n elements of elem_size (1, 4 or 8) bytes, each set to the low elem_size bytes of `pattern`.
+void fill(void* p, int elem_size, uint64_t pattern, int64_t n, cudaStream_t s);
+// out[c] += Σ_{o < outer, i < inner} x[(o·C + c)·inner + i], via partial[splits][C] (double).
+// splits: launch.h channel_splits(C, outer·inner), capped at `outer` when inner > 1.
+void channel_sum_accumulate(const float* x, float* out, int64_t outer, int64_t C, int64_t inner,
+                            double* partial, int64_t splits, cudaStream_t s);
+// buf[i] /= divisor in buf's type (dtype codes as edp::DType: 0 f32, 1 f64, 2 i32, 3 i64, 4 u8).
+void divide(void* buf, int dtype, int64_t n, int divisor, cudaStream_t s);
+
+// ---- softmax_xent.cu -----------------------------------------------------------------------------
+// Per row: probs = softmax(z); row_loss = -log probs[label]; row_bad = label outside [0, C).
+void softmax_xent_forward(const float* z, const int32_t* labels, float* probs, double* row_loss,
+                          int32_t* row_flag, int64_t N, int64_t C, cudaStream_t s);
+// out[0] = Σ row_val / N (0 when row_val is null); out[1] = first row with a non-zero flag or -1
+// (count_mode false), or the number of non-zero flags (count_mode true).
+void rows_finalize(const double* row_val, const int32_t* row_flag, int64_t N, bool count_mode,
+                   double* out, cudaStream_t s);
+// dz = (probs - onehot(label)) · scale
+void softmax_xent_backward(const float* probs, const int32_t* labels, float* dz, int64_t N,
+                           int64_t C, float scale, cudaStream_t s);
+// row_flag[n] = (argmax_c z[n, c] == label[n]), first maximum on ties.
+void correct_rows(const float* z, const int32_t* labels, int32_t* row_flag, int64_t N, int64_t C,
+                  cudaStream_t s);
+
+// ---- pool.cu ------------------------------------------------------------------------------------
+void maxpool2d_forward(const float* x, float* y, int32_t* argmax, int64_t planes, int64_t H,
+                       int64_t W, int64_t Ho, int64_t Wo, int64_t k, int64_t stride, cudaStream_t s);
+// dx must be zeroed first; dx[plane, argmax] += dy.
+void maxpool2d_backward(const float* dy, const int32_t* argmax, float* dx, int64_t planes,
+                        int64_t HW, int64_t HoWo, cudaStream_t s);
+void global_avgpool_forward(const float* x, float* y, int64_t planes, int64_t P, cudaStream_t s);
+void global_avgpool_backward(const float* dy, float* dx, int64_t planes, int64_t P, cudaStream_t s);
+
+// ---- batchnorm.cu ------------------------------------------------------------------------------
+// partial: [C][splits][2] doubles; coef: [2C] floats (scale a, shift b: y = a x + b).
+void bn_stats_partial(const float* x, int64_t N, int64_t C, int64_t P, int64_t splits,
+                      double* partial, cudaStream_t s);
+void bn_stats_finalize(const double* partial, const float* x, int64_t N, int64_t C, int64_t P,
+                       int64_t splits, const float* gamma, const float* beta, float* running_mean,
+                       float* running_var, double momentum, double eps, float* save_mean,
+                       float* save_invstd, float* coef, cudaStream_t s);
+void bn_eval_coef(const float* gamma, const float* beta, const float* running_mean,
+                  const float* running_var, double eps, int64_t C, float* coef, cudaStream_t s);
+void bn_apply(const float* x, const float* coef, float* y, int64_t N, int64_t C, int64_t P,
+              cudaStream_t s);
+// partial: [C][splits][2] doubles (Σ dy, Σ dy·(x - mean)); coef: [3C] doubles.
+void bn_backward_partial(const float* x, const float* dy, const float* save_mean, int64_t N,
+                         int64_t C, int64_t P, int64_t splits, double* partial, cudaStream_t s);
+void bn_backward_finalize(const double* partial, int64_t C, int64_t splits, int64_t M,
+                          const float* gamma, const float* save_invstd, float* dgamma, float* dbeta,
+                          double* coef, cudaStream_t s);
+void bn_backward_dx(const float* x, const float* dy, const float* save_mean,
+                    const float* save_invstd, const double* coef, float* dx, int64_t N, int64_t C,
+                    int64_t P, cudaStream_t s);
+
+// ---- dropout.cu ----------------------------------------------------------------------------------
+void dropout_forward(const float* x, float* y, uint8_t* mask, int64_t n, uint64_t seed,
+                     uint64_t threshold, float scale, cudaStream_t s);
+void dropout_backward(const float* dy, const uint8_t* mask, float* dx, int64_t n, float scale,
+                      cudaStream_t s);
+
+// ---- optim.cu: multi-tensor updates ------------------------------------------------------------
+struct SGDArgs {
+  float lr, momentum, dampening_keep /* 1 - dampening */, weight_decay;
+  bool nesterov, first_step, has_momentum;
+};
+void sgd_multi(const std::vector<float*>& p, const std::vector<const float*>& g,
+               const std::vector<float*>& buf, const std::vector<int64_t>& n, const SGDArgs& a,
+               cudaStream_t s);
+struct AdamWArgs {
+  float beta1, beta2, eps, decay, step_size, rbc2;
+};
+void adamw_multi(const std::vector<float*>& p, const std::vector<const float*>& g,
+                 const std::vector<float*>& m, const std::vector<float*>& v,
+                 const std::vector<int64_t>& n, const AdamWArgs& a, cudaStream_t s);
+// g *= scale; *found_inf = 1 when any result is not finite (found_inf zeroed by the caller).
+void scale_check_multi(const std::vector<float*>& g, const std::vector<int64_t>& n, float scale,
+                       int32_t* found_inf, cudaStream_t s);
+// partial[j] = Σ x² over the j-th (tensor, chunk) block, in plan order; returns the number of
+// partials (the caller sizes `partial` with multi_tensor_blocks()).
+int64_t multi_tensor_blocks(const std::vector<int64_t>& n);
+void sumsq_multi(const std::vector<const float*>& x, const std::vector<int64_t>& n,
+                 double* partial, cudaStream_t s);
+
+}  // namespace edp::cuda::kern
