@@ -17,11 +17,10 @@ std::shared_ptr<Sequential> fashion_mnist_mlp() {
 
 std::shared_ptr<Sequential> fashion_mnist_cnn() {
   auto m = make<Sequential>();
-  m->add(make<Conv2d>(1, 32, 3, 1, 1), "conv1");
-  m->add(make<ReLU>(), "relu1");
+  // Conv + ReLU fused (same math as a separate ReLU layer, two fewer memory passes each).
+  m->add(make<Conv2d>(1, 32, 3, 1, 1, true, /*relu=*/true), "conv1");
   m->add(make<MaxPool2d>(2), "pool1");
-  m->add(make<Conv2d>(32, 64, 3, 1, 1), "conv2");
-  m->add(make<ReLU>(), "relu2");
+  m->add(make<Conv2d>(32, 64, 3, 1, 1, true, /*relu=*/true), "conv2");
   m->add(make<MaxPool2d>(2), "pool2");
   m->add(make<Flatten>(), "flatten");
   m->add(make<Linear>(3136, 128), "fc1");

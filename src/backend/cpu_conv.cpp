@@ -127,7 +127,11 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dG
                       Tensor* col_keep) {
 #if EDP_HAVE_CUDA
   if (on_cuda(x, w, b))
-    return cuda::conv2d_forward(x, w, b, g);  // cuDNN keeps no im2col: col_keep stays empty
+  {
+    // cuDNN keeps no im2col (col_keep stays empty); the fused ReLU is a separate kernel there.
+    Tensor y = cuda::conv2d_forward(x, w, b, g);
+    return g.relu ? relu_forward(y) : y;
+  }
 #endif
   const char* op = "conv2d_forward";
   require_cpu(x, op, "input");
@@ -161,6 +165,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dG
           Y.noalias() = Wm * CMatR<T>(xp + n * d.C * d.H * d.W, d.K(), d.P());
           if (bp)
             for (int64_t o = 0; o < d.O; ++o) Y.row(o).array() += bp[o];
+          if (g.relu) Y = Y.cwiseMax(T(0));
         }
       } else {
         // Groups of S samples (group q = samples [qS, qS + S)), whole groups per thread: col
@@ -181,7 +186,10 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dG
               const T* src = out.data() + o * ld + j * d.P();
               T* dst = yp + ((n + j) * d.O + o) * d.P();
               const T bo = bp ? bp[o] : T(0);
-              for (int64_t v = 0; v < d.P(); ++v) dst[v] = src[v] + bo;
+              if (g.relu)
+                for (int64_t v = 0; v < d.P(); ++v) dst[v] = std::max(src[v] + bo, T(0));
+              else
+                for (int64_t v = 0; v < d.P(); ++v) dst[v] = src[v] + bo;
             }
         }
       }
@@ -191,10 +199,12 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dG
 }
 
 Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
-                       Conv2dGeometry g, bool want_dx, const Tensor* col_kept) {
+                       Conv2dGeometry g, bool want_dx, const Tensor* col_kept,
+                       const Tensor* relu_out) {
 #if EDP_HAVE_CUDA
   if (on_cuda(x, w, dy, dw))
-    return cuda::conv2d_backward(x, w, dy, dw, db, g, want_dx);
+    return cuda::conv2d_backward(x, w, g.relu ? relu_backward(*relu_out, dy) : dy, dw, db, g,
+                                 want_dx);
 #endif
   const char* op = "conv2d_backward";
   require_cpu(dy, op, "grad_output");
@@ -203,6 +213,10 @@ Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
                   dy.shape().str(), " does not match the output [", d.N, ", ", d.O, ", ", d.Ho,
                   ", ", d.Wo, "]");
   check_same_shape(dw, w, "conv2d_backward: weight grad vs weight");
+  if (g.relu) {
+    EDP_CHECK(relu_out && relu_out->defined(), op, ": a fused-ReLU convolution needs its output for backward");
+    check_same_shape(*relu_out, dy, "conv2d_backward: output vs grad_output");
+  }
   Tensor dx;
   if (want_dx) dx = Tensor::zeros(x.shape(), x.dtype());
   dispatch_float(x.dtype(), op, [&](auto tag) {
@@ -215,6 +229,7 @@ Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
     std::vector<Mat> dw_part(static_cast<size_t>(T_));
     std::vector<Eigen::Matrix<T, Eigen::Dynamic, 1>> db_part(static_cast<size_t>(T_));
     const int64_t S = group_size(d), groups = (d.N + S - 1) / S;
+    const T* yrp = g.relu ? relu_out->data<T>() : nullptr;
     const T* kept = nullptr;
     if (col_kept && col_kept->defined() && !is_pointwise(d)) {
       EDP_CHECK(col_kept->numel() == d.N * d.K() * d.P() && col_kept->dtype() == x.dtype(), op,
@@ -231,9 +246,16 @@ Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
       auto& DBt = db_part[static_cast<size_t>(t)];
       DBt.setZero(d.O);
       if (is_pointwise(d)) {
+        Mat masked;
         for (int64_t n = n0; n < n1; ++n) {
           CMatR<T> X(xp + n * d.C * d.H * d.W, d.K(), d.P());
-          CMatR<T> DY(dyp + n * d.O * d.P(), d.O, d.P());
+          const T* dyn = dyp + n * d.O * d.P();
+          if (g.relu) {
+            masked = (CMatR<T>(yrp + n * d.O * d.P(), d.O, d.P()).array() > T(0))
+                         .select(CMatR<T>(dyn, d.O, d.P()), T(0));
+            dyn = masked.data();
+          }
+          CMatR<T> DY(dyn, d.O, d.P());
           DWt.noalias() += DY * X.transpose();
           if (db) DBt += DY.rowwise().sum();
           if (want_dx)
@@ -250,8 +272,19 @@ Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
           const T* col = kept ? kept + n * d.K() * d.P() : local.data();
           for (int64_t j = 0; j < s; ++j) {
             if (!kept) im2col(xp + (n + j) * d.C * d.H * d.W, local.data() + j * d.P(), d, ld);
-            for (int64_t o = 0; o < d.O; ++o)
-              std::copy_n(dyp + ((n + j) * d.O + o) * d.P(), d.P(), dyg.data() + o * ld + j * d.P());
+            for (int64_t o = 0; o < d.O; ++o) {
+              const T* src = dyp + ((n + j) * d.O + o) * d.P();
+              T* dst = dyg.data() + o * ld + j * d.P();
+              if (g.relu) {  // the fused ReLU's backward, applied while gathering
+                const T* yr = yrp + ((n + j) * d.O + o) * d.P();
+                for (int64_t v = 0; v < d.P(); ++v) {
+                  const T gv = src[v];
+                  dst[v] = yr[v] > T(0) ? gv : T(0);
+                }
+              } else {
+                std::copy_n(src, d.P(), dst);
+              }
+            }
           }
           CMatR<T> DY(dyg.data(), d.O, ld);
           DWt.noalias() += DY * CMatR<T>(col, d.K(), ld).transpose();

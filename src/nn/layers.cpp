@@ -53,7 +53,7 @@ Tensor Linear::backward(const Tensor& dy) {
 
 // ---- Conv2d ----------------------------------------------------------------------------------
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
-               int64_t padding, bool bias) {
+               int64_t padding, bool bias, bool relu) {
   EDP_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0 && stride > 0 && padding >= 0,
             "Conv2d(", in_channels, ", ", out_channels, ", k=", kernel, ", stride=", stride,
             ", pad=", padding, "): invalid configuration");
@@ -65,19 +65,22 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
   if (bias) b_ = &register_parameter("bias", b);
   geom_.stride = stride;
   geom_.pad = padding;
+  geom_.relu = relu;
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
   x_ = x;
   col_ = Tensor();
-  return ops::conv2d_forward(x, w_->value, b_ ? b_->value : Tensor(), geom_,
-                             training_ ? &col_ : nullptr);
+  Tensor y = ops::conv2d_forward(x, w_->value, b_ ? b_->value : Tensor(), geom_,
+                                 training_ ? &col_ : nullptr);
+  if (geom_.relu) y_ = y;
+  return y;
 }
 
 Tensor Conv2d::backward(const Tensor& dy) {
   require_forward(x_, "Conv2d");
   Tensor dx = ops::conv2d_backward(x_, w_->value, dy, w_->grad, b_ ? &b_->grad : nullptr, geom_,
-                                   input_grad_, &col_);
+                                   input_grad_, &col_, geom_.relu ? &y_ : nullptr);
   col_ = Tensor();  // free it for the next forward
   w_->mark_grad_ready();
   if (b_) b_->mark_grad_ready();

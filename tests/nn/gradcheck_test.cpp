@@ -137,6 +137,23 @@ TEST(GradCheck, Conv2dSeveralSamplesPerGemm) {
   set_num_threads(2);
 }
 
+TEST(GradCheck, Conv2dFusedReluGrouped) {
+  // Fused ReLU on the grouped im2col path (1 thread, 6 samples) and with stride 2.
+  set_num_threads(1);
+  manual_seed(17);
+  Conv2d c(2, 3, 3, 1, 1, true, /*relu=*/true);
+  gradcheck_module(c, {6, 2, 4, 4});
+  Conv2d s(2, 2, 3, 2, 1, false, /*relu=*/true);
+  gradcheck_module(s, {3, 2, 5, 5});
+  set_num_threads(2);
+}
+
+TEST(GradCheck, Conv2dFusedReluPointwise) {
+  manual_seed(18);
+  Conv2d c(3, 4, 1, 1, 0, true, /*relu=*/true);
+  gradcheck_module(c, {2, 3, 3, 3});
+}
+
 TEST(GradCheck, Conv2dPointwise) {
   manual_seed(6);
   Conv2d c(3, 4, 1);

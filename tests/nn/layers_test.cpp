@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "edp/backend/ops.h"
+#include "edp/core/random.h"
 #include "edp/core/threads.h"
 #include "edp/nn/init.h"
 #include "edp/nn/layers.h"
@@ -43,6 +44,27 @@ TEST(Layers, Conv2dForwardByHand) {
   EXPECT_FLOAT_EQ(yp.item(0), 1);
   EXPECT_FLOAT_EQ(yp.item(5), 12);
   EXPECT_FLOAT_EQ(yp.item(15), 9);
+}
+
+TEST(Layers, FusedReluConvEqualsConvThenRelu) {
+  // Same weights; the fused layer's output and gradients equal Conv2d → ReLU bitwise (the
+  // max/select is exact).
+  manual_seed(31);
+  Conv2d fused(2, 4, 3, 1, 1, true, true);
+  manual_seed(31);
+  Sequential plain{make<Conv2d>(2, 4, 3, 1, 1, true), make<ReLU>()};
+  Rng rng(2);
+  Tensor x({5, 2, 6, 6});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.normal());
+  Tensor ya = fused.forward(x), yb = plain.forward(x);
+  ASSERT_EQ(0, std::memcmp(ya.raw(), yb.raw(), ya.nbytes()));
+  Tensor dy = ya.clone();
+  Tensor dxa = fused.backward(dy), dxb = plain.backward(dy);
+  EXPECT_EQ(0, std::memcmp(dxa.raw(), dxb.raw(), dxa.nbytes()));
+  auto pa = fused.parameters(), pb = plain.parameters();
+  for (size_t k = 0; k < pa.size(); ++k)
+    EXPECT_EQ(0, std::memcmp(pa[k]->grad.raw(), pb[k]->grad.raw(), pa[k]->grad.nbytes()))
+        << pa[k]->name;
 }
 
 TEST(Layers, MaxPoolAndAvgPool) {

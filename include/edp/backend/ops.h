@@ -23,6 +23,9 @@ Tensor linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
 struct Conv2dGeometry {
   int64_t stride = 1;
   int64_t pad = 0;
+  // Fused ReLU: y = max(conv(x) + b, 0). The backward then needs the output y (relu_out) and
+  // applies the mask while it gathers dy, saving the separate ReLU passes over the activation.
+  bool relu = false;
 };
 // y[N, Co, Ho, Wo] with Ho = (H + 2 pad - k) / stride + 1. With `col` the forward keeps its
 // im2col matrices there (an opaque buffer) and a backward given the same `col` reuses them
@@ -30,7 +33,8 @@ struct Conv2dGeometry {
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dGeometry g,
                       Tensor* col = nullptr);
 Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
-                       Conv2dGeometry g, bool want_dx, const Tensor* col = nullptr);
+                       Conv2dGeometry g, bool want_dx, const Tensor* col = nullptr,
+                       const Tensor* relu_out = nullptr);
 
 // ---- pooling -------------------------------------------------------------------------------
 // Max over k×k windows with the given stride (no padding); argmax (int32, per output element,

@@ -37,11 +37,13 @@ class Linear : public Module {
 
 class Conv2d : public Module {
  public:
+  // relu = true fuses a ReLU into the convolution (y = max(conv + b, 0)): the same math as
+  // Conv2d followed by ReLU, with two fewer passes over the activation.
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1,
-         int64_t padding = 0, bool bias = true);
+         int64_t padding = 0, bool bias = true, bool relu = false);
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
-  std::string type_name() const override { return "Conv2d"; }
+  std::string type_name() const override { return geom_.relu ? "Conv2d+ReLU" : "Conv2d"; }
   Parameter& weight() { return *w_; }
   Parameter* bias() { return b_; }
 
@@ -50,6 +52,7 @@ class Conv2d : public Module {
   Parameter* b_ = nullptr;
   ops::Conv2dGeometry geom_;
   Tensor x_, col_;  // col_: im2col of the last training forward, reused by backward
+  Tensor y_;        // output, kept when the ReLU is fused (its mask)
 };
 
 class MaxPool2d : public Module {
