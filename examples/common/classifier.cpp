@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 #include <iostream>
 
 #include "edp/backend/ops.h"
@@ -47,8 +48,13 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   const double lr = optim::scale_lr(o.f64("lr"), 64, global_batch, o.str("lr-scaling"));
   train::Timeline::get().open_from_env(rank, W);
 
-  auto train_set = data::load_fashion_mnist(o.str("data"), "train");
-  auto test_set = data::load_fashion_mnist(o.str("data"), "test");
+  std::shared_ptr<data::TensorDataset> train_set, test_set;
+  if (spec.load) {
+    std::tie(train_set, test_set) = spec.load(o.str("data"));
+  } else {
+    train_set = data::load_fashion_mnist(o.str("data"), "train");
+    test_set = data::load_fashion_mnist(o.str("data"), "test");
+  }
   if (o.i64("limit") > 0) train_set = train_set->head(o.i64("limit"));
 
   manual_seed(seed);
@@ -176,7 +182,7 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
       .add("weight-decay", "5e-4", "L2 weight decay")
       .add("warmup-steps", "100", "linear LR warmup steps, then cosine decay to 0")
       .add("threads", std::to_string(default_threads), "CPU threads per rank")
-      .add("data", data::kFashionMnistDir, "directory with the Fashion-MNIST IDX files")
+      .add("data", spec.default_data, "directory with the data set's files")
       .add("seed", "42", "seed for initialisation and shuffling")
       .add("limit", "0", "use only the first N training samples (0 = all)")
       .add("workers", "1", "data-loader threads per rank")

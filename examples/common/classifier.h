@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "edp/data/dataset.h"
 #include "edp/nn/layers.h"
 
 namespace edp::examples {
@@ -15,6 +16,11 @@ struct ClassifierSpec {
   std::function<std::shared_ptr<nn::Sequential>()> build;
   int default_epochs = 5;
   double default_lr = 0.05;
+  // Where the data comes from (default: Fashion-MNIST from --data) and --data's default.
+  std::function<std::pair<std::shared_ptr<data::TensorDataset>, std::shared_ptr<data::TensorDataset>>(
+      const std::string& dir)>
+      load;
+  std::string default_data = data::kFashionMnistDir;
 };
 
 int run_classifier(int argc, char** argv, const ClassifierSpec& spec);

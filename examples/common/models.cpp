@@ -29,4 +29,22 @@ std::shared_ptr<Sequential> fashion_mnist_cnn() {
   return m;
 }
 
+std::shared_ptr<Sequential> cifar_resnet18(int num_classes) {
+  auto m = make<Sequential>();
+  m->add(make<Conv2d>(3, 64, 3, 1, 1, false), "conv1");
+  m->add(make<BatchNorm2d>(64), "bn1");
+  m->add(make<ReLU>(), "relu");
+  const int64_t widths[] = {64, 128, 256, 512};
+  int64_t in = 64;
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t out = widths[stage];
+    m->add(make<ResidualBlock>(in, out, stage == 0 ? 1 : 2), "layer" + std::to_string(stage + 1) + ".0");
+    m->add(make<ResidualBlock>(out, out, 1), "layer" + std::to_string(stage + 1) + ".1");
+    in = out;
+  }
+  m->add(make<GlobalAvgPool2d>(), "pool");
+  m->add(make<Linear>(512, num_classes), "fc");
+  return m;
+}
+
 }  // namespace edp::examples

@@ -13,4 +13,8 @@ std::shared_ptr<nn::Sequential> fashion_mnist_mlp();
 // linear(3136→128)-ReLU-linear(128→10).
 std::shared_ptr<nn::Sequential> fashion_mnist_cnn();
 
+// ResNet-18 for 32x32 inputs (the CIFAR variant): conv3x3(3->64)-BN-ReLU, four stages of two
+// basic blocks (64, 128, 256, 512 channels; strides 1, 2, 2, 2), global average pool, linear(512->10).
+std::shared_ptr<nn::Sequential> cifar_resnet18(int num_classes = 10);
+
 }  // namespace edp::examples
