@@ -70,22 +70,7 @@ int pending_stop_signal() {
   return 0;
 }
 
-pid_t spawn(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) throw Error(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execvp(args[0], args.data());
-    std::fprintf(stderr, "edprun: cannot run %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  return pid;
-}
+pid_t spawn(const std::vector<std::string>& argv) { return fork_exec(argv, "edprun"); }
 
 int status_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1; }
 

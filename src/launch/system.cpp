@@ -219,12 +219,9 @@ std::string self_exe_path() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "edprun";
 }
 
-RunResult run_capture(const std::vector<std::string>& argv,
-                      const std::vector<std::pair<std::string, std::string>>& env, const std::string& in) {
-  RunResult res;
-  int pin[2], pout[2], perr[2];
-  if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC))
-    throw Error(std::string("pipe: ") + std::strerror(errno));
+pid_t fork_exec(const std::vector<std::string>& argv, const char* who,
+                const std::function<void()>& in_child) {
+  EDP_CHECK(!argv.empty(), "fork_exec: empty command");
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -234,14 +231,26 @@ RunResult run_capture(const std::vector<std::string>& argv,
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (in_child) in_child();
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "%s: cannot run %s: %s\n", who, args[0], std::strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+RunResult run_capture(const std::vector<std::string>& argv,
+                      const std::vector<std::pair<std::string, std::string>>& env, const std::string& in) {
+  RunResult res;
+  int pin[2], pout[2], perr[2];
+  if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC))
+    throw Error(std::string("pipe: ") + std::strerror(errno));
+  const pid_t pid = fork_exec(argv, "edprun", [&] {
     dup2(pin[0], 0);
     dup2(pout[1], 1);
     dup2(perr[1], 2);
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
+  });
   close(pin[0]);
   close(pout[1]);
   close(perr[1]);

@@ -2,6 +2,9 @@
 // dlopen, or nvidia-smi), the cores this process may use, PATH look-up, and running a child
 // process with its output captured. Kept apart from plan.h so that the planner stays pure.
 #pragma once
+#include <sys/types.h>
+
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +38,12 @@ struct RunResult {
   std::string out, err;
 };
 // Runs argv (PATH look-up) with extra environment entries and stdin text; waits for it.
+// fork + execvp with an empty signal mask in the child; `in_child` runs in the child just
+// before exec (redirections, environment). A failed exec prints "<who>: cannot run ..." and
+// exits 127. Returns the child's pid.
+pid_t fork_exec(const std::vector<std::string>& argv, const char* who,
+                const std::function<void()>& in_child = {});
+
 RunResult run_capture(const std::vector<std::string>& argv,
                       const std::vector<std::pair<std::string, std::string>>& env = {},
                       const std::string& stdin_text = "");
