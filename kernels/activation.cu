@@ -40,48 +40,38 @@ __device__ __forceinline__ float act_grad(float z, float g) {
 template <Act A, bool Bias, typename Index>
 __global__ void bias_act_fwd_kernel(const float* x, const float* __restrict__ b, float* y, Index n,
                                     Index C, Index inner, bool vec) {
-  const Index stride = static_cast<Index>(blockDim.x) * gridDim.x;
-  const Index t0 = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
   auto chan = [&](Index i) { return Bias ? b[(i / inner) % C] : 0.f; };
-  Index tail = 0;
-  if (vec) {
-    const Index nv = n / 4;
-    for (Index v = t0; v < nv; v += stride) {
-      const float4 a = reinterpret_cast<const float4*>(x)[v];
-      const Index i = v * 4;
-      float4 o;
-      o.x = act_f<A>(a.x + chan(i));
-      o.y = act_f<A>(a.y + chan(i + 1));
-      o.z = act_f<A>(a.z + chan(i + 2));
-      o.w = act_f<A>(a.w + chan(i + 3));
-      reinterpret_cast<float4*>(y)[v] = o;
-    }
-    tail = nv * 4;
-  }
-  for (Index i = tail + t0; i < n; i += stride) y[i] = act_f<A>(x[i] + chan(i));
+  grid_stride_vec4(
+      n, vec,
+      [&](Index v) {
+        const float4 a = reinterpret_cast<const float4*>(x)[v];
+        const Index i = v * 4;
+        float4 o;
+        o.x = act_f<A>(a.x + chan(i));
+        o.y = act_f<A>(a.y + chan(i + 1));
+        o.z = act_f<A>(a.z + chan(i + 2));
+        o.w = act_f<A>(a.w + chan(i + 3));
+        reinterpret_cast<float4*>(y)[v] = o;
+      },
+      [&](Index i) { y[i] = act_f<A>(x[i] + chan(i)); });
 }
 
 template <Act A>
 __global__ void act_bwd_kernel(const float* __restrict__ z, const float* __restrict__ dy,
                                float* __restrict__ dz, int64_t n, bool vec) {
-  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t tail = 0;
-  if (vec) {
-    const int64_t nv = n / 4;
-    for (int64_t v = t0; v < nv; v += stride) {
-      const float4 a = reinterpret_cast<const float4*>(z)[v];
-      const float4 g = reinterpret_cast<const float4*>(dy)[v];
-      float4 o;
-      o.x = act_grad<A>(a.x, g.x);
-      o.y = act_grad<A>(a.y, g.y);
-      o.z = act_grad<A>(a.z, g.z);
-      o.w = act_grad<A>(a.w, g.w);
-      reinterpret_cast<float4*>(dz)[v] = o;
-    }
-    tail = nv * 4;
-  }
-  for (int64_t i = tail + t0; i < n; i += stride) dz[i] = act_grad<A>(z[i], dy[i]);
+  grid_stride_vec4(
+      n, vec,
+      [&](int64_t v) {
+        const float4 a = reinterpret_cast<const float4*>(z)[v];
+        const float4 g = reinterpret_cast<const float4*>(dy)[v];
+        float4 o;
+        o.x = act_grad<A>(a.x, g.x);
+        o.y = act_grad<A>(a.y, g.y);
+        o.z = act_grad<A>(a.z, g.z);
+        o.w = act_grad<A>(a.w, g.w);
+        reinterpret_cast<float4*>(dz)[v] = o;
+      },
+      [&](int64_t i) { dz[i] = act_grad<A>(z[i], dy[i]); });
 }
 
 template <Act A, bool Bias>

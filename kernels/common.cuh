@@ -20,6 +20,22 @@ inline unsigned grid_for(int64_t work, int block = kBlock) {
   return static_cast<unsigned>(grid_size(work, block, detail::sm_count_current()));
 }
 
+// The grid-stride loop of the elementwise kernels: vec4(v) handles elements [4v, 4v + 4) for
+// v < n/4 when `vec` (all buffers 16-byte aligned: float4 loads), then one(i) does the rest;
+// without `vec`, one(i) does every element.
+template <typename Index, typename Vec4, typename One>
+__device__ __forceinline__ void grid_stride_vec4(Index n, bool vec, Vec4 vec4, One one) {
+  const Index stride = static_cast<Index>(blockDim.x) * gridDim.x;
+  const Index t0 = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
+  Index tail = 0;
+  if (vec) {
+    const Index nv = n / 4;
+    for (Index v = t0; v < nv; v += stride) vec4(v);
+    tail = nv * 4;
+  }
+  for (Index i = tail + t0; i < n; i += stride) one(i);
+}
+
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

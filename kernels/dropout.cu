@@ -23,34 +23,29 @@ __device__ __forceinline__ uint64_t keep_hash(uint64_t seed, uint64_t i) {
 __global__ void dropout_fwd_kernel(const float* __restrict__ x, float* __restrict__ y,
                                    uint8_t* __restrict__ mask, int64_t n, uint64_t seed,
                                    uint64_t threshold, float scale, bool vec) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t tail = 0;
-  if (vec) {
-    const int64_t nv = n / 4;
-    for (int64_t v = t0; v < nv; v += stride) {
-      const uint64_t i = static_cast<uint64_t>(v) * 4;
-      const float4 a = reinterpret_cast<const float4*>(x)[v];
-      uchar4 m;
-      m.x = keep_hash(seed, i) >= threshold;
-      m.y = keep_hash(seed, i + 1) >= threshold;
-      m.z = keep_hash(seed, i + 2) >= threshold;
-      m.w = keep_hash(seed, i + 3) >= threshold;
-      float4 o;
-      o.x = a.x * (scale * static_cast<float>(m.x));
-      o.y = a.y * (scale * static_cast<float>(m.y));
-      o.z = a.z * (scale * static_cast<float>(m.z));
-      o.w = a.w * (scale * static_cast<float>(m.w));
-      reinterpret_cast<uchar4*>(mask)[v] = m;
-      reinterpret_cast<float4*>(y)[v] = o;
-    }
-    tail = nv * 4;
-  }
-  for (int64_t i = tail + t0; i < n; i += stride) {
-    const uint8_t m = keep_hash(seed, static_cast<uint64_t>(i)) >= threshold;
-    mask[i] = m;
-    y[i] = x[i] * (scale * static_cast<float>(m));
-  }
+  grid_stride_vec4(
+      n, vec,
+      [&](int64_t v) {
+        const uint64_t i = static_cast<uint64_t>(v) * 4;
+        const float4 a = reinterpret_cast<const float4*>(x)[v];
+        uchar4 m;
+        m.x = keep_hash(seed, i) >= threshold;
+        m.y = keep_hash(seed, i + 1) >= threshold;
+        m.z = keep_hash(seed, i + 2) >= threshold;
+        m.w = keep_hash(seed, i + 3) >= threshold;
+        float4 o;
+        o.x = a.x * (scale * static_cast<float>(m.x));
+        o.y = a.y * (scale * static_cast<float>(m.y));
+        o.z = a.z * (scale * static_cast<float>(m.z));
+        o.w = a.w * (scale * static_cast<float>(m.w));
+        reinterpret_cast<uchar4*>(mask)[v] = m;
+        reinterpret_cast<float4*>(y)[v] = o;
+      },
+      [&](int64_t i) {
+        const uint8_t m = keep_hash(seed, static_cast<uint64_t>(i)) >= threshold;
+        mask[i] = m;
+        y[i] = x[i] * (scale * static_cast<float>(m));
+      });
 }
 
 __global__ void dropout_bwd_kernel(const float* __restrict__ dy, const uint8_t* __restrict__ mask,

@@ -41,42 +41,32 @@ __global__ void sum_finalize_kernel(const double* __restrict__ partial, int bloc
 
 __global__ void axpy_kernel(float* __restrict__ y, float alpha, const float* __restrict__ x,
                             int64_t n, bool vec) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t tail = 0;
-  if (vec) {
-    const int64_t nv = n / 4;
-    for (int64_t v = t0; v < nv; v += stride) {
-      float4 a = reinterpret_cast<float4*>(y)[v];
-      const float4 b = reinterpret_cast<const float4*>(x)[v];
-      a.x += alpha * b.x;
-      a.y += alpha * b.y;
-      a.z += alpha * b.z;
-      a.w += alpha * b.w;
-      reinterpret_cast<float4*>(y)[v] = a;
-    }
-    tail = nv * 4;
-  }
-  for (int64_t i = tail + t0; i < n; i += stride) y[i] += alpha * x[i];
+  grid_stride_vec4(
+      n, vec,
+      [&](int64_t v) {
+        float4 a = reinterpret_cast<float4*>(y)[v];
+        const float4 b = reinterpret_cast<const float4*>(x)[v];
+        a.x += alpha * b.x;
+        a.y += alpha * b.y;
+        a.z += alpha * b.z;
+        a.w += alpha * b.w;
+        reinterpret_cast<float4*>(y)[v] = a;
+      },
+      [&](int64_t i) { y[i] += alpha * x[i]; });
 }
 
 __global__ void scale_kernel(float* __restrict__ x, float alpha, int64_t n, bool vec) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t tail = 0;
-  if (vec) {
-    const int64_t nv = n / 4;
-    for (int64_t v = t0; v < nv; v += stride) {
-      float4 a = reinterpret_cast<float4*>(x)[v];
-      a.x *= alpha;
-      a.y *= alpha;
-      a.z *= alpha;
-      a.w *= alpha;
-      reinterpret_cast<float4*>(x)[v] = a;
-    }
-    tail = nv * 4;
-  }
-  for (int64_t i = tail + t0; i < n; i += stride) x[i] *= alpha;
+  grid_stride_vec4(
+      n, vec,
+      [&](int64_t v) {
+        float4 a = reinterpret_cast<float4*>(x)[v];
+        a.x *= alpha;
+        a.y *= alpha;
+        a.z *= alpha;
+        a.w *= alpha;
+        reinterpret_cast<float4*>(x)[v] = a;
+      },
+      [&](int64_t i) { x[i] *= alpha; });
 }
 
 template <typename T>
