@@ -73,6 +73,46 @@ std::vector<TraceJob> poisson_trace(const PoissonOptions& opt) {
   return out;
 }
 
+bool is_pollux_workload(const std::string& path) {
+  detail::CsvFile f(path);
+  return f.has_column("application") && f.has_column("num_replicas");
+}
+
+std::vector<TraceJob> load_pollux_workload(const std::string& path, const std::vector<ModelProfile>& profiles) {
+  detail::CsvFile f(path);
+  const size_t cn = f.column("name"), ct = f.column("time"), ca = f.column("application"),
+               cr = f.column("num_replicas"), cb = f.column("batch_size");
+  std::vector<TraceJob> out;
+  out.reserve(f.rows());
+  for (size_t r = 0; r < f.rows(); ++r) {
+    TraceJob j;
+    j.id = f.str(r, cn);
+    if (j.id.empty()) f.fail(r, cn, "empty job name");
+    j.submit_s = f.num(r, ct);
+    if (j.submit_s < 0) f.fail(r, ct, "must be >= 0");
+    j.model = f.str(r, ca);
+    const ModelProfile* p = nullptr;
+    for (const ModelProfile& m : profiles)
+      if (m.name == j.model) p = &m;
+    if (!p) {
+      std::string known;
+      for (const ModelProfile& m : profiles) known += (known.empty() ? "" : ", ") + m.name;
+      f.fail(r, ca, "model '" + j.model + "' has no profile (known: " + known + ")");
+    }
+    if (!(p->total_samples > 0))
+      f.fail(r, ca, "model '" + j.model + "' has no total_progress in model_limits.csv: its work is unknown");
+    const int64_t g = f.integer(r, cr);
+    if (g < 1 || g > 64) f.fail(r, cr, "must be in [1, 64] (the model profiles reach 64 GPUs)");
+    const int64_t b = f.integer(r, cb);
+    if (b < 1 || b > std::numeric_limits<int>::max()) f.fail(r, cb, "must be a positive int");
+    j.gpus = static_cast<int>(g);
+    j.batch = own_batch(*p, j.gpus, static_cast<int>(b));
+    j.duration_s = p->total_samples / p->model.samples_per_s(j.gpus, j.batch);
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 namespace {
 
 double efficiency(const ModelProfile& p, int ref_batch, int batch) {
@@ -82,16 +122,22 @@ double efficiency(const ModelProfile& p, int ref_batch, int batch) {
 
 }  // namespace
 
-JobModel make_job_model(const ModelProfile& p, int req_gpus, const SimConfig& cfg) {
+int own_batch(const ModelProfile& p, int gpus, int requested) {
+  EDP_CHECK(gpus >= 1, "own_batch: gpus must be >= 1, got ", gpus);
+  EDP_CHECK(requested >= 0, "own_batch: requested batch must be >= 0, got ", requested);
+  // Default: the model's initial batch per GPU (weak scaling, common practice), within the
+  // validated range; always within the per-GPU bounds.
+  int64_t b0 = requested > 0 ? requested : std::min<int64_t>(p.max_batch, int64_t{p.init_batch} * gpus);
+  b0 -= b0 % gpus;
+  b0 = std::clamp<int64_t>(b0, int64_t{p.min_local} * gpus, int64_t{p.max_local} * gpus);
+  return static_cast<int>(b0);
+}
+
+JobModel make_job_model(const ModelProfile& p, int req_gpus, const SimConfig& cfg, int batch) {
   EDP_CHECK(req_gpus >= 1 && req_gpus <= 64, "make_job_model: requested GPUs must be in [1, 64], got ", req_gpus);
   JobModel jm;
   jm.profile = &p;
-  // The user's own batch: the model's initial batch per GPU (weak scaling, common practice),
-  // within the validated range and per-GPU bounds.
-  int64_t b0 = std::min<int64_t>(p.max_batch, int64_t{p.init_batch} * req_gpus);
-  b0 -= b0 % req_gpus;
-  b0 = std::clamp<int64_t>(b0, int64_t{p.min_local} * req_gpus, int64_t{p.max_local} * req_gpus);
-  jm.ref_batch = static_cast<int>(b0);
+  jm.ref_batch = own_batch(p, req_gpus, batch);
   jm.ref_samples_per_s = p.model.samples_per_s(req_gpus, jm.ref_batch);
   EDP_CHECK(jm.ref_samples_per_s > 0, "model ", p.name, ": non-positive throughput at its own configuration");
   jm.max_gpus = std::min(64, std::max({req_gpus, p.model.gpus_per_node, cfg.max_scale * req_gpus}));
@@ -151,6 +197,13 @@ size_t assign_model(const TraceJob& job, size_t job_index, const std::vector<Mod
   return std::min<size_t>(static_cast<size_t>(cat), profiles.size() - 1);
 }
 
+size_t job_model(const TraceJob& job, size_t job_index, const std::vector<ModelProfile>& profiles, uint64_t seed) {
+  if (job.model.empty()) return assign_model(job, job_index, profiles, seed);
+  for (size_t i = 0; i < profiles.size(); ++i)
+    if (profiles[i].name == job.model) return i;
+  throw Error("job " + job.id + ": no model profile named '" + job.model + "'");
+}
+
 SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles,
                    const SimConfig& cfg) {
   EDP_CHECK(cfg.gpus >= 1, "simulate: gpus must be >= 1, got ", cfg.gpus);
@@ -182,9 +235,9 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
   for (size_t k = 0; k < N; ++k) {
     const size_t i = order[k];
     const TraceJob& tj = trace[i];
-    const ModelProfile& p = profiles[assign_model(tj, i, profiles, cfg.seed)];
+    const ModelProfile& p = profiles[job_model(tj, i, profiles, cfg.seed)];
     Live& L = live[k];
-    L.jm = make_job_model(p, tj.gpus, cfg);
+    L.jm = make_job_model(p, tj.gpus, cfg, tj.batch);
     L.work = tj.duration_s * L.jm.ref_samples_per_s;
     L.remaining = L.work;
     JobResult& jr = res.jobs[k];
@@ -401,8 +454,8 @@ std::vector<JobBound> job_bounds(const std::vector<TraceJob>& trace, const std::
   out.reserve(trace.size());
   for (size_t i = 0; i < trace.size(); ++i) {
     const TraceJob& tj = trace[i];
-    const ModelProfile& p = profiles[assign_model(tj, i, profiles, cfg.seed)];
-    const JobModel jm = make_job_model(p, tj.gpus, cfg);
+    const ModelProfile& p = profiles[job_model(tj, i, profiles, cfg.seed)];
+    const JobModel jm = make_job_model(p, tj.gpus, cfg, tj.batch);
     JobBound b;
     b.model = p.name;
     b.own_gpu_s = tj.gpus * tj.duration_s;

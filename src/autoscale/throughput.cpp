@@ -7,6 +7,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <sstream>
@@ -135,6 +136,7 @@ std::vector<ModelProfile> load_model_profiles(const std::string& dir) {
     const size_t cm = f.column("model"), ci = f.column("init_batch_size"), cx = f.column("max_batch_size"),
                  cl = f.column("min_local_bsz"), ch = f.column("max_local_bsz"),
                  cg = f.column("profiled_local_bsz_placements");
+    const size_t ct = f.has_column("total_progress") ? f.column("total_progress") : SIZE_MAX;
     for (size_t r = 0; r < f.rows(); ++r) {
       ModelProfile p;
       p.name = f.str(r, cm);
@@ -146,6 +148,13 @@ std::vector<ModelProfile> load_model_profiles(const std::string& dir) {
       if (p.max_batch < p.init_batch) f.fail(r, cx, "must be >= init_batch_size");
       if (p.min_local < 1) f.fail(r, cl, "must be >= 1");
       if (p.max_local < p.min_local) f.fail(r, ch, "must be >= min_local_bsz");
+      if (ct != SIZE_MAX) {
+        // Progress is counted in iterations at the initial batch (the data README), so one
+        // complete run is total_progress x init_batch_size samples.
+        const double tp = f.num(r, ct);
+        if (!(tp > 0)) f.fail(r, ct, "must be > 0");
+        p.total_samples = tp * p.init_batch;
+      }
       for (int b : parse_int_list(f, r, cg))
         if (b >= p.min_local && b <= p.max_local) p.local_grid.push_back(b);
       if (p.name.empty()) f.fail(r, cm, "empty model name");
@@ -209,7 +218,7 @@ std::vector<ModelProfile> load_model_profiles(const std::string& dir) {
 }
 
 std::vector<ModelProfile> synthetic_model_profiles() {
-  auto make = [](const char* name, int init, int maxb, int lo, int hi, StepTimeModel m, double bn) {
+  auto make = [](const char* name, int init, int maxb, int lo, int hi, StepTimeModel m, double bn, double total) {
     ModelProfile p;
     p.name = name;
     p.init_batch = init;
@@ -220,6 +229,7 @@ std::vector<ModelProfile> synthetic_model_profiles() {
     if (p.local_grid.back() != hi) p.local_grid.push_back(hi);
     p.model = m;
     p.grad_noise_scale = bn;
+    p.total_samples = total;
     p.synthetic = true;
     return p;
   };
@@ -228,9 +238,9 @@ std::vector<ModelProfile> synthetic_model_profiles() {
   StepTimeModel small{0.010, 0.00015, 0.010, 0.0010, 0.030, 0.004, 0.2, 4};
   StepTimeModel medium{0.030, 0.0020, 0.020, 0.0020, 0.080, 0.010, 0.3, 4};
   StepTimeModel large{0.050, 0.0800, 0.050, 0.0050, 0.300, 0.020, 0.4, 4};
-  return {make("synth-small", 128, 4096, 32, 1024, small, 2000.0),
-          make("synth-medium", 64, 2048, 16, 256, medium, 800.0),
-          make("synth-large", 8, 256, 4, 16, large, 100.0)};
+  return {make("synth-small", 128, 4096, 32, 1024, small, 2000.0, 5e6),
+          make("synth-medium", 64, 2048, 16, 256, medium, 800.0, 2e6),
+          make("synth-large", 8, 256, 4, 16, large, 100.0, 2e5)};
 }
 
 std::vector<int> candidate_batches(const ModelProfile& m, int gpus, int min_batch, int max_batch) {

@@ -183,3 +183,23 @@ TEST(AutoscaleCli, WorkloadReportsLoadAndPolicyBounds) {
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("unknown policy"), std::string::npos) << bad.out;
 }
+
+TEST(AutoscaleCli, PolluxWorkloadFindsTheProfilesAboveIt) {
+  const fs::path data = fs::path(EDP_SOURCE_DIR) / ".." / "shared" / "data";
+  const fs::path wl = data / "pollux_workloads" / "workloads-realistic" / "workload-1.csv";
+  if (!fs::exists(wl) || !fs::exists(data / "model_profiles" / "model_limits.csv"))
+    GTEST_SKIP() << "no shared data at " << data;
+  // model_profiles is two folders above the workload file; no --profiles needed.
+  const RunResult r = run("workload --trace " + wl.string() + " --gpus 64 --policy baseline,dp");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("synthetic"), std::string::npos) << r.out;
+  const json j = json::parse(r.out.substr(r.out.rfind("\n{") + 1));
+  EXPECT_EQ(j["jobs"].get<int>(), 160);
+  // Outside the data folder there are no profiles: the jobs' models cannot be found.
+  const fs::path lone = tmpdir() / "workload-1.csv";
+  fs::copy_file(wl, lone, fs::copy_options::overwrite_existing);
+  const RunResult bad = run("workload --trace " + lone.string() + " --gpus 64");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("has no profile"), std::string::npos) << bad.out;
+  fs::remove_all(tmpdir());
+}

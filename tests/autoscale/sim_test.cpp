@@ -3,6 +3,7 @@
 // (batch fixed => dp == baseline), trace/profile parsing errors with file:line:column, and the
 // throughput fit on the real profiles when shared/data is present (skipped otherwise).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -319,5 +320,89 @@ TEST(AutoscaleSim, PhillyPrefixRunsUnderEveryPolicy) {
     const SimResult r = simulate(trace, profiles, cfg);
     check_invariants(r, cfg.gpus, pol);
     EXPECT_EQ(r.summary.completed + r.summary.never_started, 400) << pol;
+  }
+}
+
+TEST(AutoscaleSim, PolluxWorkloadParsingRoundsBatchesAndNamesBadFields) {
+  const auto profiles = synthetic_model_profiles();  // synth-small: per-GPU batch 32..1024
+  const fs::path dir = fs::temp_directory_path() / ("edp_autoscale_pollux_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "workload.csv").string();
+  {
+    std::ofstream o(path);
+    o << "name,time,application,num_replicas,batch_size\n"
+      << "synth-small-0,16,synth-small,6,2048\n"  // 6 does not divide 2048: 6 x 341 = 2046
+      << "synth-large-1,30,synth-large,2,16\n";
+  }
+  EXPECT_TRUE(is_pollux_workload(path));
+  const auto jobs = load_pollux_workload(path, profiles);
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].id, "synth-small-0");
+  EXPECT_EQ(jobs[0].model, "synth-small");
+  EXPECT_EQ(jobs[0].gpus, 6);
+  EXPECT_EQ(jobs[0].batch, 2046);
+  EXPECT_EQ(jobs[1].batch, 16);
+  // Duration = the model's complete run at the own configuration (relative 1e-12: one division).
+  const ModelProfile& small = profiles[0];
+  EXPECT_NEAR(jobs[0].duration_s, small.total_samples / small.model.samples_per_s(6, 2046),
+              1e-12 * jobs[0].duration_s);
+  EXPECT_EQ(job_model(jobs[1], 1, profiles, 1), 2u);
+
+  auto expect_error = [&](const std::string& row, const std::string& where, const std::string& what) {
+    {
+      std::ofstream o(path);
+      o << "name,time,application,num_replicas,batch_size\n" << row << "\n";
+    }
+    try {
+      load_pollux_workload(path, profiles);
+      ADD_FAILURE() << "no error for " << row;
+    } catch (const edp::DataError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("workload.csv:2:" + where), std::string::npos) << m;
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+    }
+  };
+  expect_error("j,0,resnet9000,1,64", "5", "known: synth-small");
+  expect_error("j,0,synth-small,0,64", "17", "num_replicas");
+  expect_error("j,0,synth-small,65,64", "17", "num_replicas");
+  expect_error("j,0,synth-small,1,-3", "19", "batch_size");
+  expect_error("j,-1,synth-small,1,64", "3", "time");
+  {
+    std::ofstream o(path);
+    o << "submit_time_s,gpus_requested,duration_s\n0,1,100\n";
+  }
+  EXPECT_FALSE(is_pollux_workload(path));
+  fs::remove_all(dir);
+}
+
+TEST(AutoscaleSim, PolluxWorkloadJobsRunTheModelsCompleteRun) {
+  const std::string wl = data_dir() + "/pollux_workloads/workloads-realistic/workload-1.csv";
+  if (!have_data() || !fs::exists(wl)) GTEST_SKIP() << "no shared data at " << data_dir();
+  const auto profiles = load_model_profiles(data_dir() + "/model_profiles");
+  for (const auto& p : profiles) EXPECT_GT(p.total_samples, 0) << p.name;
+  const auto jobs = load_pollux_workload(wl, profiles);
+  ASSERT_EQ(jobs.size(), 160u);
+  // In the "realistic" mixes every batch is the model's initial batch per GPU x GPUs (data
+  // README), so it is kept as is and equals the default own batch.
+  for (const TraceJob& j : jobs) {
+    const ModelProfile& p = profiles[job_model(j, 0, profiles, 1)];
+    EXPECT_EQ(j.batch, own_batch(p, j.gpus)) << j.id;
+  }
+  // Static on a cluster big enough for every gang: each job runs exactly its own configuration,
+  // so its JCT is its computed duration and its work the model's complete run (relative 1e-9).
+  SimConfig cfg;
+  cfg.gpus = 4096;
+  cfg.policy = "static";
+  const SimResult r = simulate(jobs, profiles, cfg);
+  check_invariants(r, cfg.gpus, "static");
+  ASSERT_EQ(r.summary.completed, 160);
+  for (size_t k = 0; k < r.jobs.size(); ++k) {
+    const JobResult& j = r.jobs[k];
+    EXPECT_NEAR(j.finish_s - j.submit_s, j.duration_s, 1e-9 * std::max(1.0, j.duration_s)) << j.id;
+    const ModelProfile* p = nullptr;
+    for (const auto& q : profiles)
+      if (q.name == j.model) p = &q;
+    ASSERT_NE(p, nullptr) << j.model;
+    EXPECT_NEAR(j.work, p->total_samples, 1e-9 * p->total_samples) << j.id;
   }
 }

@@ -3,6 +3,9 @@
 policies gave individual jobs. Standard library only.
 
   analyse_autoscale.py jct  OUT [OUT2 ...]          avg-JCT contribution by model, per policy and size
+  analyse_autoscale.py summary OUT [OUT2 ...]       several runs (e.g. the 8 Pollux workloads) side by
+                                                     side: mean avg JCT per policy and size, jobs
+                                                     completed in the window, avg-JCT gain over baseline
   analyse_autoscale.py jobs OUT GPUS [--ids a,b] [--top N] [--model M]
                                                      per-job allocation history, baseline vs dp
                                                      (needs a run with --allocations)
@@ -13,6 +16,7 @@ speedup over its own configuration while it ran, and its allocation history comp
 distinct (GPUs, batch) steps."""
 import csv
 import glob
+import json
 import os
 import re
 import sys
@@ -47,6 +51,42 @@ def cmd_jct(dirs):
                 if r["model"] not in models:
                     models.append(r["model"])
         print(f"{g:>5} {pol:9}" + "".join(f"{c[m]:12.3f}" for m in models) + f"{sum(c.values()):10.3f}")
+
+
+def cmd_summary(dirs):
+    """Per (GPUs, policy) over the runs in `dirs`: the mean of their avg JCTs, the sum of jobs
+    completed in the window and never started, and baseline's mean avg JCT over this policy's
+    (with the smallest and largest per-run ratio)."""
+    runs = defaultdict(dict)  # (gpus, policy) -> dir -> summary
+    for d in dirs:
+        for p in glob.glob(os.path.join(d, "summary_*_*.json")):
+            m = re.match(r"summary_(.+)_(\d+)\.json$", os.path.basename(p))
+            if m:
+                with open(p) as f:
+                    runs[(int(m.group(2)), m.group(1))][d] = json.load(f)
+    if not runs:
+        sys.exit("no summary_<policy>_<gpus>.json under " + " ".join(dirs))
+    print(f"{len(dirs)} run folder(s); avg JCT = mean over the runs of each run's average")
+    print(f"{'gpus':>5} {'policy':9} {'runs':>4} {'avg_jct_h':>10} {'completed_in_window':>20} {'never_started':>14}"
+          f" {'gain_vs_baseline':>17} {'per-run min..max':>17}")
+    out = []
+    for (g, pol) in sorted(runs, key=lambda k: (k[0], ["static", "baseline", "dp", "goodput"].index(k[1])
+                                                if k[1] in ("static", "baseline", "dp", "goodput") else 9)):
+        r = runs[(g, pol)]
+        avg = sum(s["avg_jct_s"] for s in r.values()) / len(r) / 3600
+        done = sum(s["completed_in_window"] for s in r.values())
+        never = sum(s["never_started"] for s in r.values())
+        base = runs.get((g, "baseline"), {})
+        gain, rng = "", ""
+        if base and set(base) == set(r):
+            b = sum(s["avg_jct_s"] for s in base.values()) / len(base) / 3600
+            per = [base[d]["avg_jct_s"] / r[d]["avg_jct_s"] for d in r if r[d]["avg_jct_s"] > 0]
+            gain = f"{b / avg:.2f}x" if avg > 0 else ""
+            rng = f"{min(per):.2f}..{max(per):.2f}" if per else ""
+        print(f"{g:>5} {pol:9} {len(r):>4} {avg:10.3f} {done:>20} {never:>14} {gain:>17} {rng:>17}")
+        out.append({"gpus": g, "policy": pol, "runs": len(r), "avg_jct_h": avg, "completed_in_window": done,
+                    "never_started": never, "gain_vs_baseline": (float(gain[:-1]) if gain else None)})
+    print(json.dumps({"summary": out}))
 
 
 def history(events, finish):
@@ -97,10 +137,12 @@ def cmd_jobs(out, gpus, ids, top, model):
 
 
 def main(argv):
-    if len(argv) < 3 or argv[1] not in ("jct", "jobs"):
+    if len(argv) < 3 or argv[1] not in ("jct", "jobs", "summary"):
         sys.exit(__doc__)
     if argv[1] == "jct":
         return cmd_jct(argv[2:])
+    if argv[1] == "summary":
+        return cmd_summary(argv[2:])
     out, gpus = argv[2], argv[3]
     ids, top, model = [], 5, None
     k = 4

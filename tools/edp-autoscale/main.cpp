@@ -47,10 +47,10 @@ const OptSpec kOptions[] = {
     {"input", nullptr, false, "plan: JSON request file ('-' for stdin)"},
     {"gpus", nullptr, false, "cluster size (plan: overrides the request's \"gpus\")"},
     {"rescale-penalty", "0.05", false, "value fraction an option other than a job's current one loses"},
-    {"trace", nullptr, false, "simulate: Philly-format CSV (submit_time_s,gpus_requested,duration_s,...)"},
+    {"trace", nullptr, false, "Philly-format CSV (submit_time_s,gpus_requested,duration_s,...) or a Pollux workload CSV (name,time,application,num_replicas,batch_size)"},
     {"poisson", nullptr, false, "simulate: use N synthetic Poisson jobs instead of a trace"},
     {"poisson-rate", "40", false, "synthetic arrivals per hour"},
-    {"profiles", nullptr, false, "model_profiles directory (default: <trace dir>/model_profiles, else synthetic)"},
+    {"profiles", nullptr, false, "model_profiles directory (default: model_profiles beside the trace or up to two folders above, else synthetic)"},
     {"policy", "static,baseline,dp", false, "comma-separated policies: static, baseline, dp, goodput"},
     {"sweep", nullptr, false, "comma-separated cluster sizes (instead of --gpus)"},
     {"out", nullptr, false, "output directory"},
@@ -301,16 +301,26 @@ std::string plot_script(const Args& args, const char* argv0) {
   return EDP_AUTOSCALE_PLOT_SCRIPT_SRC;
 }
 
-// The jobs (--trace or --poisson, --limit) and the model profiles (--profiles, else beside the
-// trace, else synthetic), shared by simulate and workload.
+// The jobs (--trace or --poisson, --limit) and the model profiles (--profiles, else a
+// model_profiles folder beside the trace or up to two folders above it, else synthetic), shared
+// by simulate and workload. --trace takes a Philly-format trace or a Pollux workload file (told
+// apart by the header); the latter needs the measured profiles, since its jobs name their models.
 void load_inputs(const Args& args, std::vector<TraceJob>& trace, std::vector<ModelProfile>& profiles) {
   std::string profiles_dir = args.get("profiles");
+  if (profiles_dir.empty() && args.has("trace")) {
+    fs::path dir = fs::path(args.get("trace")).parent_path();
+    for (int up = 0; up < 3 && profiles_dir.empty(); ++up, dir = dir.parent_path())
+      if (fs::exists(dir / "model_profiles" / "model_limits.csv")) profiles_dir = (dir / "model_profiles").string();
+  }
+  if (!profiles_dir.empty()) {
+    profiles = load_model_profiles(profiles_dir);
+  } else {
+    std::cerr << "edp-autoscale: no --profiles and none beside the trace: using synthetic models\n";
+    profiles = synthetic_model_profiles();
+  }
   if (args.has("trace")) {
-    trace = load_philly_trace(args.get("trace"));
-    if (profiles_dir.empty()) {
-      const fs::path guess = fs::path(args.get("trace")).parent_path() / "model_profiles";
-      if (fs::exists(guess / "model_limits.csv")) profiles_dir = guess.string();
-    }
+    const std::string path = args.get("trace");
+    trace = is_pollux_workload(path) ? load_pollux_workload(path, profiles) : load_philly_trace(path);
   } else if (args.has("poisson")) {
     PoissonOptions po;
     po.jobs = args.integer("poisson");
@@ -322,12 +332,6 @@ void load_inputs(const Args& args, std::vector<TraceJob>& trace, std::vector<Mod
   }
   if (args.has("limit") && static_cast<size_t>(args.integer("limit")) < trace.size())
     trace.resize(static_cast<size_t>(args.integer("limit")));
-  if (!profiles_dir.empty()) {
-    profiles = load_model_profiles(profiles_dir);
-  } else {
-    std::cerr << "edp-autoscale: no --profiles and none beside the trace: using synthetic models\n";
-    profiles = synthetic_model_profiles();
-  }
 }
 
 int cmd_simulate(const Args& args, const char* argv0) {

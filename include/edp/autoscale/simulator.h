@@ -1,10 +1,11 @@
 // Discrete-event simulator of a GPU cluster shared by elastic training jobs.
 //
-// Jobs come from the Philly trace (or a synthetic Poisson generator). Each job gets a model
-// (seeded, by its GPU-time as in the Pollux workloads: < 1 GPU-h cifar10 or ncf, 1-10
-// deepspeech2 or bert, 10-100 yolov3, >= 100 imagenet) whose fitted throughput curve decides how
-// fast it runs at any (GPUs, batch). Its work, in samples, is set so that at its requested GPUs
-// and its own batch it runs exactly its trace duration. The policy is asked for a new plan on
+// Jobs come from the Philly trace (or a synthetic Poisson generator, or a Pollux workload file).
+// Each job gets a model (seeded, by its GPU-time as in the Pollux workloads: < 1 GPU-h cifar10
+// or ncf, 1-10 deepspeech2 or bert, 10-100 yolov3, >= 100 imagenet; a Pollux workload names it)
+// whose fitted throughput curve decides how fast it runs at any (GPUs, batch). Its work, in
+// samples, is set so that at its requested GPUs and its own batch it runs exactly its duration
+// (a Pollux workload job: the model's complete run, whose duration the loader computes). The policy is asked for a new plan on
 // every arrival, every completion and every `replan_interval_s`; a running job whose allocation
 // changes pauses for `rescale_pause_s` (it holds its new GPUs but makes no progress).
 #pragma once
@@ -22,13 +23,28 @@ struct TraceJob {
   std::string id;
   double submit_s = 0;
   int gpus = 1;
-  double duration_s = 0;
+  double duration_s = 0;  // at its own configuration (gpus, own batch)
   std::string vc;
+  std::string model;  // the model profile's name; empty: assign_model() picks one
+  int batch = 0;      // the job's own global batch; 0: own_batch()'s default (weak scaling)
 };
 
 // Reads philly_jobs.csv (submit_time_s, gpus_requested, duration_s, ...). Malformed rows raise
 // edp::DataError with file:line:column. Jobs with duration 0 are kept (they finish at once).
 std::vector<TraceJob> load_philly_trace(const std::string& path);
+
+// Reads a Pollux (OSDI'21) workload file, shared/data/pollux_workloads/*/workload-N.csv
+// (name, time, application, num_replicas, batch_size): each job names its model and its own
+// (GPUs, global batch); its work is the model's complete run (ModelProfile::total_samples) and
+// its duration_s is the time that takes at its own configuration on the fitted model. A batch
+// that `num_replicas` does not divide is rounded down to a multiple of it (own_batch()).
+// Unknown models, bad numbers and models without total_samples raise edp::DataError with
+// file:line:column.
+std::vector<TraceJob> load_pollux_workload(const std::string& path, const std::vector<ModelProfile>& profiles);
+
+// Whether a CSV file's header is that of a Pollux workload (has `application` and
+// `num_replicas`) rather than a Philly-format trace.
+bool is_pollux_workload(const std::string& path);
 
 // Synthetic jobs: Poisson arrivals, Philly-like GPU sizes (mostly 1), log-normal durations.
 struct PoissonOptions {
@@ -123,10 +139,20 @@ struct JobModel {
   std::vector<JobConfig> elastic_goodput;  // best batch per GPU count (throughput x efficiency)
   std::vector<JobConfig> fixed_batch;  // batch == ref_batch
 };
-JobModel make_job_model(const ModelProfile& profile, int req_gpus, const SimConfig& cfg);
+// `batch` is the job's own global batch (0: own_batch()'s default).
+JobModel make_job_model(const ModelProfile& profile, int req_gpus, const SimConfig& cfg, int batch = 0);
+
+// A job's own global batch at `gpus` GPUs: `requested` (0: the model's initial batch per GPU
+// times `gpus`, weak scaling, capped at the model's max batch), rounded down to a multiple of
+// `gpus` and clamped so that the per-GPU batch lies in the model's [min_local, max_local].
+int own_batch(const ModelProfile& profile, int gpus, int requested = 0);
 
 // Which model a trace job gets (deterministic in seed and job index).
 size_t assign_model(const TraceJob& job, size_t job_index, const std::vector<ModelProfile>& profiles, uint64_t seed);
+
+// The job's model: the one it names (TraceJob::model; edp::Error if no profile has that name),
+// else assign_model().
+size_t job_model(const TraceJob& job, size_t job_index, const std::vector<ModelProfile>& profiles, uint64_t seed);
 
 SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles,
                    const SimConfig& cfg);

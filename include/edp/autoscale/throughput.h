@@ -51,6 +51,9 @@ struct ModelProfile {
   // Gradient noise scale (B_noise, in samples) at mid-training, from convergence_gradstats.csv;
   // 0 when unknown. Statistical efficiency at batch M is (B_noise + M0) / (B_noise + M).
   double grad_noise_scale = 0;
+  // Samples of one complete run (model_limits.csv: total_progress x init_batch_size, i.e.
+  // max_epochs x the dataset size); 0 when unknown. A Pollux workload job does this much work.
+  double total_samples = 0;
   bool synthetic = false;
 };
 
