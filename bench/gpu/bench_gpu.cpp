@@ -8,9 +8,16 @@
 //              momentum, synthetic data uploaded from pinned host memory every step, the loss
 //              read back once per step — the same loop bench/pytorch/train_fashion_mnist.py
 //              --bench-steps runs in PyTorch
-// Timing: CUDA events around the region after a warm-up, the median of repeated runs.
+//   resnet18   the same loop for ResNet-18, CIFAR variant (cifar_resnet18 in
+//              examples/common/models.h), 3x32x32 inputs, batch 128 (--resnet-batch); not run
+//              by default (a separate section so that bench/gpu/run.sh can give it its own time)
+// Timing: CUDA events around the region after a warm-up, the median of repeated runs; the
+// training sections time --train-steps steps with the wall clock after 20 warm-up steps (5 for
+// resnet18 with --quick: its steps are long, and 5 cover the allocator's and the libraries'
+// first-call work).
 // Prints a table per section and one JSON line (prefix "JSON ") with everything.
-//   edp_bench_gpu [--sections bandwidth,gemm,train] [--train-steps 200] [--quick]
+//   edp_bench_gpu [--sections bandwidth,gemm,train,resnet18] [--train-steps 200] [--batch 256]
+//                 [--resnet-batch 128] [--quick]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -188,24 +195,34 @@ void bench_gemm(bool quick) {
 }
 
 // ---- training throughput ----------------------------------------------------------------------------------
-void bench_train(int steps, int batch) {
+// One training loop for every model: `json_key` names the section's field in the JSON line,
+// `sample` the shape of one input (C, H, W). Each section starts from an empty cache with its
+// peak reset, so that its peak/reserved memory is its own even after other sections ran.
+void bench_train_model(const char* json_key, const char* model_name,
+                       const std::function<std::shared_ptr<nn::Sequential>()>& build, const Shape& sample,
+                       int steps, int batch, int warm) {
+  cuda::synchronize(0);
+  cuda::empty_cache(0);
+  cuda::reset_peak_stats(0);
   manual_seed(42);
-  auto model = examples::fashion_mnist_cnn();
+  auto model = build();
   model->set_input_grad(false);
   model->to(kGpu);
   optim::SGD opt(model->parameters(), {0.05, 0.9, 0.0, 5e-4, true});
   // 16 host batches, reused in turn: the data's values do not change the work.
+  std::vector<int64_t> xdims{batch};
+  xdims.insert(xdims.end(), sample.dims().begin(), sample.dims().end());
+  const Shape xshape(xdims);
   std::vector<Tensor> xs, ys;
   Rng r(7);
   for (int i = 0; i < 16; ++i) {
-    Tensor x({batch, 1, 28, 28}, DType::F32), y({batch}, DType::I32);
+    Tensor x(xshape, DType::F32), y({batch}, DType::I32);
     for (int64_t k = 0; k < x.numel(); ++k) x.data<float>()[k] = static_cast<float>(r.normal());
     for (int64_t k = 0; k < batch; ++k) y.data<int32_t>()[k] = static_cast<int32_t>(r.below(10));
     xs.push_back(x);
     ys.push_back(y);
   }
   cuda::AsyncUploader up(kGpu, 3);
-  nn::SoftmaxCrossEntropy ce;
   double last_loss = 0;
   auto step = [&](int i) {
     const Tensor x = up.upload(xs[static_cast<size_t>(i % 16)]);
@@ -219,7 +236,6 @@ void bench_train(int steps, int batch) {
     opt.step();
     last_loss = cuda::read_loss(loss, y);  // one synchronisation per step, as loss.item()
   };
-  const int warm = 20;
   for (int i = 0; i < warm; ++i) step(i);
   cuda::synchronize(0);
   const auto a0 = cuda::allocator_stats(0);
@@ -229,27 +245,29 @@ void bench_train(int steps, int batch) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto a1 = cuda::allocator_stats(0);
   const double sps = steps * static_cast<double>(batch) / secs;
-  std::printf("\n## training: fashion_mnist_cnn, batch %d, %d timed steps after %d warm-up (TF32 %s)\n", batch,
-              steps, warm, cuda::tf32_enabled() ? "on" : "off");
+  const long long params = static_cast<long long>(model->num_parameters());
+  std::printf("\n## training: %s (%lld parameters), batch %d, %d timed steps after %d warm-up (TF32 %s)\n",
+              model_name, params, batch, steps, warm, cuda::tf32_enabled() ? "on" : "off");
   std::printf("%-14s %12s %10s %12s %14s %14s\n", "impl", "samples/s", "step_ms", "final_loss", "cudaMalloc_timed",
               "peak_alloc_MiB");
   std::printf("%-14s %12.0f %10.3f %12.4f %14lld %14.1f\n", "edp", sps, 1e3 * secs / steps, last_loss,
               static_cast<long long>(a1.raw_allocs - a0.raw_allocs), a1.peak_allocated_bytes / 1048576.0);
   std::ostringstream js;
-  js << "{\"model\": \"fashion_mnist_cnn\", \"impl\": \"edp\", \"batch\": " << batch << ", \"steps\": " << steps
+  js << "{\"model\": \"" << model_name << "\", \"impl\": \"edp\", \"parameters\": " << params
+     << ", \"batch\": " << batch << ", \"steps\": " << steps << ", \"warmup\": " << warm
      << ", \"samples_per_s\": " << sps << ", \"step_ms\": " << 1e3 * secs / steps << ", \"final_loss\": " << last_loss
      << ", \"raw_allocs_timed\": " << (a1.raw_allocs - a0.raw_allocs)
      << ", \"peak_allocated_mib\": " << a1.peak_allocated_bytes / 1048576.0
      << ", \"reserved_mib\": " << a1.reserved_bytes / 1048576.0 << ", \"tf32\": " << (cuda::tf32_enabled() ? "true" : "false")
      << "}";
-  json_field("train", js.str());
+  json_field(json_key, js.str());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string sections = "bandwidth,gemm,train";
-  int train_steps = 200, batch = 256;
+  int train_steps = 200, batch = 256, resnet_batch = 128;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -263,12 +281,31 @@ int main(int argc, char** argv) {
     if (a == "--sections") sections = next();
     else if (a == "--train-steps") train_steps = std::stoi(next());
     else if (a == "--batch") batch = std::stoi(next());
+    else if (a == "--resnet-batch") resnet_batch = std::stoi(next());
     else if (a == "--quick") quick = true;
     else {
-      std::fprintf(stderr, "usage: %s [--sections bandwidth,gemm,train] [--train-steps N] [--batch B] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--sections bandwidth,gemm,train,resnet18] [--train-steps N] [--batch B] "
+                           "[--resnet-batch B] [--quick]\n", argv[0]);
       return 2;
     }
   }
+  std::vector<std::string> want;
+  for (size_t p = 0; p <= sections.size();) {
+    const size_t q = std::min(sections.find(',', p), sections.size());
+    if (q > p) want.push_back(sections.substr(p, q - p));
+    p = q + 1;
+  }
+  for (const std::string& w : want) {
+    if (w != "bandwidth" && w != "gemm" && w != "train" && w != "resnet18") {
+      std::fprintf(stderr, "edp_bench_gpu: unknown section '%s' (bandwidth, gemm, train, resnet18)\n", w.c_str());
+      return 2;
+    }
+  }
+  if (train_steps < 1 || batch < 1 || resnet_batch < 1) {
+    std::fprintf(stderr, "edp_bench_gpu: --train-steps, --batch and --resnet-batch must be >= 1\n");
+    return 2;
+  }
+  const auto has = [&](const char* s) { return std::find(want.begin(), want.end(), s) != want.end(); };
   if (!cuda::available()) {
     std::fprintf(stderr, "edp_bench_gpu: %s\n", cuda::unavailable_reason().c_str());
     return 1;
@@ -284,9 +321,14 @@ int main(int argc, char** argv) {
   json_field("cuda_runtime", std::to_string(rt));
   json_field("driver", std::to_string(drv));
   try {
-    if (sections.find("bandwidth") != std::string::npos) bench_bandwidth(quick);
-    if (sections.find("gemm") != std::string::npos) bench_gemm(quick);
-    if (sections.find("train") != std::string::npos) bench_train(train_steps, batch);
+    if (has("bandwidth")) bench_bandwidth(quick);
+    if (has("gemm")) bench_gemm(quick);
+    if (has("train"))
+      bench_train_model("train", "fashion_mnist_cnn", [] { return examples::fashion_mnist_cnn(); }, {1, 28, 28},
+                        train_steps, batch, 20);
+    if (has("resnet18"))
+      bench_train_model("resnet18", "cifar_resnet18", [] { return examples::cifar_resnet18(10); }, {3, 32, 32},
+                        train_steps, resnet_batch, quick ? 5 : 20);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "edp_bench_gpu: %s\n", e.what());
     return 1;

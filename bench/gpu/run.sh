@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # On a GPU machine, in one go: configure and build edp for the GPU found, run the GPU tests
 # (ctest -L cuda), then the GPU benchmarks — edp's memory-bound kernels against a device-to-
-# device cudaMemcpy, Linear (cuBLASLt) against cublasSgemm, and Fashion-MNIST CNN training
-# throughput at batch 256 against PyTorch — and write results.md (table) and results.json, plus
+# device cudaMemcpy, Linear (cuBLASLt) against cublasSgemm, Fashion-MNIST CNN training
+# throughput at batch 256 against PyTorch, then ResNet-18 (CIFAR variant, 3x32x32) training
+# throughput at batch 128 against PyTorch — and write results.md (table) and results.json, plus
 # logs.tar.gz (every log) and run.log under $OUT (default bench-results/gpu): four files, within
 # what the device tool brings back.
 #
 # Made to fit one 10-minute call of the device tool: each stage gets a share of a time budget
 # (EDP_TIME_BUDGET seconds, default 560) and the results written so far are kept when a stage
 # runs out. Builds for the GPU's own architecture only, in $EDP_BUILD_DIR (default
-# /tmp/edp-build-gpu, outside the repository so that nothing large travels back).
+# /tmp/edp-build-gpu, outside the repository so that nothing large travels back). The ResNet-18
+# stages run last, in their own processes, so that running out of time there loses nothing
+# else; EDP_RESNET_BATCH (default 128) and EDP_RESNET_STEPS (default 100, 30 with --quick) set
+# their batch and timed steps.
 #
 # Missing build dependencies: if the machine lacks Eigen, nlohmann-json, GoogleTest or zlib's
 # header, run bench/gpu/pack_deps.sh on a machine that has them (Debian: the packages of
@@ -40,6 +44,14 @@ left() { echo $(( BUDGET - (SECONDS - START) )); }
 stage_timeout() { local l; l=$(( $(left) - 15 )); [ "$l" -lt 1 ] && l=1; [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 say() { echo "[$(( SECONDS - START ))s] $*" | tee -a "$OUT/run.log"; }
 STATUS_CONFIGURE=skipped STATUS_BUILD=skipped STATUS_TESTS=skipped STATUS_BENCH=skipped STATUS_TORCH=skipped
+STATUS_RESNET=skipped STATUS_RESNET_TORCH=skipped
+# run_stage LOG WANT CMD...: runs CMD under stage_timeout WANT, stdout+stderr to LOG; prints ok,
+# timeout (it ran out of its share of the budget) or failed.
+run_stage() {
+  local log=$1 want=$2; shift 2
+  timeout "$(stage_timeout "$want")" "$@" > "$log" 2>&1
+  case $? in 0) echo ok ;; 124|137) echo timeout ;; *) echo failed ;; esac
+}
 
 # ---- environment ----------------------------------------------------------------------------------
 {
@@ -136,19 +148,46 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
   else
     STATUS_TORCH=failed
   fi
+  # ResNet-18: its steps are ~10-50x the CNN's, hence fewer of them (and 5 warm-up steps with
+  # --quick, which edp_bench_gpu --quick also takes for this section).
+  RBATCH=${EDP_RESNET_BATCH:-128}
+  RSTEPS=100 RWARM=20; [ "$QUICK" = 1 ] && RSTEPS=30 RWARM=5
+  RSTEPS=${EDP_RESNET_STEPS:-$RSTEPS}
+  if [ "$(left)" -gt 45 ]; then
+    say "edp ResNet-18 (batch $RBATCH, $RSTEPS steps)"
+    STATUS_RESNET=$(run_stage "$LOGS/edp_resnet18.txt" 120 "$BUILD/bench/gpu/edp_bench_gpu" --sections resnet18 \
+                      --resnet-batch "$RBATCH" --train-steps "$RSTEPS" "${QARG[@]}")
+  else
+    say "edp ResNet-18 skipped: $(left)s of the budget left"
+  fi
+  if [ "$(left)" -gt 45 ]; then
+    say "PyTorch ResNet-18 peer"
+    STATUS_RESNET_TORCH=$(run_stage "$LOGS/pytorch_resnet18.txt" 100 env PYTHONUNBUFFERED=1 python3 \
+                            bench/pytorch/train_fashion_mnist.py --model resnet18 --device cuda --batch "$RBATCH" \
+                            --bench-steps "$RSTEPS" --bench-warmup "$RWARM" --tf32 1)
+  else
+    say "PyTorch ResNet-18 peer skipped: $(left)s of the budget left"
+  fi
 fi
 
 # ---- results -------------------------------------------------------------------------------------------
-python3 - "$LOGS" "$OUT" "$STATUS_CONFIGURE" "$STATUS_BUILD" "$STATUS_TESTS" "$STATUS_BENCH" "$STATUS_TORCH" <<'PY'
+python3 - "$LOGS" "$OUT" "$STATUS_CONFIGURE" "$STATUS_BUILD" "$STATUS_TESTS" "$STATUS_BENCH" "$STATUS_TORCH" \
+  "$STATUS_RESNET" "$STATUS_RESNET_TORCH" <<'PY'
 import json, os, sys
-logs, out, st = sys.argv[1], sys.argv[2], dict(zip(["configure", "build", "tests", "bench", "pytorch"], sys.argv[3:]))
+logs, out = sys.argv[1], sys.argv[2]
+st = dict(zip(["configure", "build", "tests", "bench", "pytorch", "resnet18_bench", "resnet18_pytorch"], sys.argv[3:]))
 def read(name):
     p = os.path.join(logs, name)
     return open(p, errors="replace").read() if os.path.exists(p) else ""
-edp = next((json.loads(l[5:]) for l in read("edp_bench.txt").splitlines() if l.startswith("JSON ")), None)
-torch = next((json.loads(l) for l in read("pytorch.txt").splitlines() if l.startswith("{")), None)
+def edp_json(name):
+    return next((json.loads(l[5:]) for l in read(name).splitlines() if l.startswith("JSON ")), None)
+def torch_json(name):
+    return next((json.loads(l) for l in read(name).splitlines() if l.startswith("{")), None)
+edp, torch = edp_json("edp_bench.txt"), torch_json("pytorch.txt")
+edp_rn, torch_rn = edp_json("edp_resnet18.txt"), torch_json("pytorch_resnet18.txt")
 env = dict(l.split(": ", 1) for l in read("env.txt").splitlines() if ": " in l)
-res = {"bench": "edp_gpu", "status": st, "env": env, "edp": edp, "pytorch": torch}
+res = {"bench": "edp_gpu", "status": st, "env": env, "edp": edp, "pytorch": torch,
+       "edp_resnet18": edp_rn, "pytorch_resnet18": torch_rn}
 lines = ["# edp GPU results", "", "| what | value |", "|---|---|"]
 for k, v in env.items():
     lines.append(f"| {k} | {v} |")
@@ -172,6 +211,21 @@ if edp and "train" in edp:
         lines.append(f"| pytorch {torch['torch']} | {torch['samples_per_s']:.0f} | {torch['step_ms']:.3f} | - |")
         lines.append(f"| edp / pytorch | {t['samples_per_s']/torch['samples_per_s']:.2f}x | | |")
         res["train_speedup_vs_pytorch"] = t["samples_per_s"] / torch["samples_per_s"]
+if (edp_rn and "resnet18" in edp_rn) or torch_rn:
+    t = edp_rn["resnet18"] if edp_rn and "resnet18" in edp_rn else None
+    batch = t["batch"] if t else torch_rn["batch"]
+    params = [f"edp {t['parameters']}" if t else None, f"pytorch {torch_rn['parameters']}" if torch_rn else None]
+    same = " (equal)" if t and torch_rn and t["parameters"] == torch_rn["parameters"] else ""
+    lines += ["", "## training: cifar_resnet18 (ResNet-18, 3x32x32), batch %d" % batch, "",
+              "parameters: " + ", ".join(p for p in params if p) + same, "",
+              "| impl | samples/s | step ms | cudaMalloc in timed steps |", "|---|---:|---:|---:|"]
+    if t:
+        lines.append(f"| edp | {t['samples_per_s']:.0f} | {t['step_ms']:.3f} | {t['raw_allocs_timed']} |")
+    if torch_rn:
+        lines.append(f"| pytorch {torch_rn['torch']} | {torch_rn['samples_per_s']:.0f} | {torch_rn['step_ms']:.3f} | - |")
+    if t and torch_rn:
+        lines.append(f"| edp / pytorch | {t['samples_per_s']/torch_rn['samples_per_s']:.2f}x | | |")
+        res["resnet18_speedup_vs_pytorch"] = t["samples_per_s"] / torch_rn["samples_per_s"]
 open(os.path.join(out, "results.md"), "w").write("\n".join(lines) + "\n")
 open(os.path.join(out, "results.json"), "w").write(json.dumps(res) + "\n")
 print("\n".join(lines))
@@ -179,4 +233,4 @@ print("JSON " + json.dumps(res))
 PY
 tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
 say "done: $OUT (results.md, results.json, run.log, logs.tar.gz)"
-[ "$STATUS_BUILD" = ok ] && [ "$STATUS_TESTS" != failed ] && [ "$STATUS_BENCH" != failed ]
+[ "$STATUS_BUILD" = ok ] && [ "$STATUS_TESTS" != failed ] && [ "$STATUS_BENCH" != failed ] && [ "$STATUS_RESNET" != failed ]

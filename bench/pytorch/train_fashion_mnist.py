@@ -10,7 +10,11 @@ the same thread count so that PyTorch's generic BLAS uses OpenBLAS with those th
 
 --device cuda trains on the GPU. --bench-steps S times S steps (after --bench-warmup steps) on
 synthetic batches uploaded from pinned host memory every step, reading the loss once per step:
-the loop bench/gpu/bench_gpu.cpp runs in edp (bench/gpu/run.sh compares the two)."""
+the loop bench/gpu/bench_gpu.cpp runs in edp (bench/gpu/run.sh compares the two).
+
+--model resnet18 is edp's cifar_resnet18 (examples/common/models.cpp), layer for layer, for the
+GPU benchmark on 3x32x32 inputs; it has no data loader here (CIFAR-10 is not packaged for
+Debian), so it runs only with --bench-steps."""
 import argparse
 import gzip
 import json
@@ -19,6 +23,7 @@ import os
 import resource
 import struct
 import time
+from collections import OrderedDict
 
 import torch
 import torch.nn as nn
@@ -60,9 +65,53 @@ def cnn():
                          nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
+class BasicBlock(nn.Module):
+    """edp's nn::ResidualBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), 3x3 convs
+    without bias, the shortcut the identity or conv1x1(stride, no bias)+BN when the shape changes."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.main = nn.Sequential(OrderedDict([
+            ("conv1", nn.Conv2d(cin, cout, 3, stride, 1, bias=False)), ("bn1", nn.BatchNorm2d(cout)),
+            ("relu", nn.ReLU(inplace=True)),
+            ("conv2", nn.Conv2d(cout, cout, 3, 1, 1, bias=False)), ("bn2", nn.BatchNorm2d(cout))]))
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(OrderedDict([
+                ("conv", nn.Conv2d(cin, cout, 1, stride, 0, bias=False)), ("bn", nn.BatchNorm2d(cout))]))
+
+    def forward(self, x):
+        h = self.main(x)
+        h += x if self.shortcut is None else self.shortcut(x)
+        return torch.relu_(h)
+
+
+def resnet18(num_classes=10):
+    """edp's examples::cifar_resnet18: conv3x3(3->64, no bias)-BN-ReLU, four stages of two basic
+    blocks (64, 128, 256, 512 channels; strides 1, 2, 2, 2), global average pool, linear(512->10)."""
+    layers = [("conv1", nn.Conv2d(3, 64, 3, 1, 1, bias=False)), ("bn1", nn.BatchNorm2d(64)),
+              ("relu", nn.ReLU(inplace=True))]
+    cin = 64
+    for stage, cout in enumerate([64, 128, 256, 512]):
+        # edp's "layer1.0" etc.; a PyTorch module name cannot hold a dot.
+        layers.append((f"layer{stage + 1}_0", BasicBlock(cin, cout, 1 if stage == 0 else 2)))
+        layers.append((f"layer{stage + 1}_1", BasicBlock(cout, cout, 1)))
+        cin = cout
+    layers += [("pool", nn.AdaptiveAvgPool2d(1)), ("flatten", nn.Flatten()), ("fc", nn.Linear(512, num_classes))]
+    return nn.Sequential(OrderedDict(layers))
+
+
+def build(name):
+    return {"mlp": mlp, "cnn": cnn, "resnet18": resnet18}[name]()
+
+
+def model_name(name):
+    return "cifar_resnet18" if name == "resnet18" else f"fashion_mnist_{name}"
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["mlp", "cnn"], default="cnn")
+    ap.add_argument("--model", choices=["mlp", "cnn", "resnet18"], default="cnn")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.05)
@@ -79,6 +128,9 @@ def main():
     a = ap.parse_args()
     if a.bench_steps:
         return bench(a)
+    if a.model == "resnet18":
+        ap.error("--model resnet18 trains only on synthetic batches here (CIFAR-10 is not packaged "
+                 "for Debian): give --bench-steps N")
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -97,7 +149,7 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = bool(a.tf32)
         torch.backends.cudnn.allow_tf32 = bool(a.tf32)
         torch.backends.cudnn.benchmark = True
-    model = (mlp() if a.model == "mlp" else cnn()).to(device)
+    model = build(a.model).to(device)
     if a.ddp:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
@@ -160,11 +212,15 @@ def bench(a):
         torch.backends.cuda.matmul.allow_tf32 = bool(a.tf32)
         torch.backends.cudnn.allow_tf32 = bool(a.tf32)
         torch.backends.cudnn.benchmark = True
-    model = (mlp() if a.model == "mlp" else cnn()).to(device)
+    else:
+        torch.set_num_threads(a.threads)
+    model = build(a.model).to(device)
+    params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
     loss_fn = nn.CrossEntropyLoss()
     pin = device.type == "cuda"
-    xs = [torch.randn(a.batch, 1, 28, 28) for _ in range(16)]
+    sample = (3, 32, 32) if a.model == "resnet18" else (1, 28, 28)
+    xs = [torch.randn(a.batch, *sample) for _ in range(16)]
     ys = [torch.randint(0, 10, (a.batch,)) for _ in range(16)]
     if pin:
         xs = [x.pin_memory() for x in xs]
@@ -191,9 +247,10 @@ def bench(a):
         torch.cuda.synchronize()
     secs = time.perf_counter() - t0
     print(json.dumps({
-        "model": f"fashion_mnist_{a.model}", "impl": "pytorch", "torch": torch.__version__,
+        "model": model_name(a.model), "impl": "pytorch", "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
-        "batch": a.batch, "steps": a.bench_steps, "samples_per_s": round(a.bench_steps * a.batch / secs, 1),
+        "parameters": params, "batch": a.batch, "steps": a.bench_steps, "warmup": a.bench_warmup,
+        "samples_per_s": round(a.bench_steps * a.batch / secs, 1),
         "step_ms": round(1e3 * secs / a.bench_steps, 4), "final_loss": round(last, 4), "tf32": bool(a.tf32)}))
 
 
