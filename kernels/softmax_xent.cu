@@ -53,7 +53,7 @@ __device__ __forceinline__ long long warp_min(long long v) {
   return v;
 }
 
-__global__ void rows_finalize_kernel(const double* __restrict__ row_val,
+__global__ void __launch_bounds__(1024) rows_finalize_kernel(const double* __restrict__ row_val,
                                      const int32_t* __restrict__ row_flag, int64_t N,
                                      bool count_mode, double* __restrict__ out) {
   __shared__ double scratch[32];

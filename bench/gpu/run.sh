@@ -102,6 +102,7 @@ fi
 grep -E "^-- +(CUDA|cuDNN|NCCL|cuBLAS|MPI)" "$LOGS/configure.log" | tee -a "$OUT/run.log"
 TARGETS=(test_cuda_allocator test_cuda_launch_math test_cuda_ops test_cuda_runtime edp_bench_gpu)
 grep -q "test_cuda_nccl" "$BUILD/build.ninja" "$BUILD/Makefile" 2>/dev/null && TARGETS+=(test_cuda_nccl)
+grep -q "test_ddp_gpu" "$BUILD/build.ninja" "$BUILD/Makefile" 2>/dev/null && TARGETS+=(test_ddp_gpu)
 if [ "$STATUS_CONFIGURE" = ok ]; then
   say "build ${TARGETS[*]}"
   if timeout "$(stage_timeout 360)" cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" > "$LOGS/build.log" 2>&1; then

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "edp/backend/ops.h"
+#include "edp/comm/colocated.h"
 #include "edp/comm/communicator.h"
 #include "edp/core/threads.h"
 #include "edp/cuda/nccl.h"
@@ -17,6 +18,7 @@
 #include "edp/data/distributed_sampler.h"
 #include "edp/data/loader.h"
 #include "edp/ddp/ddp.h"
+#include "edp/launch/placement.h"
 #include "edp/nn/init.h"
 #include "edp/optim/optimizer.h"
 #include "edp/optim/schedule.h"
@@ -61,10 +63,14 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   auto model = spec.build();
   model->set_input_grad(false);
   model->to(device);
-  // GPU gradients are reduced by NCCL (ncclUniqueId sent over `world`); CPU ones over `world`.
-  std::unique_ptr<comm::Communicator> nccl;
-  if (device.is_cuda()) nccl = comm::make_nccl_communicator(world, device.index);
-  ddp::DistributedDataParallel dmodel(model, nccl ? *nccl : world,
+  // GPU gradients are reduced by NCCL (ncclUniqueId sent over `world`), or, when edprun put
+  // several ranks on this GPU (--ranks-per-gpu K, EDP_GPU_RANKS > 1), by the colocated
+  // communicator (CUDA IPC inside the GPU, NCCL between GPUs); CPU ones over `world`.
+  std::unique_ptr<comm::Communicator> gpu_comm;
+  if (device.is_cuda())
+    gpu_comm = launch::placement_from_env().gpu_ranks > 1 ? comm::make_colocated_communicator(world)
+                                                          : comm::make_nccl_communicator(world, device.index);
+  ddp::DistributedDataParallel dmodel(model, gpu_comm ? *gpu_comm : world,
                                       {.bucket_cap_bytes = o.i64("bucket-cap-mb") << 20});
   std::unique_ptr<cuda::AsyncUploader> uploader;
   if (device.is_cuda()) uploader = std::make_unique<cuda::AsyncUploader>(device);

@@ -80,9 +80,9 @@ namespace {
 // Host tensors for every backend; GPU tensors for the NCCL backend (edp/cuda/nccl.h).
 void check_host(const Communicator& c, const Tensor& t, const char* op) {
   EDP_CHECK(t.defined(), "comm::", op, ": the tensor is undefined");
-  EDP_CHECK(t.device().is_cpu() || c.backend() == "nccl", "comm::", op, ": tensor ", t.str(),
+  EDP_CHECK(t.device().is_cpu() || c.device_buffers(), "comm::", op, ": tensor ", t.str(),
             " is not in host memory; the ", c.backend(), " communicator reduces host buffers (copy it "
-            "with .to(Device::cpu()) first, or use the NCCL communicator for GPU tensors)");
+            "with .to(Device::cpu()) first, or use the NCCL or colocated communicator for GPU tensors)");
 }
 }  // namespace
 

@@ -197,6 +197,8 @@ class NcclCommunicator final : public Communicator {
   int local_rank() const override { return boot_->local_rank(); }
   int local_size() const override { return boot_->local_size(); }
   std::string backend() const override { return "nccl"; }
+  bool device_buffers() const override { return true; }
+  bool stream_ordered() const override { return true; }
   ThreadLevel thread_level() const override { return ThreadLevel::Serialized; }
 
   void allreduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {

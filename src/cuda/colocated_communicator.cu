@@ -292,6 +292,7 @@ class ColocatedCommunicator final : public Communicator {
   int local_rank() const override { return world_->local_rank(); }
   int local_size() const override { return world_->local_size(); }
   std::string backend() const override { return "colocated"; }
+  bool device_buffers() const override { return true; }  // host-blocking: stream_ordered() is false
   ThreadLevel thread_level() const override { return world_->thread_level(); }
 
   void allreduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {

@@ -41,17 +41,22 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   step_weight_ = 1.0 / comm_.size();
   params_ = module_->parameters();
   EDP_CHECK(!params_.empty(), "DistributedDataParallel: the module has no parameters");
-  EDP_CHECK(params_[0]->value.device().is_cpu() || comm_.backend() == "nccl",
+  EDP_CHECK(params_[0]->value.device().is_cpu() || comm_.device_buffers(),
             "DistributedDataParallel: the parameters are on ", params_[0]->value.device().str(),
-            " but the communicator is '", comm_.backend(), "': GPU models need the NCCL communicator "
-            "(comm::make_nccl_communicator(world))");
+            " but the communicator is '", comm_.backend(), "', which reduces host memory: GPU models need "
+            "the NCCL communicator (comm::make_nccl_communicator(world)) or, with several ranks per GPU, the "
+            "colocated one (comm::make_colocated_communicator(world))");
   check_same_parameters();
   // Identical replicas from the start: rank 0's values win.
   for (nn::Parameter* p : params_) comm_.broadcast(p->value, 0);
   if (opt_.broadcast_buffers)
     for (nn::Buffer* b : module_->buffers()) comm_.broadcast(b->value, 0);
   build_buckets();
-  thread_ = std::make_unique<comm::CommThread>(comm_.dup());
+  // GPU buckets on a stream-ordered backend (NCCL) are enqueued from the thread that runs
+  // backward (launch_ready_buckets), so no communication thread (and no second NCCL
+  // communicator) is needed; everything else goes through one.
+  if (!(params_[0]->value.device().is_cuda() && comm_.stream_ordered()))
+    thread_ = std::make_unique<comm::CommThread>(comm_.dup());
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i]->grad_ready_hooks.push_back([this, i](nn::Parameter&) { on_grad_ready(i); });
 }
@@ -120,8 +125,9 @@ void DistributedDataParallel::build_buckets() {
     }
     info.numel = off;
     // On the parameters' device: with GPU parameters the buckets live on the GPU and the
-    // (NCCL) communicator reduces them there, on its own stream ordered after the compute
-    // stream by an event (edp/cuda/nccl.h), so nothing here waits for the GPU.
+    // communicator reduces them there. NCCL runs on its own stream ordered after the compute
+    // stream by an event (edp/cuda/nccl.h), enqueued from the backward thread, so nothing here
+    // waits for the GPU; the colocated communicator runs on the communication thread.
     bucket->buffer = Tensor({off + 1}, params_[0]->value.dtype(), params_[0]->value.device());
     buckets_.push_back(std::move(bucket));
     bucket_info_.push_back(std::move(info));
@@ -175,6 +181,22 @@ void DistributedDataParallel::launch_ready_buckets() {
     const DType dt = b.buffer.dtype();
     const size_t index = next_launch_;
     auto comm_us = b.comm_us;
+    if (!thread_) {
+      // Stream-ordered GPU collective (NCCL): enqueued here, right after this bucket's last
+      // gradient copy on the current stream, so it starts as soon as the GPU gets there while
+      // the host goes on enqueuing backward; finish() makes the current stream wait for it.
+      // Its duration is GPU time, not measured on the host (comm_us stays 0).
+      EDP_CHECK(b.buffer.device().is_cuda(), "DistributedDataParallel: bucket ", index,
+                " is in host memory but the communicator is stream-ordered (GPU)");
+      b.request = comm_.iallreduce(buf, buf, n, dt, comm::ReduceOp::Sum);
+      if (train::Timeline::get().enabled()) {
+        auto& tl = train::Timeline::get();
+        tl.complete("bucket " + std::to_string(index) + " enqueued", "comm", queued, tl.now_us(),
+                    "{\"bucket\": " + std::to_string(index) + "}");
+      }
+      ++next_launch_;
+      continue;
+    }
     b.request = thread_->submit([buf, n, dt, index, queued, comm_us](comm::Communicator& c) {
       auto& tl = train::Timeline::get();
       const auto t0 = std::chrono::steady_clock::now();

@@ -118,8 +118,9 @@ void equivalence(const std::function<std::shared_ptr<nn::Sequential>()>& build, 
     ref_model->backward(ref_ce.backward());
     ref_opt.step();
     EXPECT_TRUE(replicas_identical(*dist_model, world)) << "step " << s;
-    if (compare_each_step || (W == 1 && s + 1 == steps))
+    if (compare_each_step || (W == 1 && s + 1 == steps)) {
       EXPECT_LE(max_abs_diff(*dist_model, *ref_model), tol) << "step " << s << " on " << W << " ranks";
+    }
   }
 }
 

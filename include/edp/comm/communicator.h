@@ -91,7 +91,16 @@ class Communicator {
   // Rank and number of ranks of this communicator on this host (shared-memory node).
   virtual int local_rank() const = 0;
   virtual int local_size() const = 0;
-  virtual std::string backend() const = 0;  // "mpi", "self"
+  virtual std::string backend() const = 0;  // "mpi", "self", "nccl", "colocated"
+  // Whether the collectives take GPU (device) buffers: NCCL and colocated (edp/cuda/nccl.h,
+  // edp/comm/colocated.h). The MPI and self backends reduce host memory only.
+  virtual bool device_buffers() const { return false; }
+  // Whether a collective on device buffers is only enqueued on a GPU stream, so that the call
+  // returns without waiting for the GPU and Request::wait() orders the caller's current stream
+  // after it (NCCL). A backend that blocks the host while the GPU works (colocated: host
+  // barriers between the ranks sharing a GPU) says false; callers that want overlap then call
+  // it from another thread (DistributedDataParallel's communication thread).
+  virtual bool stream_ordered() const { return false; }
   // What the backend can do with threads (see the file comment).
   virtual ThreadLevel thread_level() const = 0;
 

@@ -7,6 +7,12 @@
 //                         into its bucket, scaled by the step's weight (1/world by default; see
 //                         set_step_weight), and once a bucket is full it is queued for a Sum
 //                         allreduce on the communication thread — while backward goes on.
+//                         GPU buckets on a stream-ordered communicator (NCCL) are enqueued from
+//                         the backward thread itself instead: the collective runs on NCCL's
+//                         stream after an event of the compute stream, and the compute stream
+//                         waits for it only when the step finishes (no host wait in between).
+//                         The colocated communicator (several ranks per GPU) blocks the host,
+//                         so its buckets go through the communication thread.
 //                         After module.backward returns, remaining buckets are launched, all are
 //                         awaited, and the reduced values are copied back into the grads.
 //   optimizer.step()    → identical on every rank.
@@ -46,7 +52,8 @@ struct DDPStats {
   int64_t steps = 0;
   double backward_s = 0;       // module.backward (compute; allreduces run meanwhile)
   double exposed_comm_s = 0;   // waiting for buckets after backward: communication NOT hidden
-  double comm_s = 0;           // time the communication thread spent in allreduces
+  double comm_s = 0;           // time the communication thread spent in allreduces (0 for GPU
+                               // buckets on NCCL: enqueued, their time is the GPU's)
   int64_t bytes_reduced = 0;
 };
 
