@@ -122,13 +122,20 @@ double efficiency(const ModelProfile& p, int ref_batch, int batch) {
 
 }  // namespace
 
-int own_batch(const ModelProfile& p, int gpus, int requested) {
+int own_batch(const ModelProfile& p, int gpus, int requested, OwnBatch rule) {
   EDP_CHECK(gpus >= 1, "own_batch: gpus must be >= 1, got ", gpus);
   EDP_CHECK(requested >= 0, "own_batch: requested batch must be >= 0, got ", requested);
-  // Default: the model's initial batch per GPU (weak scaling, common practice), within the
-  // validated range; always within the per-GPU bounds.
-  int64_t b0 = requested > 0 ? requested : std::min<int64_t>(p.max_batch, int64_t{p.init_batch} * gpus);
-  b0 -= b0 % gpus;
+  int64_t b0;
+  if (requested > 0) {
+    b0 = requested - requested % gpus;
+  } else if (rule == OwnBatch::Model) {
+    // The model's default global batch, the smallest multiple of `gpus` not below it.
+    b0 = (int64_t{p.init_batch} + gpus - 1) / gpus * gpus;
+  } else {
+    // The model's initial batch per GPU (weak scaling), within the validated range.
+    b0 = std::min<int64_t>(p.max_batch, int64_t{p.init_batch} * gpus);
+    b0 -= b0 % gpus;
+  }
   b0 = std::clamp<int64_t>(b0, int64_t{p.min_local} * gpus, int64_t{p.max_local} * gpus);
   return static_cast<int>(b0);
 }
@@ -137,7 +144,7 @@ JobModel make_job_model(const ModelProfile& p, int req_gpus, const SimConfig& cf
   EDP_CHECK(req_gpus >= 1 && req_gpus <= 64, "make_job_model: requested GPUs must be in [1, 64], got ", req_gpus);
   JobModel jm;
   jm.profile = &p;
-  jm.ref_batch = own_batch(p, req_gpus, batch);
+  jm.ref_batch = own_batch(p, req_gpus, batch, cfg.own_batch);
   jm.ref_samples_per_s = p.model.samples_per_s(req_gpus, jm.ref_batch);
   EDP_CHECK(jm.ref_samples_per_s > 0, "model ", p.name, ": non-positive throughput at its own configuration");
   jm.max_gpus = std::min(64, std::max({req_gpus, p.model.gpus_per_node, cfg.max_scale * req_gpus}));

@@ -406,3 +406,38 @@ TEST(AutoscaleSim, PolluxWorkloadJobsRunTheModelsCompleteRun) {
     EXPECT_NEAR(j.work, p->total_samples, 1e-9 * p->total_samples) << j.id;
   }
 }
+
+TEST(AutoscaleSim, OwnBatchRules) {
+  ModelProfile p = synthetic_model_profiles()[0];  // init 128, max 4096, per-GPU 32..1024
+  // Model: the default global batch, kept as GPUs are added, raised only to fill each GPU's
+  // minimum and rounded up to a multiple of the GPUs.
+  EXPECT_EQ(own_batch(p, 1, 0, OwnBatch::Model), 128);
+  EXPECT_EQ(own_batch(p, 3, 0, OwnBatch::Model), 129);
+  EXPECT_EQ(own_batch(p, 4, 0, OwnBatch::Model), 128);
+  EXPECT_EQ(own_batch(p, 8, 0, OwnBatch::Model), 256);  // 16 per GPU < min 32
+  // PerGpu: the initial batch on every GPU, capped at the max batch (4096 = 32 x 128).
+  EXPECT_EQ(own_batch(p, 1, 0, OwnBatch::PerGpu), 128);
+  EXPECT_EQ(own_batch(p, 8, 0, OwnBatch::PerGpu), 1024);
+  EXPECT_EQ(own_batch(p, 64, 0, OwnBatch::PerGpu), 4096);
+  // A requested batch wins over either rule: rounded down to a multiple of the GPUs.
+  EXPECT_EQ(own_batch(p, 6, 2048, OwnBatch::Model), 2046);
+  EXPECT_EQ(own_batch(p, 6, 2048, OwnBatch::PerGpu), 2046);
+  // The simulator's jobs follow SimConfig::own_batch.
+  const auto profiles = synthetic_model_profiles();
+  auto trace = small_trace(60, 60, 8);
+  for (auto& j : trace) j.gpus = 8;
+  for (OwnBatch rule : {OwnBatch::Model, OwnBatch::PerGpu}) {
+    SimConfig cfg;
+    cfg.gpus = 64;
+    cfg.policy = "static";
+    cfg.own_batch = rule;
+    const SimResult r = simulate(trace, profiles, cfg);
+    for (size_t k = 0; k < r.jobs.size(); ++k) {
+      const ModelProfile* m = nullptr;
+      for (const auto& q : profiles)
+        if (q.name == r.jobs[k].model) m = &q;
+      ASSERT_NE(m, nullptr);
+      EXPECT_EQ(r.jobs[k].ref_batch, own_batch(*m, 8, 0, rule)) << r.jobs[k].id;
+    }
+  }
+}

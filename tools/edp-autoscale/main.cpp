@@ -58,6 +58,7 @@ const OptSpec kOptions[] = {
     {"replan", "300", false, "seconds between periodic re-plans (besides arrivals/completions)"},
     {"weighting", "remaining", false, "DP job weights: equal | remaining (1/remaining time, SRPT-like)"},
     {"max-scale", "4", false, "a job may use up to max(4, K x requested) GPUs (<= 64)"},
+    {"own-batch", "model", false, "a trace job's own batch: per-gpu (model's initial batch x GPUs) or model (the model's default global batch, kept at any GPU count)"},
     {"window", "604800", false, "seconds: jobs finished by then count as completed in the window"},
     {"limit", nullptr, false, "use only the first N jobs of the trace"},
     {"seed", "1", false, "seed of the model assignment (and the Poisson generator)"},
@@ -301,6 +302,13 @@ std::string plot_script(const Args& args, const char* argv0) {
   return EDP_AUTOSCALE_PLOT_SCRIPT_SRC;
 }
 
+OwnBatch own_batch_arg(const Args& args) {
+  const std::string v = args.get("own-batch");
+  if (v == "per-gpu") return OwnBatch::PerGpu;
+  if (v == "model") return OwnBatch::Model;
+  throw UsageError("--own-batch: expected per-gpu or model, got '" + v + "'");
+}
+
 // The jobs (--trace or --poisson, --limit) and the model profiles (--profiles, else a
 // model_profiles folder beside the trace or up to two folders above it, else synthetic), shared
 // by simulate and workload. --trace takes a Philly-format trace or a Pollux workload file (told
@@ -381,6 +389,7 @@ int cmd_simulate(const Args& args, const char* argv0) {
   else if (w == "remaining") base.weighting = Weighting::Remaining;
   else throw UsageError("--weighting: expected equal or remaining, got '" + w + "'");
   base.max_scale = args.integer("max-scale");
+  base.own_batch = own_batch_arg(args);
   base.window_s = args.num("window");
   base.seed = static_cast<uint64_t>(args.integer("seed"));
   base.statistical_efficiency = args.has("statistical-efficiency");
@@ -446,6 +455,7 @@ int cmd_simulate(const Args& args, const char* argv0) {
                {"rescale_penalty", base.rescale_penalty},
                {"weighting", w},
                {"max_scale", base.max_scale},
+               {"own_batch", args.get("own-batch")},
                {"statistical_efficiency", base.statistical_efficiency},
                {"seed", base.seed},
                {"runs", all}};
@@ -496,6 +506,7 @@ int cmd_workload(const Args& args) {
   EDP_CHECK(!trace.empty(), "workload: no jobs");
   SimConfig cfg;
   cfg.max_scale = args.integer("max-scale");
+  cfg.own_batch = own_batch_arg(args);
   cfg.seed = static_cast<uint64_t>(args.integer("seed"));
   cfg.statistical_efficiency = args.has("statistical-efficiency");
   const double window = args.num("window");
@@ -587,6 +598,7 @@ int cmd_workload(const Args& args) {
                      {"own_gpu_h", own_total},
                      {"demand_gpus", demand},
                      {"max_scale", cfg.max_scale},
+                     {"own_batch", args.get("own-batch")},
                      {"seed", cfg.seed},
                      {"policies", jp},
                      {"models", jmodels},

@@ -26,7 +26,7 @@ struct TraceJob {
   double duration_s = 0;  // at its own configuration (gpus, own batch)
   std::string vc;
   std::string model;  // the model profile's name; empty: assign_model() picks one
-  int batch = 0;      // the job's own global batch; 0: own_batch()'s default (weak scaling)
+  int batch = 0;      // the job's own global batch; 0: own_batch()'s default (SimConfig::own_batch)
 };
 
 // Reads philly_jobs.csv (submit_time_s, gpus_requested, duration_s, ...). Malformed rows raise
@@ -56,6 +56,14 @@ struct PoissonOptions {
 };
 std::vector<TraceJob> poisson_trace(const PoissonOptions& opt);
 
+// What a trace job's own global batch is when the trace does not say (TraceJob::batch == 0):
+//   PerGpu: the model's initial batch per GPU times the requested GPUs (weak scaling; the
+//           Pollux "realistic" workloads are built this way), capped at the model's max batch;
+//   Model:  the model's default global batch (init_batch_size, the batch Pollux starts every job
+//           at), kept when the job asks for more GPUs (strong scaling), raised only as far as
+//           the requested GPUs need to hold the model's minimum per-GPU batch.
+enum class OwnBatch { PerGpu, Model };
+
 struct SimConfig {
   int gpus = 64;
   std::string policy = "dp";
@@ -65,6 +73,7 @@ struct SimConfig {
   Weighting weighting = Weighting::Equal;  // DP job weights (policy.h)
   double window_s = 7 * 86400.0;   // "completed within the window" counts finish <= window
   int max_scale = 4;               // elastic max GPUs = min(64, max(gpus_per_node, max_scale * requested))
+  OwnBatch own_batch = OwnBatch::Model;  // a trace job's own batch (above)
   bool statistical_efficiency = false;  // progress = samples/s x efficiency(batch) when true
   uint64_t seed = 1;               // model assignment
   bool record_timeline = true;
@@ -142,10 +151,11 @@ struct JobModel {
 // `batch` is the job's own global batch (0: own_batch()'s default).
 JobModel make_job_model(const ModelProfile& profile, int req_gpus, const SimConfig& cfg, int batch = 0);
 
-// A job's own global batch at `gpus` GPUs: `requested` (0: the model's initial batch per GPU
-// times `gpus`, weak scaling, capped at the model's max batch), rounded down to a multiple of
-// `gpus` and clamped so that the per-GPU batch lies in the model's [min_local, max_local].
-int own_batch(const ModelProfile& profile, int gpus, int requested = 0);
+// A job's own global batch at `gpus` GPUs: `requested`, or when 0 the rule's default (OwnBatch
+// above), made a multiple of `gpus` (requested or PerGpu: rounded down; Model: rounded up, the
+// smallest feasible batch >= init_batch) and clamped so that the per-GPU batch lies in the
+// model's [min_local, max_local].
+int own_batch(const ModelProfile& profile, int gpus, int requested = 0, OwnBatch rule = OwnBatch::PerGpu);
 
 // Which model a trace job gets (deterministic in seed and job index).
 size_t assign_model(const TraceJob& job, size_t job_index, const std::vector<ModelProfile>& profiles, uint64_t seed);
