@@ -22,6 +22,7 @@
 #include <cudnn.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -63,6 +64,30 @@ struct ConvKey {
   auto tie() const { return std::make_tuple(N, C, H, W, O, k, stride, pad, tf32, det); }
   bool operator<(const ConvKey& o) const { return tie() < o.tie(); }
 };
+
+// EDP_CUDNN_VERBOSE=1: one line on stderr per algorithm chosen (shape, pass, cuDNN's algorithm
+// number, workspace, the time cudnnFind measured), to see which algorithms a run got (e.g.
+// Winograd or FFT, whose FP32 error is larger than a direct or GEMM-based convolution's).
+bool verbose() {
+  static const bool on = [] {
+    const char* e = std::getenv("EDP_CUDNN_VERBOSE");
+    return e && *e && std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
+template <typename Perf>
+void log_choice(const char* pass, const ConvKey& k, const Perf& r) {
+  if (!verbose()) return;
+  std::fprintf(stderr,
+               "edp: cudnn conv2d [%lld, %lld, %lld, %lld] x %lld filters %lldx%lld stride %lld pad %lld, tf32 %s%s: "
+               "%s algo %d, workspace %zu B, %.3f ms\n",
+               static_cast<long long>(k.N), static_cast<long long>(k.C), static_cast<long long>(k.H),
+               static_cast<long long>(k.W), static_cast<long long>(k.O), static_cast<long long>(k.k),
+               static_cast<long long>(k.k), static_cast<long long>(k.stride), static_cast<long long>(k.pad),
+               k.tf32 ? "on" : "off", k.det ? ", deterministic" : "", pass, static_cast<int>(r.algo), r.memory,
+               static_cast<double>(r.time));
+}
 
 struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -238,6 +263,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, ops::Co
     const auto* best = choose(perf, returned, limit, cc.key.det);
     if (!best) no_algo("forward", cc.key);
     p.fwd_algo = best->algo;
+    log_choice("forward", cc.key, *best);
     p.fwd_ws = best->memory;
     if (cc.key.tf32) CUDNN_CHECK(cudnnSetConvolutionMathType(p.fwd, best->mathType));
     p.have_fwd = true;
@@ -298,6 +324,7 @@ Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
     const auto* best = choose(perf, returned, limit, cc.key.det);
     if (!best) no_algo("backward-filter", cc.key);
     p.bwd_filter_algo = best->algo;
+    log_choice("backward-filter", cc.key, *best);
     p.bwd_filter_ws = best->memory;
     if (cc.key.tf32) CUDNN_CHECK(cudnnSetConvolutionMathType(p.bwd_filter, best->mathType));
     p.have_bwd_filter = true;
@@ -332,6 +359,7 @@ Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
     const auto* best = choose(perf, returned, limit, cc.key.det);
     if (!best) no_algo("backward-data", cc.key);
     p.bwd_data_algo = best->algo;
+    log_choice("backward-data", cc.key, *best);
     p.bwd_data_ws = best->memory;
     if (cc.key.tf32) CUDNN_CHECK(cudnnSetConvolutionMathType(p.bwd_data, best->mathType));
     p.have_bwd_data = true;
