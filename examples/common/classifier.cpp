@@ -22,6 +22,7 @@
 #include "edp/nn/init.h"
 #include "edp/optim/optimizer.h"
 #include "edp/optim/schedule.h"
+#include "edp/train/checkpoint.h"
 #include "edp/train/evaluate.h"
 #include "edp/train/options.h"
 #include "edp/train/progress.h"
@@ -99,11 +100,43 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
                  static_cast<long long>(batch), static_cast<long long>(global_batch), lr,
                  o.str("lr-scaling").c_str(), threads, dmodel.buckets().size(), device.str().c_str());
 
+  // Checkpoints (--checkpoint-dir): resume from the newest whole one if there is one; rank 0
+  // commits every --checkpoint-every steps (0: at the end of every epoch). Every rank reads the
+  // same file, so the replicas stay identical; the sampler re-shards the rest of the epoch if the
+  // world size changed.
+  int64_t step = 0, start_epoch = 0;
+  std::unique_ptr<train::CheckpointDir> ckpt;
+  const int64_t ckpt_every = o.i64("checkpoint-every"), stop_after = o.i64("stop-after-steps");
+  EDP_CHECK(ckpt_every >= 0 && stop_after >= 0, "--checkpoint-every and --stop-after-steps must be >= 0");
+  if (!o.str("checkpoint-dir").empty()) {
+    ckpt = std::make_unique<train::CheckpointDir>(o.str("checkpoint-dir"), static_cast<int>(o.i64("keep-checkpoints")));
+    std::string path;
+    if (auto c = ckpt->latest(&path)) {
+      train::restore(*c, *model, &opt, sampler.get());
+      step = opt.steps();
+      start_epoch = sampler->epoch() + (sampler->epoch_done() ? 1 : 0);
+      if (root)
+        std::fprintf(stderr, "%s: resumed from %s: step %lld, epoch %lld, %lld samples into it (saved by %s rank(s))\n",
+                     spec.name.c_str(), path.c_str(), static_cast<long long>(step),
+                     static_cast<long long>(sampler->epoch() + 1), static_cast<long long>(sampler->position()),
+                     c->meta.count("world_size") ? c->at("world_size").c_str() : "?");
+    }
+  }
+  auto commit = [&] {
+    if (!ckpt || !root) return;
+    train::Checkpoint c = train::capture(*model, &opt, sampler.get());
+    c.meta["model"] = spec.name;
+    c.meta["world_size"] = std::to_string(W);
+    c.meta["global_batch"] = std::to_string(global_batch);
+    c.meta["step"] = std::to_string(step);
+    ckpt->commit(step, c);
+  };
+
   nn::SoftmaxCrossEntropy ce;
   double train_seconds = 0, last_epoch_loss = 0;
-  int64_t samples_seen = 0, step = 0;
+  int64_t samples_seen = 0;
   train::EvalResult test{};
-  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+  for (int64_t epoch = start_epoch; epoch < epochs; ++epoch) {
     sampler->set_epoch(epoch);
     loader.start_epoch(epoch);
     const int64_t steps = sampler->steps_remaining();
@@ -138,7 +171,16 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
       sums[0] += loss * static_cast<double>(local);
       sums[1] += static_cast<double>(local);
       progress.update(k + 1, static_cast<int64_t>(sums[1]) * W, loss);
+      if (ckpt_every > 0 && step % ckpt_every == 0) commit();
+      if (stop_after > 0 && step >= stop_after) {
+        // A stand-in for a job that is stopped (preempted, crashed) here: the test of resuming.
+        if (root) std::fprintf(stderr, "%s: stopping after step %lld (--stop-after-steps)\n", spec.name.c_str(),
+                               static_cast<long long>(step));
+        world.barrier();
+        return 3;
+      }
     }
+    if (ckpt_every == 0) commit();
     const double secs = sw.seconds();
     world.allreduce(sums, sums, 2, DType::F64, comm::ReduceOp::Sum);
     train_seconds += secs;
@@ -166,7 +208,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
         "\"comm_ms\": %.3f, \"peak_rss_mb_per_rank\": %.1f}\n",
         spec.name.c_str(), W, threads, static_cast<long long>(batch),
         static_cast<long long>(global_batch), static_cast<long long>(epochs), lr,
-        samples_seen / train_seconds, test.accuracy, last_epoch_loss, train_seconds, 1e3 * step_s,
+        train_seconds > 0 ? samples_seen / train_seconds : 0.0, test.accuracy, last_epoch_loss, train_seconds, 1e3 * step_s,
         1e3 * exposed, exposed / step_s, 1e3 * st.comm_s / std::max<int64_t>(1, st.steps), rss);
   train::Timeline::get().close();
   return 0;
@@ -194,6 +236,10 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
       .add("workers", "1", "data-loader threads per rank")
       .add("bucket-cap-mb", "25", "DDP gradient bucket cap in MiB")
       .add("device", "auto", "auto (cuda when a GPU is visible, else cpu), cpu, cuda or cuda:N")
+      .add("checkpoint-dir", "", "keep checkpoints here and resume from the newest one (empty: none)")
+      .add("checkpoint-every", "0", "commit a checkpoint every N optimizer steps (0: at the end of every epoch)")
+      .add("keep-checkpoints", "2", "how many checkpoints to keep")
+      .add("stop-after-steps", "0", "stop with exit code 3 after N steps, as a preempted job would (testing)")
       .add_flag("no-eval", "skip the per-epoch test-set evaluation (the final one still runs)");
   o.parse(argc, argv);
   return comm::run_main(argc, argv, [&](comm::Communicator& world) { return train(world, o, spec); });

@@ -19,7 +19,7 @@ struct ClassifierSpec {
   // Where the data comes from (default: Fashion-MNIST from --data) and --data's default.
   std::function<std::pair<std::shared_ptr<data::TensorDataset>, std::shared_ptr<data::TensorDataset>>(
       const std::string& dir)>
-      load;
+      load = nullptr;
   std::string default_data = data::kFashionMnistDir;
 };
 

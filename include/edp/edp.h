@@ -14,6 +14,7 @@
 #include "edp/nn/module.h"
 #include "edp/optim/optimizer.h"
 #include "edp/optim/schedule.h"
+#include "edp/train/checkpoint.h"
 #include "edp/train/evaluate.h"
 #include "edp/train/options.h"
 #include "edp/train/progress.h"

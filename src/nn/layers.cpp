@@ -165,6 +165,7 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
 
 // ---- Dropout ---------------------------------------------------------------------------------
 Dropout::Dropout(double p, uint64_t seed) : p_(p), seed_(seed) {
+  register_counter("calls", &calls_);
   EDP_CHECK(p >= 0.0 && p < 1.0, "Dropout(p=", p, "): p must be in [0, 1)");
 }
 

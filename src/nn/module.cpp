@@ -54,6 +54,16 @@ std::vector<Buffer*> Module::buffers() {
   return bs;
 }
 
+std::vector<std::pair<std::string, uint64_t*>> Module::counters() {
+  std::vector<std::pair<std::string, uint64_t*>> out;
+  std::function<void(Module&, const std::string&)> walk = [&](Module& m, const std::string& prefix) {
+    for (auto& [name, c] : m.counters_) out.emplace_back(prefix.empty() ? name : prefix + "." + name, c);
+    for (auto& [name, child] : m.children_) walk(*child, prefix.empty() ? name : prefix + "." + name);
+  };
+  walk(*this, "");
+  return out;
+}
+
 void Module::zero_grad() {
   for (Parameter* p : parameters()) p->grad.zero();
 }

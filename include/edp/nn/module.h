@@ -9,6 +9,7 @@
 //     calls Parameter::mark_grad_ready(), which fires the parameter's hooks; DistributedDataParallel
 //     uses these to start a bucket's allreduce while the rest of backward runs.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -47,6 +48,10 @@ class Module {
   // dotted names. Pointers stay valid for the module's lifetime.
   std::vector<Parameter*> parameters();
   std::vector<Buffer*> buffers();
+  // State that is neither parameter nor buffer: integer counters (Dropout's call counter, which
+  // seeds its masks), with dotted names, in registration order. Checkpoints save them so that a
+  // resumed run draws the same masks as an uninterrupted one.
+  std::vector<std::pair<std::string, uint64_t*>> counters();
   void zero_grad();
   void train(bool on = true);
   void eval() { train(false); }
@@ -73,6 +78,8 @@ class Module {
  protected:
   Parameter& register_parameter(const std::string& name, Tensor value);
   Buffer& register_buffer(const std::string& name, Tensor value);
+  // `c` must live as long as the module (a member).
+  void register_counter(const std::string& name, uint64_t* c) { counters_.emplace_back(name, c); }
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     children_.emplace_back(name, m);
@@ -88,6 +95,7 @@ class Module {
   // unique_ptr: stable addresses for hooks and optimizer state.
   std::vector<std::unique_ptr<Parameter>> params_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
+  std::vector<std::pair<std::string, uint64_t*>> counters_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 

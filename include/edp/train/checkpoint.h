@@ -1,0 +1,85 @@
+// Checkpoints: the state of a training job in one file, written so that nothing is lost.
+//
+// A Checkpoint is a list of named host tensors plus string metadata. capture() collects a
+// job's state into one — the model's parameters and buffers (BatchNorm statistics), its
+// counters (Dropout's call counter), the optimizer's state tensors and step count, and the
+// sampler's position — and restore() puts it back, onto whatever devices the model now lives
+// on. With the same world size, N steps after restore() give bitwise the parameters of N steps
+// after the commit (tested); the sampler position does not depend on the world size, so a job
+// may also resume at another size (DistributedSampler re-shards the rest of the epoch).
+//
+// File format, version 1 (little-endian):
+//   "EDPCKPT1"  u32 version  u32 flags(0)
+//   u32 n_meta   { u32 len, key bytes, u32 len, value bytes } * n_meta
+//   u32 n_tensor { u32 len, name bytes, u8 dtype, u8 ndim, i64 dims[ndim], u64 nbytes, data } * n_tensor
+//   u32 crc32 (zlib) of every byte before it   "EDPCKEND"
+// A reader checks the magic, the version, every length against the bytes left, and the
+// checksum; damage raises edp::DataError naming the file, the byte offset and what was found.
+//
+// write_checkpoint() is atomic: it writes `path.tmp.<pid>`, flushes it to disk (fsync), renames
+// it over `path` and syncs the directory, so `path` is always either the old or the new whole
+// file. CheckpointDir keeps the newest `keep` files of a job (ckpt-<step>.edp) and removes older
+// ones only after the new one is whole; latest() returns the newest readable one, skipping
+// damaged files with a message on stderr.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "edp/core/tensor.h"
+
+namespace edp::nn {
+class Module;
+}
+namespace edp::optim {
+class Optimizer;
+}
+namespace edp::data {
+class DistributedSampler;
+}
+
+namespace edp::train {
+
+struct Checkpoint {
+  std::vector<std::pair<std::string, Tensor>> tensors;  // host tensors, in order
+  std::map<std::string, std::string> meta;              // e.g. "step", "epoch", "world_size"
+
+  const Tensor* find(const std::string& name) const;
+  // The value of a metadata key; DataError naming the key when it is missing.
+  const std::string& at(const std::string& key) const;
+  int64_t int_at(const std::string& key) const;
+};
+
+void write_checkpoint(const std::string& path, const Checkpoint& c);
+Checkpoint read_checkpoint(const std::string& path);
+
+// Collects the job's state (see the file comment). Any of opt / sampler may be null. Tensors are
+// named "model.<parameter>", "buffer.<buffer>", "optim.<i>"; counters, the optimizer's step
+// count and the sampler state go to meta ("counter.<name>", "optim.steps", "sampler.*").
+Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::DistributedSampler* sampler);
+// Puts the state back. Throws DataError naming the first entry that is missing or whose shape or
+// dtype differs from the live model's (a checkpoint of another model), before changing anything.
+void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data::DistributedSampler* sampler);
+
+class CheckpointDir {
+ public:
+  explicit CheckpointDir(std::string dir, int keep = 2);
+  const std::string& dir() const { return dir_; }
+  // Writes ckpt-<step>.edp atomically, then removes all but the newest `keep` checkpoints.
+  // Returns the path written.
+  std::string commit(int64_t step, const Checkpoint& c);
+  // The newest checkpoint that reads back whole (nullopt when there is none); damaged or
+  // half-written ones are skipped with a line on stderr naming the file and the reason.
+  std::optional<Checkpoint> latest(std::string* path = nullptr) const;
+  // Checkpoint files present, newest first (by step).
+  std::vector<std::string> list() const;
+
+ private:
+  std::string dir_;
+  int keep_;
+};
+
+}  // namespace edp::train

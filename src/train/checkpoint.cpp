@@ -1,0 +1,393 @@
+// Checkpoint files (checkpoint.h): a small binary format with a zlib crc32 trailer, written
+// atomically (temporary file, fsync, rename, directory fsync), and capture/restore of a job's
+// state.
+#include "edp/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+
+#include "edp/core/error.h"
+#include "edp/data/distributed_sampler.h"
+#include "edp/nn/module.h"
+#include "edp/optim/optimizer.h"
+
+namespace edp::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'E', 'D', 'P', 'C', 'K', 'P', 'T', '1'};
+constexpr char kEndMagic[8] = {'E', 'D', 'P', 'C', 'K', 'E', 'N', 'D'};
+constexpr uint32_t kVersion = 1;
+constexpr uint8_t kUndefined = 0xFF;  // dtype byte of an undefined tensor (an unused state slot)
+
+class Writer {
+ public:
+  void bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const char*>(p);
+    buf_.insert(buf_.end(), b, b + n);
+  }
+  template <typename T>
+  void pod(T v) {
+    bytes(&v, sizeof v);
+  }
+  void str(const std::string& s) {
+    EDP_CHECK(s.size() <= std::numeric_limits<uint32_t>::max(), "checkpoint: string too long");
+    pod(static_cast<uint32_t>(s.size()));
+    bytes(s.data(), s.size());
+  }
+  std::vector<char>& buf() { return buf_; }
+
+ private:
+  std::vector<char> buf_;
+};
+
+class Reader {
+ public:
+  Reader(const std::string& path, const std::vector<char>& b, size_t end) : path_(path), b_(b), end_(end) {}
+  [[noreturn]] void fail(const std::string& what) const {
+    throw DataError("checkpoint " + path_ + ": at byte " + std::to_string(pos_) + ": " + what);
+  }
+  void need(size_t n, const char* what) const {
+    if (n > end_ - pos_)
+      fail(std::string("truncated: ") + what + " needs " + std::to_string(n) + " bytes, " +
+           std::to_string(end_ - pos_) + " left");
+  }
+  void bytes(void* out, size_t n, const char* what) {
+    need(n, what);
+    std::memcpy(out, b_.data() + pos_, n);
+    pos_ += n;
+  }
+  template <typename T>
+  T pod(const char* what) {
+    T v;
+    bytes(&v, sizeof v, what);
+    return v;
+  }
+  std::string str(const char* what) {
+    const uint32_t n = pod<uint32_t>(what);
+    need(n, what);
+    std::string s(b_.data() + pos_, n);
+    pos_ += n;
+    return s;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  const std::string& path_;
+  const std::vector<char>& b_;
+  size_t end_;
+  size_t pos_ = 0;
+};
+
+uint32_t crc(const char* p, size_t n) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  while (n > 0) {  // zlib takes uInt lengths
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    c = crc32(c, reinterpret_cast<const Bytef*>(p), chunk);
+    p += chunk;
+    n -= chunk;
+  }
+  return static_cast<uint32_t>(c);
+}
+
+[[noreturn]] void sys_fail(const std::string& what, const std::string& path) {
+  throw Error("checkpoint: " + what + " " + path + ": " + std::strerror(errno));
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;  // best effort: some file systems do not allow it
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+std::string describe(const Tensor& t) {
+  return t.defined() ? std::string(dtype_name(t.dtype())) + " " + t.shape().str() : std::string("undefined");
+}
+
+}  // namespace
+
+const Tensor* Checkpoint::find(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+const std::string& Checkpoint::at(const std::string& key) const {
+  auto it = meta.find(key);
+  if (it == meta.end()) throw DataError("checkpoint: no metadata entry '" + key + "'");
+  return it->second;
+}
+
+int64_t Checkpoint::int_at(const std::string& key) const {
+  const std::string& v = at(key);
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0)
+    throw DataError("checkpoint: metadata '" + key + "' = '" + v + "' is not an integer");
+  return x;
+}
+
+void write_checkpoint(const std::string& path, const Checkpoint& c) {
+  Writer w;
+  w.bytes(kMagic, sizeof kMagic);
+  w.pod(kVersion);
+  w.pod(uint32_t{0});
+  w.pod(static_cast<uint32_t>(c.meta.size()));
+  for (const auto& [k, v] : c.meta) {
+    w.str(k);
+    w.str(v);
+  }
+  w.pod(static_cast<uint32_t>(c.tensors.size()));
+  for (const auto& [name, t0] : c.tensors) {
+    w.str(name);
+    if (!t0.defined()) {
+      w.pod(kUndefined);
+      continue;
+    }
+    const Tensor t = t0.device().is_cpu() ? t0 : t0.to(Device::cpu());
+    w.pod(static_cast<uint8_t>(t.dtype()));
+    EDP_CHECK(t.ndim() < 255, "checkpoint: tensor ", name, " has too many dimensions");
+    w.pod(static_cast<uint8_t>(t.ndim()));
+    for (int64_t d : t.shape().dims()) w.pod(d);
+    w.pod(static_cast<uint64_t>(t.nbytes()));
+    w.bytes(t.raw(), t.nbytes());
+  }
+  const uint32_t sum = crc(w.buf().data(), w.buf().size());
+  w.pod(sum);
+  w.bytes(kEndMagic, sizeof kEndMagic);
+
+  const fs::path target(path);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) sys_fail("cannot create", tmp);
+  const char* p = w.buf().data();
+  size_t left = w.buf().size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      errno = e;
+      sys_fail("cannot write", tmp);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = e;
+    sys_fail("cannot flush", tmp);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    errno = e;
+    sys_fail("cannot rename " + tmp + " to", path);
+  }
+  fsync_dir(target.parent_path());
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw DataError("checkpoint " + path + ": cannot open: " + std::strerror(errno));
+  std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t trailer = sizeof(uint32_t) + sizeof kEndMagic;
+  if (b.size() < sizeof kMagic || std::memcmp(b.data(), kMagic, sizeof kMagic) != 0)
+    throw DataError("checkpoint " + path + ": not an edp checkpoint (the file does not start with \"EDPCKPT1\")");
+  if (b.size() < sizeof kMagic + 12 + trailer ||
+      std::memcmp(b.data() + b.size() - sizeof kEndMagic, kEndMagic, sizeof kEndMagic) != 0)
+    throw DataError("checkpoint " + path + ": truncated (" + std::to_string(b.size()) +
+                    " bytes, no end marker): the write did not finish");
+  const size_t body = b.size() - trailer;
+  uint32_t stored;
+  std::memcpy(&stored, b.data() + body, sizeof stored);
+  const uint32_t actual = crc(b.data(), body);
+  if (stored != actual) {
+    char msg[128];
+    std::snprintf(msg, sizeof msg, "checksum mismatch (stored %08x, computed %08x over %zu bytes): the file is damaged",
+                  stored, actual, body);
+    throw DataError("checkpoint " + path + ": " + msg);
+  }
+  Reader r(path, b, body);
+  char magic[8];
+  r.bytes(magic, sizeof magic, "magic");
+  const uint32_t version = r.pod<uint32_t>("version");
+  if (version != kVersion)
+    r.fail("format version " + std::to_string(version) + ", this edp reads version " + std::to_string(kVersion));
+  (void)r.pod<uint32_t>("flags");
+  Checkpoint c;
+  const uint32_t n_meta = r.pod<uint32_t>("metadata count");
+  for (uint32_t i = 0; i < n_meta; ++i) {
+    std::string k = r.str("metadata key");
+    c.meta[k] = r.str("metadata value");
+  }
+  const uint32_t n_t = r.pod<uint32_t>("tensor count");
+  for (uint32_t i = 0; i < n_t; ++i) {
+    std::string name = r.str("tensor name");
+    const uint8_t dt = r.pod<uint8_t>("dtype");
+    if (dt == kUndefined) {
+      c.tensors.emplace_back(std::move(name), Tensor());
+      continue;
+    }
+    if (dt > static_cast<uint8_t>(DType::U8)) r.fail("tensor '" + name + "': unknown dtype code " + std::to_string(dt));
+    const uint8_t nd = r.pod<uint8_t>("ndim");
+    std::vector<int64_t> dims(nd);
+    int64_t numel = 1;
+    for (auto& d : dims) {
+      d = r.pod<int64_t>("dimension");
+      if (d < 0 || (d > 0 && numel > std::numeric_limits<int64_t>::max() / d))
+        r.fail("tensor '" + name + "': bad dimension " + std::to_string(d));
+      numel *= d;
+    }
+    const uint64_t nbytes = r.pod<uint64_t>("byte count");
+    const DType dtype = static_cast<DType>(dt);
+    if (nbytes != static_cast<uint64_t>(numel) * dtype_size(dtype))
+      r.fail("tensor '" + name + "': " + std::to_string(nbytes) + " bytes for " + std::to_string(numel) + " " +
+             dtype_name(dtype) + " elements");
+    Tensor t(Shape(dims), dtype);
+    r.bytes(t.raw(), nbytes, "tensor data");
+    c.tensors.emplace_back(std::move(name), std::move(t));
+  }
+  if (r.pos() != body) r.fail(std::to_string(body - r.pos()) + " unexpected bytes before the checksum");
+  return c;
+}
+
+Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::DistributedSampler* sampler) {
+  Checkpoint c;
+  for (nn::Parameter* p : model.parameters()) c.tensors.emplace_back("model." + p->name, p->value.to(Device::cpu()).clone());
+  for (nn::Buffer* b : model.buffers()) c.tensors.emplace_back("buffer." + b->name, b->value.to(Device::cpu()).clone());
+  for (const auto& [name, ctr] : model.counters()) c.meta["counter." + name] = std::to_string(*ctr);
+  if (opt) {
+    const std::vector<Tensor*> st = opt->state();
+    for (size_t i = 0; i < st.size(); ++i)
+      c.tensors.emplace_back("optim." + std::to_string(i),
+                             st[i]->defined() ? st[i]->to(Device::cpu()).clone() : Tensor());
+    c.meta["optim.steps"] = std::to_string(opt->steps());
+    c.meta["optim.state_tensors"] = std::to_string(st.size());
+  }
+  if (sampler) {
+    const data::SamplerState s = sampler->state();
+    c.meta["sampler.epoch"] = std::to_string(s.epoch);
+    c.meta["sampler.position"] = std::to_string(s.position);
+    c.meta["sampler.dataset_size"] = std::to_string(s.dataset_size);
+    c.meta["sampler.seed"] = std::to_string(s.seed);
+  }
+  return c;
+}
+
+void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data::DistributedSampler* sampler) {
+  // Check everything first, so that a mismatch leaves the live state untouched.
+  struct Target {
+    Tensor* dst;
+    const Tensor* src;
+  };
+  std::vector<Target> plan;
+  auto match = [&](const std::string& name, Tensor& live) {
+    const Tensor* t = c.find(name);
+    if (!t) throw DataError("checkpoint has no '" + name + "' (live: " + describe(live) + "): it was saved from another model");
+    if (t->defined() != live.defined() ||
+        (t->defined() && (t->dtype() != live.dtype() || !(t->shape() == live.shape()))))
+      throw DataError("checkpoint entry '" + name + "' is " + describe(*t) + " but the live one is " + describe(live) +
+                      ": it was saved from another model or optimizer");
+    plan.push_back(Target{&live, t});
+  };
+  for (nn::Parameter* p : model.parameters()) match("model." + p->name, p->value);
+  for (nn::Buffer* b : model.buffers()) match("buffer." + b->name, b->value);
+  std::vector<std::pair<uint64_t*, uint64_t>> counters;
+  for (const auto& [name, ctr] : model.counters())
+    counters.emplace_back(ctr, static_cast<uint64_t>(c.int_at("counter." + name)));
+  int64_t steps = 0;
+  if (opt) {
+    const std::vector<Tensor*> st = opt->state();
+    const int64_t saved = c.int_at("optim.state_tensors");
+    if (saved != static_cast<int64_t>(st.size()))
+      throw DataError("checkpoint holds " + std::to_string(saved) + " optimizer state tensors, the live optimizer has " +
+                      std::to_string(st.size()) + ": another optimizer type or parameter list");
+    for (size_t i = 0; i < st.size(); ++i) match("optim." + std::to_string(i), *st[i]);
+    steps = c.int_at("optim.steps");
+  }
+  data::SamplerState ss;
+  if (sampler) {
+    ss.epoch = c.int_at("sampler.epoch");
+    ss.position = c.int_at("sampler.position");
+    ss.dataset_size = c.int_at("sampler.dataset_size");
+    ss.seed = static_cast<uint64_t>(std::stoull(c.at("sampler.seed")));
+  }
+  for (const Target& t : plan)
+    if (t.src->defined()) t.dst->copy_from(*t.src);
+  for (auto& [ctr, v] : counters) *ctr = v;
+  if (opt) opt->set_steps(steps);
+  if (sampler) sampler->load_state(ss);
+}
+
+CheckpointDir::CheckpointDir(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {
+  EDP_CHECK(keep_ >= 1, "CheckpointDir: keep must be >= 1, got ", keep_);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw Error("checkpoint: cannot create directory " + dir_ + ": " + ec.message());
+}
+
+std::vector<std::string> CheckpointDir::list() const {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string n = e.path().filename().string();
+    // ckpt-<digits>.edp exactly (temporary files end in .tmp.<pid>).
+    if (n.size() < 10 || n.rfind("ckpt-", 0) != 0 || n.substr(n.size() - 4) != ".edp") continue;
+    const std::string digits = n.substr(5, n.size() - 9);
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    found.emplace_back(std::stoll(digits), e.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::string CheckpointDir::commit(int64_t step, const Checkpoint& c) {
+  EDP_CHECK(step >= 0, "CheckpointDir::commit: negative step ", step);
+  char name[40];
+  std::snprintf(name, sizeof name, "ckpt-%012lld.edp", static_cast<long long>(step));
+  const std::string path = (fs::path(dir_) / name).string();
+  write_checkpoint(path, c);
+  const std::vector<std::string> all = list();
+  for (size_t i = static_cast<size_t>(keep_); i < all.size(); ++i) {
+    std::error_code ec;
+    fs::remove(all[i], ec);
+  }
+  return path;
+}
+
+std::optional<Checkpoint> CheckpointDir::latest(std::string* path) const {
+  for (const std::string& p : list()) {
+    try {
+      Checkpoint c = read_checkpoint(p);
+      if (path) *path = p;
+      return c;
+    } catch (const DataError& e) {
+      std::cerr << "edp: skipping damaged checkpoint: " << e.what() << "\n";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace edp::train

@@ -1,0 +1,261 @@
+// Checkpoints: the file round-trips every dtype bit for bit; damage of every kind (a flipped
+// byte, truncation, a foreign file, another format version) is detected and named; a leftover
+// temporary file is never taken for a checkpoint; CheckpointDir keeps the newest `keep` and
+// falls back past a damaged newest one; and commit -> N steps equals restore -> N steps
+// bitwise (the design's determinism contract), including Dropout's mask counter, BatchNorm
+// statistics, SGD momentum and AdamW moments, and the sampler's position mid-epoch.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "edp/core/error.h"
+#include "edp/core/random.h"
+#include "edp/data/dataset.h"
+#include "edp/data/distributed_sampler.h"
+#include "edp/nn/init.h"
+#include "edp/nn/layers.h"
+#include "edp/optim/optimizer.h"
+#include "edp/train/checkpoint.h"
+
+using namespace edp;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path tmpdir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("edp_ckpt_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::vector<char> slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+void spit(const fs::path& p, const std::vector<char>& b) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(b.data(), static_cast<std::streamsize>(b.size()));
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+train::Checkpoint sample_checkpoint() {
+  train::Checkpoint c;
+  Rng r(3);
+  Tensor f({3, 5}, DType::F32), d({7}, DType::F64), i({2, 2}, DType::I32), l({4}, DType::I64), u({0, 3}, DType::U8);
+  for (int64_t k = 0; k < f.numel(); ++k) f.data<float>()[k] = static_cast<float>(r.normal());
+  for (int64_t k = 0; k < d.numel(); ++k) d.data<double>()[k] = r.normal();
+  for (int64_t k = 0; k < i.numel(); ++k) i.data<int32_t>()[k] = static_cast<int32_t>(r.below(1000)) - 500;
+  for (int64_t k = 0; k < l.numel(); ++k) l.data<int64_t>()[k] = int64_t{1} << (10 * k);
+  c.tensors = {{"f", f}, {"d", d}, {"i", i}, {"l", l}, {"empty", u}, {"unused", Tensor()}};
+  c.meta = {{"step", "42"}, {"note", "a value with spaces, commas and \"quotes\""}};
+  return c;
+}
+
+// A small model with every kind of state: parameters, BatchNorm buffers, a Dropout counter.
+std::shared_ptr<nn::Sequential> model() {
+  manual_seed(17);
+  auto m = nn::make<nn::Sequential>();
+  m->add(nn::make<nn::Conv2d>(1, 4, 3, 1, 1), "conv");
+  m->add(nn::make<nn::BatchNorm2d>(4), "bn");
+  m->add(nn::make<nn::ReLU>(), "relu");
+  m->add(nn::make<nn::Flatten>(), "flat");
+  m->add(nn::make<nn::Dropout>(0.3, 5), "drop");
+  m->add(nn::make<nn::Linear>(4 * 6 * 6, 5), "fc");
+  return m;
+}
+
+std::shared_ptr<data::TensorDataset> dataset() {
+  Tensor x({60, 1, 6, 6}, DType::F32);
+  std::vector<int32_t> y(60);
+  Rng r(9);
+  for (int64_t k = 0; k < x.numel(); ++k) x.data<float>()[k] = static_cast<float>(r.normal());
+  for (auto& v : y) v = static_cast<int32_t>(r.below(5));
+  return std::make_shared<data::TensorDataset>(x, y, 5);
+}
+
+// One training step on the sampler's next global batch (world size 1).
+void step(nn::Sequential& m, optim::Optimizer& opt, data::DistributedSampler& s, const data::TensorDataset& ds) {
+  if (s.epoch_done()) s.set_epoch(s.epoch() + 1);
+  const std::vector<int64_t> idx = s.step_indices(0);
+  const int64_t n = static_cast<int64_t>(idx.size()), per = ds.sample_shape().numel();
+  Tensor x({n, 1, 6, 6}, DType::F32), y({n}, DType::I32);
+  for (int64_t k = 0; k < n; ++k) y.data<int32_t>()[k] = ds.get(idx[static_cast<size_t>(k)], x.data<float>() + k * per);
+  opt.zero_grad();
+  nn::SoftmaxCrossEntropy ce;
+  ce.forward(m.forward(x), y);
+  m.backward(ce.backward());
+  opt.step();
+  s.advance();
+}
+
+}  // namespace
+
+TEST(Checkpoint, FileRoundTripsEveryDtypeBitForBit) {
+  const fs::path d = tmpdir("roundtrip");
+  const train::Checkpoint c = sample_checkpoint();
+  train::write_checkpoint((d / "a.edp").string(), c);
+  const train::Checkpoint r = train::read_checkpoint((d / "a.edp").string());
+  EXPECT_EQ(r.meta, c.meta);
+  ASSERT_EQ(r.tensors.size(), c.tensors.size());
+  for (size_t k = 0; k < c.tensors.size(); ++k) {
+    EXPECT_EQ(r.tensors[k].first, c.tensors[k].first);
+    ASSERT_EQ(r.tensors[k].second.defined(), c.tensors[k].second.defined()) << c.tensors[k].first;
+    if (c.tensors[k].second.defined()) {
+      EXPECT_TRUE(same_bits(r.tensors[k].second, c.tensors[k].second)) << c.tensors[k].first;
+    }
+  }
+  EXPECT_EQ(r.int_at("step"), 42);
+  EXPECT_THROW(r.int_at("note"), DataError);
+  EXPECT_THROW(r.at("missing"), DataError);
+  // No temporary file is left behind.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(d)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+  fs::remove_all(d);
+}
+
+TEST(Checkpoint, DamageIsDetectedAndNamed) {
+  const fs::path d = tmpdir("damage");
+  const fs::path p = d / "a.edp";
+  train::write_checkpoint(p.string(), sample_checkpoint());
+  const std::vector<char> good = slurp(p);
+  auto expect = [&](const std::vector<char>& bytes, const std::string& what) {
+    spit(p, bytes);
+    try {
+      train::read_checkpoint(p.string());
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(p.string()), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  // Every single flipped bit in the body changes the crc32.
+  for (size_t at : {size_t{9}, size_t{40}, good.size() / 2, good.size() - 13}) {
+    std::vector<char> b = good;
+    b[at] ^= 0x10;
+    expect(b, "checksum mismatch");
+  }
+  expect(std::vector<char>(good.begin(), good.end() - 5), "truncated");
+  expect(std::vector<char>(good.begin(), good.begin() + good.size() / 2), "truncated");
+  expect(std::vector<char>{'P', 'K', 3, 4, 0, 0, 0, 0, 0, 0}, "not an edp checkpoint");
+  expect({}, "not an edp checkpoint");
+  {
+    // Another format version (with a valid checksum, so that the version check is what fires).
+    train::write_checkpoint(p.string(), sample_checkpoint());
+    std::vector<char> b = slurp(p);
+    b[8] = 2;
+    const size_t body = b.size() - 12;
+    uLong c = crc32(0L, Z_NULL, 0);
+    c = crc32(c, reinterpret_cast<const Bytef*>(b.data()), static_cast<uInt>(body));
+    const uint32_t c32 = static_cast<uint32_t>(c);
+    std::memcpy(b.data() + body, &c32, 4);
+    expect(b, "format version 2");
+  }
+  EXPECT_THROW(train::read_checkpoint((d / "missing.edp").string()), DataError);
+  fs::remove_all(d);
+}
+
+TEST(Checkpoint, DirKeepsTheNewestAndSkipsDamagedOnes) {
+  const fs::path d = tmpdir("dir");
+  train::CheckpointDir dir(d.string(), 2);
+  EXPECT_FALSE(dir.latest().has_value());
+  for (int64_t s : {10, 20, 30}) {
+    train::Checkpoint c;
+    c.meta["step"] = std::to_string(s);
+    dir.commit(s, c);
+  }
+  std::vector<std::string> all = dir.list();
+  ASSERT_EQ(all.size(), 2u);  // step 10 was removed once 30 was whole
+  EXPECT_NE(all[0].find("ckpt-000000000030.edp"), std::string::npos);
+  // A half-written temporary file (a crash during write) is not a checkpoint.
+  spit(d / "ckpt-000000000040.edp.tmp.12345", {'E', 'D', 'P'});
+  std::string which;
+  auto c = dir.latest(&which);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->int_at("step"), 30);
+  // The newest one damaged: latest() falls back to the previous one.
+  std::vector<char> b = slurp(all[0]);
+  b[b.size() / 2] ^= 1;
+  spit(all[0], b);
+  testing::internal::CaptureStderr();
+  c = dir.latest(&which);
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->int_at("step"), 20);
+  EXPECT_EQ(which, all[1]);
+  EXPECT_NE(err.find("skipping damaged checkpoint"), std::string::npos) << err;
+  EXPECT_NE(err.find("ckpt-000000000030.edp"), std::string::npos) << err;
+  fs::remove_all(d);
+}
+
+// The design's contract: commit -> N steps equals restore -> N steps, bitwise.
+TEST(Checkpoint, RestoreThenStepsEqualsUninterruptedStepsBitwise) {
+  const auto ds = dataset();
+  for (const char* which : {"sgd", "adamw"}) {
+    auto make_opt = [&](nn::Module& m) -> std::unique_ptr<optim::Optimizer> {
+      if (std::string(which) == "sgd")
+        return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .nesterov = true});
+      return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 1e-3});
+    };
+    const fs::path d = tmpdir(std::string("determinism_") + which);
+    // Run A: 7 steps (into the second epoch of 60 samples at batch 16), commit, 6 more steps.
+    auto a = model();
+    auto opt_a = make_opt(*a);
+    data::DistributedSampler sa(ds->size(), 123, 1, 0, {.batch_size = 16});
+    sa.set_epoch(0);
+    for (int i = 0; i < 7; ++i) step(*a, *opt_a, sa, *ds);
+    train::CheckpointDir dir(d.string());
+    dir.commit(7, train::capture(*a, opt_a.get(), &sa));
+    for (int i = 0; i < 6; ++i) step(*a, *opt_a, sa, *ds);
+
+    // Run B: a fresh process's objects (other initial weights), restored from the file.
+    manual_seed(999);
+    auto b = model();
+    auto opt_b = make_opt(*b);
+    data::DistributedSampler sb(ds->size(), 123, 1, 0, {.batch_size = 16});
+    auto c = dir.latest();
+    ASSERT_TRUE(c.has_value());
+    train::restore(*c, *b, opt_b.get(), &sb);
+    EXPECT_EQ(opt_b->steps(), 7);
+    for (int i = 0; i < 6; ++i) step(*b, *opt_b, sb, *ds);
+
+    const auto pa = a->parameters(), pb = b->parameters();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t k = 0; k < pa.size(); ++k) EXPECT_TRUE(same_bits(pa[k]->value, pb[k]->value)) << which << " " << pa[k]->name;
+    const auto ba = a->buffers(), bb = b->buffers();
+    for (size_t k = 0; k < ba.size(); ++k) EXPECT_TRUE(same_bits(ba[k]->value, bb[k]->value)) << which << " " << ba[k]->name;
+    EXPECT_EQ(sa.state().position, sb.state().position);
+    EXPECT_EQ(sa.state().epoch, sb.state().epoch);
+    fs::remove_all(d);
+  }
+}
+
+TEST(Checkpoint, RestoreRefusesAnotherModelAndChangesNothing) {
+  auto a = model();
+  optim::SGD opt(a->parameters(), {.lr = 0.1, .momentum = 0.9});
+  const train::Checkpoint c = train::capture(*a, &opt, nullptr);
+  // A model with a different layer width.
+  manual_seed(17);
+  auto other = nn::make<nn::Sequential>();
+  other->add(nn::make<nn::Conv2d>(1, 8, 3, 1, 1), "conv");
+  const Tensor before = other->parameters()[0]->value.clone();
+  try {
+    train::restore(c, *other, nullptr, nullptr);
+    FAIL() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.conv.weight"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(same_bits(other->parameters()[0]->value, before));
+  // The right model but another optimizer type: refused as well.
+  auto b = model();
+  optim::AdamW adam(b->parameters(), {.lr = 1e-3});
+  EXPECT_THROW(train::restore(c, *b, &adam, nullptr), DataError);
+}
