@@ -12,8 +12,7 @@ using namespace edp::optim;
 
 namespace {
 nn::Parameter make_param(float v, float g) {
-  nn::Parameter p;
-  p.name = "p";
+  nn::Parameter p{"p", {}, {}, {}};
   p.value = Tensor::full({1}, v);
   p.grad = Tensor::full({1}, g);
   return p;
