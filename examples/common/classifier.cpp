@@ -147,7 +147,9 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
     double sums[2] = {0, 0};  // loss·samples, samples (this rank)
     for (int64_t k = 0; k < steps; ++k) {
       const int64_t local = sampler->step_local_count(0), global = sampler->step_global_count(0);
-      opt.set_lr(schedule.lr(step));
+      // The schedule's position counts the epoch's samples at this run's global batch, so that
+      // it stays right when a job resumes at another world size (step numbers then differ).
+      opt.set_lr(schedule.lr(epoch * steps_per_epoch + sampler->position() / global_batch));
       opt.zero_grad();
       dmodel.set_step_weight(static_cast<double>(local) / static_cast<double>(global));
       double loss = 0;
