@@ -3,10 +3,12 @@
 // (DistributedSampler) and DistributedDataParallel averages the gradients; rank 0 reports.
 #include "common/classifier.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <tuple>
 #include <iostream>
+#include <optional>
 
 #include "edp/backend/ops.h"
 #include "edp/comm/colocated.h"
@@ -18,6 +20,7 @@
 #include "edp/data/distributed_sampler.h"
 #include "edp/data/loader.h"
 #include "edp/ddp/ddp.h"
+#include "edp/elastic/elastic.h"
 #include "edp/launch/placement.h"
 #include "edp/nn/init.h"
 #include "edp/optim/optimizer.h"
@@ -31,6 +34,11 @@
 namespace edp::examples {
 
 namespace {
+// Wall-clock seconds (for the rescale timestamps that bench/rescale.sh reads).
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 int train(comm::Communicator& world, const train::Options& o, const ClassifierSpec& spec) {
   const int W = world.size(), rank = world.rank();
   const bool root = rank == 0;
@@ -44,9 +52,25 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   if (device.is_cuda() && (dev_arg == "auto" || dev_arg == "cuda"))
     device = Device::cuda(world.local_rank() % cuda::device_count());
   if (device.is_cuda()) cuda::set_device(device.index);
-  const int64_t epochs = o.i64("epochs"), batch = o.i64("batch");
+  const int64_t epochs = o.i64("epochs");
+  int64_t batch = o.i64("batch");
   EDP_CHECK(epochs >= 1 && batch >= 1, "--epochs and --batch must be >= 1");
   const uint64_t seed = static_cast<uint64_t>(o.i64("seed"));
+  // Checkpoints (--checkpoint-dir): the newest whole one is read first, because a job stopped
+  // for a rescale recorded the global batch it is to continue with ("next.global_batch").
+  std::unique_ptr<train::CheckpointDir> ckpt;
+  std::optional<train::Checkpoint> resume;
+  std::string resume_path;
+  if (!o.str("checkpoint-dir").empty()) {
+    ckpt = std::make_unique<train::CheckpointDir>(o.str("checkpoint-dir"), static_cast<int>(o.i64("keep-checkpoints")));
+    resume = ckpt->latest(&resume_path);
+    if (resume && resume->meta.count("next.global_batch")) {
+      const int64_t gb = resume->int_at("next.global_batch");
+      EDP_CHECK(gb % W == 0, "the checkpoint ", resume_path, " asks for a global batch of ", gb,
+                ", which ", W, " rank(s) cannot split evenly");
+      batch = gb / W;
+    }
+  }
   const int64_t global_batch = batch * W;
   const double lr = optim::scale_lr(o.f64("lr"), 64, global_batch, o.str("lr-scaling"));
   train::Timeline::get().open_from_env(rank, W);
@@ -100,37 +124,47 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
                  static_cast<long long>(batch), static_cast<long long>(global_batch), lr,
                  o.str("lr-scaling").c_str(), threads, dmodel.buckets().size(), device.str().c_str());
 
-  // Checkpoints (--checkpoint-dir): resume from the newest whole one if there is one; rank 0
-  // commits every --checkpoint-every steps (0: at the end of every epoch). Every rank reads the
-  // same file, so the replicas stay identical; the sampler re-shards the rest of the epoch if the
-  // world size changed.
+  // Resume from the checkpoint read above; rank 0 commits every --checkpoint-every steps (0: at
+  // the end of every epoch). Every rank reads the same file, so the replicas stay identical; the
+  // sampler re-shards the rest of the epoch if the world size changed.
   int64_t step = 0, start_epoch = 0;
-  std::unique_ptr<train::CheckpointDir> ckpt;
   const int64_t ckpt_every = o.i64("checkpoint-every"), stop_after = o.i64("stop-after-steps");
   EDP_CHECK(ckpt_every >= 0 && stop_after >= 0, "--checkpoint-every and --stop-after-steps must be >= 0");
-  if (!o.str("checkpoint-dir").empty()) {
-    ckpt = std::make_unique<train::CheckpointDir>(o.str("checkpoint-dir"), static_cast<int>(o.i64("keep-checkpoints")));
-    std::string path;
-    if (auto c = ckpt->latest(&path)) {
-      train::restore(*c, *model, &opt, sampler.get());
-      step = opt.steps();
-      start_epoch = sampler->epoch() + (sampler->epoch_done() ? 1 : 0);
-      if (root)
-        std::fprintf(stderr, "%s: resumed from %s: step %lld, epoch %lld, %lld samples into it (saved by %s rank(s))\n",
-                     spec.name.c_str(), path.c_str(), static_cast<long long>(step),
-                     static_cast<long long>(sampler->epoch() + 1), static_cast<long long>(sampler->position()),
-                     c->meta.count("world_size") ? c->at("world_size").c_str() : "?");
-    }
+  bool rescaled = false;
+  if (resume) {
+    train::restore(*resume, *model, &opt, sampler.get());
+    step = opt.steps();
+    start_epoch = sampler->epoch() + (sampler->epoch_done() ? 1 : 0);
+    rescaled = resume->meta.count("next.global_batch") != 0;
+    if (root)
+      std::fprintf(stderr, "%s: resumed from %s: step %lld, epoch %lld, %lld samples into it (saved by %s rank(s)) (t=%.3f)\n",
+                   spec.name.c_str(), resume_path.c_str(), static_cast<long long>(step),
+                   static_cast<long long>(sampler->epoch() + 1), static_cast<long long>(sampler->position()),
+                   resume->meta.count("world_size") ? resume->at("world_size").c_str() : "?", wall_seconds());
+    resume.reset();  // the host copy of the state is no longer needed
   }
-  auto commit = [&] {
+  // A rescale request commits a checkpoint that names the size to continue at.
+  auto commit = [&](const elastic::RescaleRequest* next) {
     if (!ckpt || !root) return;
     train::Checkpoint c = train::capture(*model, &opt, sampler.get());
     c.meta["model"] = spec.name;
     c.meta["world_size"] = std::to_string(W);
     c.meta["global_batch"] = std::to_string(global_batch);
     c.meta["step"] = std::to_string(step);
+    if (next) {
+      c.meta["next.workers"] = std::to_string(next->workers);
+      c.meta["next.global_batch"] = std::to_string(next->global_batch);
+    }
     ckpt->commit(step, c);
   };
+  // The elastic control file (--control-file, set by edprun --control-file as EDP_CONTROL_FILE).
+  std::unique_ptr<elastic::ElasticControl> control;
+  const int64_t control_every = o.i64("control-every");
+  if (!o.str("control-file").empty()) {
+    EDP_CHECK(ckpt, "--control-file needs --checkpoint-dir: a rescale restarts the job from a checkpoint");
+    EDP_CHECK(control_every >= 1, "--control-every must be >= 1");
+    control = std::make_unique<elastic::ElasticControl>(o.str("control-file"), W, global_batch);
+  }
 
   nn::SoftmaxCrossEntropy ce;
   double train_seconds = 0, last_epoch_loss = 0;
@@ -173,7 +207,22 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
       sums[0] += loss * static_cast<double>(local);
       sums[1] += static_cast<double>(local);
       progress.update(k + 1, static_cast<int64_t>(sums[1]) * W, loss);
-      if (ckpt_every > 0 && step % ckpt_every == 0) commit();
+      if (rescaled) {
+        if (root) std::fprintf(stderr, "%s: first step at the new size done (t=%.3f)\n", spec.name.c_str(), wall_seconds());
+        rescaled = false;
+      }
+      if (ckpt_every > 0 && step % ckpt_every == 0) commit(nullptr);
+      if (control && step % control_every == 0) {
+        if (const auto next = control->poll(world)) {
+          if (root)
+            std::fprintf(stderr, "%s: rescale requested at step %lld: %d -> %d worker(s), global batch %lld -> %lld (t=%.3f)\n",
+                         spec.name.c_str(), static_cast<long long>(step), W, next->workers,
+                         static_cast<long long>(global_batch), static_cast<long long>(next->global_batch), wall_seconds());
+          commit(&*next);
+          world.barrier();  // the checkpoint is whole before any rank exits
+          return elastic::kRescaleExitCode;
+        }
+      }
       if (stop_after > 0 && step >= stop_after) {
         // A stand-in for a job that is stopped (preempted, crashed) here: the test of resuming.
         if (root) std::fprintf(stderr, "%s: stopping after step %lld (--stop-after-steps)\n", spec.name.c_str(),
@@ -182,7 +231,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
         return 3;
       }
     }
-    if (ckpt_every == 0) commit();
+    if (ckpt_every == 0) commit(nullptr);
     const double secs = sw.seconds();
     world.allreduce(sums, sums, 2, DType::F64, comm::ReduceOp::Sum);
     train_seconds += secs;
@@ -242,6 +291,8 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
       .add("checkpoint-every", "0", "commit a checkpoint every N optimizer steps (0: at the end of every epoch)")
       .add("keep-checkpoints", "2", "how many checkpoints to keep")
       .add("stop-after-steps", "0", "stop with exit code 3 after N steps, as a preempted job would (testing)")
+      .add("control-file", "", "elastic control file: {\"workers\": W, \"global_batch\": B} asks for a restart at that size (edprun --control-file)")
+      .add("control-every", "1", "look at the control file every N steps")
       .add_flag("no-eval", "skip the per-epoch test-set evaluation (the final one still runs)");
   o.parse(argc, argv);
   return comm::run_main(argc, argv, [&](comm::Communicator& world) { return train(world, o, spec); });

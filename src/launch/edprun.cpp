@@ -11,16 +11,19 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "edp/core/error.h"
+#include "edp/elastic/elastic.h"
 #include "edp/launch/mps.h"
 #include "edp/launch/plan.h"
 #include "edp/launch/system.h"
@@ -252,6 +255,10 @@ int launcher(int argc, char** argv) {
       .add("mpirun", "mpirun", "the mpirun to use (Open MPI)")
       .add("mpirun-args", "", "extra arguments for mpirun, space-separated (e.g. \"--mca btl ^openib\")")
       .add("kill-grace", "10", "seconds mpirun gets to stop the ranks after a signal before it is killed")
+      .add("control-file", "", "elastic: the job's control file (EDP_CONTROL_FILE for the ranks); when the job exits "
+           "with 75 (a rescale) it is started again with the control file's \"workers\" ranks")
+      .add("max-restarts", "0", "start a job that failed again, up to N times (it resumes from its checkpoint)")
+      .add("restart-backoff", "5", "seconds before the first restart after a failure, doubling each time")
       .add_flag("dry-run", "print the plan (ranks, GPUs, cores, environment, daemons, mpirun command) and exit")
       .add_flag("verbose", "print what edprun does")
       .add_flag("allow-run-as-root", "allow running as root (passes --allow-run-as-root to mpirun)")
@@ -281,6 +288,12 @@ int launcher(int argc, char** argv) {
     req.mpirun = o.str("mpirun");
     req.mpirun_extra = split_list(o.str("mpirun-args"), ' ');
     req.program = o.rest();
+    if (!o.str("control-file").empty()) {
+      // Absolute, so that every rank finds it whatever its working directory.
+      std::error_code ec;
+      const std::string abs = std::filesystem::absolute(o.str("control-file"), ec).string();
+      req.extra_env.emplace_back("EDP_CONTROL_FILE", ec ? o.str("control-file") : abs);
+    }
     req.local_host = host_name();
     req.local_cores = o.i64("cores-per-host") > 0 ? static_cast<int>(o.i64("cores-per-host")) : physical_cores();
     req.self_exe = self_exe_path();
@@ -381,49 +394,102 @@ int launcher(int argc, char** argv) {
     job.cleanup();
     return kUsageError;
   }
-  if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(plan.mpirun_argv).c_str());
-  pid_t child = -1;
-  try {
-    child = spawn(plan.mpirun_argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "edprun: error: %s\n", e.what());
-    job.cleanup();
-    return kUsageError;
-  }
   const double grace = static_cast<double>(o.i64("kill-grace"));
-  int got_signal = 0, code = 0;
-  bool killed = false;
-  auto deadline = std::chrono::steady_clock::time_point::max();
+  const int max_restarts = static_cast<int>(o.i64("max-restarts"));
+  double backoff = static_cast<double>(o.i64("restart-backoff"));
+  const std::string control_file = o.str("control-file");
+  int restarts = 0, rescales = 0;
   for (;;) {
-    timespec tick{0, 200 * 1000 * 1000};
-    const int s = sigtimedwait(&sigs, nullptr, &tick);
-    if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
-      if (!got_signal) {
-        got_signal = s;
-        deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                          std::chrono::duration<double>(grace));
-        std::fprintf(stderr, "edprun: got %s, stopping the job\n", strsignal(s));
+    if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(plan.mpirun_argv).c_str());
+    pid_t child = -1;
+    try {
+      child = spawn(plan.mpirun_argv);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "edprun: error: %s\n", e.what());
+      job.cleanup();
+      return kUsageError;
+    }
+    int got_signal = 0, code = 0;
+    bool killed = false;
+    auto deadline = std::chrono::steady_clock::time_point::max();
+    for (;;) {
+      timespec tick{0, 200 * 1000 * 1000};
+      const int s = sigtimedwait(&sigs, nullptr, &tick);
+      if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
+        if (!got_signal) {
+          got_signal = s;
+          deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                            std::chrono::duration<double>(grace));
+          std::fprintf(stderr, "edprun: got %s, stopping the job\n", strsignal(s));
+        }
+        kill(child, s);
       }
-      kill(child, s);
+      int st = 0;
+      const pid_t w = waitpid(child, &st, WNOHANG);
+      if (w == child) {
+        code = status_code(st);
+        break;
+      }
+      if (!killed && std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "edprun: mpirun did not stop within %.0f s; killing it\n", grace);
+        kill(child, SIGKILL);
+        killed = true;
+      }
     }
-    int st = 0;
-    const pid_t w = waitpid(child, &st, WNOHANG);
-    if (w == child) {
-      code = status_code(st);
-      break;
+    const int leftovers = kill_leftover_ranks(job.dir);
+    if (leftovers > 0) std::fprintf(stderr, "edprun: killed %d rank(s) left behind by mpirun\n", leftovers);
+    if (got_signal) {
+      job.cleanup();
+      return 128 + got_signal;
     }
-    if (!killed && std::chrono::steady_clock::now() > deadline) {
-      std::fprintf(stderr, "edprun: mpirun did not stop within %.0f s; killing it\n", grace);
-      kill(child, SIGKILL);
-      killed = true;
+    if (verbose) std::fprintf(stderr, "edprun: mpirun exited with %d\n", code);
+
+    if (code == elastic::kRescaleExitCode && !control_file.empty()) {
+      // The job stopped at a step boundary, its checkpoint naming the new size: start it again.
+      int workers = 0;
+      try {
+        workers = elastic::read_control_file(control_file).workers;
+        LaunchRequest next = req;
+        next.np = workers;
+        Plan p2 = make_plan(next, disc.gpus);
+        if (!plan.mps_host_start_argv.empty() || !p2.mps_host_start_argv.empty())
+          throw Error("rescaling a job whose MPS daemons run on several hosts is not supported yet");
+        auto gpus_of = [](const Plan& p) {
+          std::vector<std::string> g;
+          for (const auto& d : p.daemons) g.push_back(d.gpu_uuid);
+          return g;
+        };
+        if (gpus_of(p2) != gpus_of(plan)) {  // another set of GPUs: the MPS daemons follow
+          mps.stop_all();
+          for (const auto& d : p2.daemons) mps.start(d);
+        }
+        std::fprintf(stderr, "edprun: rescale %d: %d -> %d rank(s)\n", ++rescales, plan.np, p2.np);
+        req = next;
+        plan = std::move(p2);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "edprun: error: the job stopped for a rescale but it cannot be restarted: %s\n", e.what());
+        job.cleanup();
+        return code;
+      }
+      continue;
     }
+    if (code != 0 && restarts < max_restarts) {
+      ++restarts;
+      std::fprintf(stderr, "edprun: the job failed (exit code %d); restart %d of %d in %.0f s\n", code, restarts,
+                   max_restarts, backoff);
+      timespec wait{static_cast<time_t>(backoff), static_cast<long>((backoff - std::floor(backoff)) * 1e9)};
+      const int s = sigtimedwait(&sigs, nullptr, &wait);
+      if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
+        std::fprintf(stderr, "edprun: got %s while waiting to restart; stopping\n", strsignal(s));
+        job.cleanup();
+        return 128 + s;
+      }
+      backoff *= 2;
+      continue;
+    }
+    job.cleanup();
+    return code;
   }
-  const int leftovers = kill_leftover_ranks(job.dir);
-  if (leftovers > 0) std::fprintf(stderr, "edprun: killed %d rank(s) left behind by mpirun\n", leftovers);
-  job.cleanup();
-  if (got_signal) return 128 + got_signal;
-  if (verbose) std::fprintf(stderr, "edprun: mpirun exited with %d\n", code);
-  return code;
 }
 
 }  // namespace

@@ -560,6 +560,7 @@ Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus)
     env("EDP_LAUNCH_MPS_THREAD_PERCENTAGE", std::to_string(p.mps_thread_percentage));
     if (!p.mps_mem_limit.empty()) env("EDP_LAUNCH_MPS_MEM_LIMIT", p.mps_mem_limit);
   }
+  for (const auto& [k, v] : req.extra_env) env(k, v);
 
   // The mpirun command.
   auto& a = p.mpirun_argv;

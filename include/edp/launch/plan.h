@@ -62,6 +62,7 @@ struct LaunchRequest {
   bool allow_run_as_root = false;
   std::string mpirun = "mpirun";
   std::vector<std::string> mpirun_extra;  // passed to mpirun verbatim, before the program
+  std::vector<std::pair<std::string, std::string>> extra_env;  // more variables for every rank (-x)
   std::string local_host = "localhost";
   int local_cores = 1;              // physical cores edprun may use on this host
   std::string gpu_source;           // "NVML", "nvidia-smi" or why none was found (for the plan)
