@@ -75,6 +75,7 @@ std::string duplicate_gpu_error(const std::vector<GpuIdentity>& ranks) {
 
 #include "../../kernels/kernels.h"
 #include "../cuda/check.h"
+#include "../cuda/device_buffers.h"
 #include "edp/cuda/runtime.h"
 
 #define NCCL_CHECK(call)                                                                         \
@@ -99,37 +100,9 @@ using cuda::detail::DeviceGuard;
   throw Error(msg);
 }
 
-ncclDataType_t nccl_type(DType t) {
-  switch (t) {
-    case DType::F32: return ncclFloat32;
-    case DType::F64: return ncclFloat64;
-    case DType::I32: return ncclInt32;
-    case DType::I64: return ncclInt64;
-    case DType::U8: return ncclUint8;
-  }
-  throw Error("nccl: unsupported dtype");
-}
-
-ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Avg: return ncclSum;  // Avg: Sum, then an exact division (see nccl.h)
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Min: return ncclMin;
-  }
-  throw Error("nccl: unsupported reduce op");
-}
-
-bool is_device_pointer(const void* p) {
-  if (!p) return false;
-  cudaPointerAttributes a{};
-  const cudaError_t e = cudaPointerGetAttributes(&a, p);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
+using detail::is_device_pointer;
+using detail::nccl_op;
+using detail::nccl_type;
 
 class NcclRequest : public RequestImpl {
  public:

@@ -18,6 +18,7 @@
 #include "edp/comm/colocated.h"
 #include "edp/config.h"
 #include "edp/core/error.h"
+#include "device_buffers.h"
 
 #if __has_include(<nccl.h>)
 #include <nccl.h>
@@ -140,35 +141,11 @@ struct Nccl {
   }
 };
 
-ncclDataType_t nccl_type(DType t) {
-  switch (t) {
-    case DType::F32: return ncclFloat32;
-    case DType::F64: return ncclFloat64;
-    case DType::I32: return ncclInt32;
-    case DType::I64: return ncclInt64;
-    case DType::U8: return ncclUint8;
-  }
-  return ncclFloat32;
-}
-
-ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Min: return ncclMin;
-    default: return ncclSum;  // Avg: summed here, divided by the total rank count afterwards
-  }
-}
+using detail::nccl_op;
+using detail::nccl_type;
 #endif
 
-bool is_device_pointer(const void* p) {
-  if (!p) return false;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
+using detail::is_device_pointer;
 
 struct Exchange {  // what every rank tells the others when the communicator is made
   char host[64];

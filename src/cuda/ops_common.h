@@ -1,6 +1,7 @@
 // Private helpers of the CUDA op wrappers (src/cuda/ops_*.cpp): operand checks with messages a
 // user can act on, typed pointers, the device/stream context of a call, scratch tensors.
 #pragma once
+#include <mutex>
 #include <string>
 
 #include "check.h"
@@ -48,6 +49,24 @@ struct Ctx {
 // A scratch tensor of `n` elements on the call's device (from the caching allocator, freed in
 // stream order when it goes out of scope).
 inline Tensor scratch(const Ctx& c, int64_t n, DType t) { return Tensor({n}, t, c.dev()); }
+
+// One lazily created library state per device (cuBLASLt or cuDNN handle, plan cache,
+// workspaces): created by `create` on first use, never destroyed (as runtime.cpp's allocators,
+// it may be needed by tensors freed during static destruction).
+template <typename State, typename Create>
+State& per_device_state(int device, Create&& create) {
+  constexpr int kMaxDevices = 64;
+  static std::mutex mu;
+  static State* states[kMaxDevices] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  EDP_CHECK(device >= 0 && device < kMaxDevices, "cuda:", device, " out of range");
+  if (!states[device]) {
+    auto* s = new State;
+    create(*s);
+    states[device] = s;
+  }
+  return *states[device];
+}
 
 template <typename T>
 T* ptr(const Tensor& t) {

@@ -47,7 +47,6 @@ using namespace detail;
 
 namespace {
 
-constexpr int kMaxDevices = 64;
 constexpr size_t kFindWorkspaceCap = size_t{512} << 20;
 
 bool deterministic_only() {
@@ -109,16 +108,7 @@ struct DnnState {
 };
 
 DnnState& dnn_state(int device) {
-  static std::mutex mu;
-  static DnnState* states[kMaxDevices] = {};
-  std::lock_guard<std::mutex> lock(mu);
-  EDP_CHECK(device >= 0 && device < kMaxDevices, "cuda:", device, " out of range");
-  if (!states[device]) {
-    auto* s = new DnnState;  // never destroyed (see runtime.cpp's allocators)
-    CUDNN_CHECK(cudnnCreate(&s->handle));
-    states[device] = s;
-  }
-  return *states[device];
+  return per_device_state<DnnState>(device, [](auto& s) { CUDNN_CHECK(cudnnCreate(&s.handle)); });
 }
 
 int to_int(int64_t v, const char* what, const char* op) {

@@ -29,7 +29,6 @@ using namespace detail;
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
-constexpr int kMaxDevices = 64;
 
 uint32_t alignment_of(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -64,16 +63,7 @@ struct LtState {
 };
 
 LtState& lt_state(int device) {
-  static std::mutex mu;
-  static LtState* states[kMaxDevices] = {};
-  std::lock_guard<std::mutex> lock(mu);
-  EDP_CHECK(device >= 0 && device < kMaxDevices, "cuda:", device, " out of range");
-  if (!states[device]) {
-    auto* s = new LtState;  // never destroyed (see runtime.cpp's allocators)
-    CUBLAS_CHECK(cublasLtCreate(&s->handle));
-    states[device] = s;
-  }
-  return *states[device];
+  return per_device_state<LtState>(device, [](auto& s) { CUBLAS_CHECK(cublasLtCreate(&s.handle)); });
 }
 
 Plan make_plan(cublasLtHandle_t h, const PlanKey& key) {
