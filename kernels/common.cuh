@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
-#include "../src/cuda/check.h"
+#include "cuda/check.h"
 #include "edp/core/error.h"
-#include "edp/cuda/launch.h"
+#include "kernels/launch.h"
 #include "kernels.h"
 
 namespace edp::cuda::kern {

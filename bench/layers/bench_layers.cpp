@@ -7,6 +7,7 @@
 
 #include "common/models.h"
 #include "edp/core/random.h"
+#include "edp/core/stopwatch.h"
 #include "edp/core/threads.h"
 #include "edp/nn/init.h"
 #include "edp/train/options.h"
@@ -32,13 +33,13 @@ int main(int argc, char** argv) {
   for (int64_t it = -3; it < iters; ++it) {
     std::vector<Tensor> acts{x};
     for (size_t l = 0; l < L; ++l) {
-      train::Stopwatch sw;
+      Stopwatch sw;
       acts.push_back((*model)[l].forward(acts.back()));
       if (it >= 0) fwd[l] += sw.seconds();
     }
     Tensor g = Tensor::full(acts.back().shape(), 0.01);
     for (size_t l = L; l-- > 0;) {
-      train::Stopwatch sw;
+      Stopwatch sw;
       g = (*model)[l].backward(g);
       if (it >= 0) bwd[l] += sw.seconds();
     }

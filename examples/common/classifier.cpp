@@ -11,10 +11,11 @@
 #include <optional>
 
 #include "edp/backend/ops.h"
+#include "edp/core/stopwatch.h"
 #include "edp/comm/colocated.h"
 #include "edp/comm/communicator.h"
 #include "edp/core/threads.h"
-#include "edp/cuda/nccl.h"
+#include "edp/comm/nccl.h"
 #include "edp/cuda/runtime.h"
 #include "edp/data/dataset.h"
 #include "edp/data/distributed_sampler.h"
@@ -29,7 +30,7 @@
 #include "edp/train/evaluate.h"
 #include "edp/train/options.h"
 #include "edp/train/progress.h"
-#include "edp/train/timeline.h"
+#include "edp/core/timeline.h"
 
 namespace edp::examples {
 
@@ -73,7 +74,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   }
   const int64_t global_batch = batch * W;
   const double lr = optim::scale_lr(o.f64("lr"), 64, global_batch, o.str("lr-scaling"));
-  train::Timeline::get().open_from_env(rank, W);
+  Timeline::get().open_from_env(rank, W);
 
   std::shared_ptr<data::TensorDataset> train_set, test_set;
   if (spec.load) {
@@ -177,7 +178,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
     train::Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs),
                              steps, root);
     world.barrier();  // time the epoch from a common start
-    train::Stopwatch sw;
+    Stopwatch sw;
     double sums[2] = {0, 0};  // loss·samples, samples (this rank)
     for (int64_t k = 0; k < steps; ++k) {
       const int64_t local = sampler->step_local_count(0), global = sampler->step_global_count(0);
@@ -199,7 +200,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
         dmodel.sync_without_backward();  // uneven last step: nothing here, still reduce
       }
       {
-        train::TimelineScope t("optimizer step", "compute");
+        TimelineScope t("optimizer step", "compute");
         opt.step();
       }
       sampler->advance();
@@ -261,7 +262,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
         static_cast<long long>(global_batch), static_cast<long long>(epochs), lr,
         train_seconds > 0 ? samples_seen / train_seconds : 0.0, test.accuracy, last_epoch_loss, train_seconds, 1e3 * step_s,
         1e3 * exposed, exposed / step_s, 1e3 * st.comm_s / std::max<int64_t>(1, st.steps), rss);
-  train::Timeline::get().close();
+  Timeline::get().close();
   return 0;
 }
 }  // namespace

@@ -3,7 +3,7 @@
 // against the caller's stream with events. The GPU-identity check that precedes NCCL is plain
 // C++ and compiled in every build (it is unit-tested without a GPU); the rest needs CUDA and
 // NCCL, and a build without them throws a clear error from make_nccl_communicator.
-#include "edp/cuda/nccl.h"
+#include "edp/comm/nccl.h"
 
 #include <unistd.h>
 
@@ -73,9 +73,9 @@ std::string duplicate_gpu_error(const std::vector<GpuIdentity>& ranks) {
 
 #include <exception>
 
-#include "../../kernels/kernels.h"
-#include "../cuda/check.h"
-#include "../cuda/device_buffers.h"
+#include "kernels/kernels.h"
+#include "cuda/check.h"
+#include "comm/device_buffers.h"
 #include "edp/cuda/runtime.h"
 
 #define NCCL_CHECK(call)                                                                         \

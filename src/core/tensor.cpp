@@ -7,7 +7,11 @@
 #include <sstream>
 
 #include "edp/core/allocator.h"
-#include "edp/core/device_hooks.h"
+#include "core/device_hooks.h"
+
+// Pulls src/core/cpu_guard.cpp (the start-up instruction-set check) into every program.
+extern "C" int edp_cpu_guard_anchor;
+[[maybe_unused]] __attribute__((used)) static int* const edp_cpu_guard_ref = &edp_cpu_guard_anchor;
 
 namespace edp {
 

@@ -1,6 +1,6 @@
 // The caching device allocator's bookkeeping (see include/edp/cuda/caching_allocator.h). Plain
 // C++: compiled in every build, tested with a fake raw backend on machines without a GPU.
-#include "edp/cuda/caching_allocator.h"
+#include "cuda/caching_allocator.h"
 
 #include <algorithm>
 #include <cstdio>

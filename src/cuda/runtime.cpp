@@ -16,9 +16,10 @@
 #include <mutex>
 #include <vector>
 
-#include "check.h"
-#include "edp/core/device_hooks.h"
-#include "../../kernels/kernels.h"
+#include "cuda/caching_allocator.h"
+#include "cuda/check.h"
+#include "core/device_hooks.h"
+#include "kernels/kernels.h"
 
 namespace edp::cuda {
 using detail::DeviceGuard;

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <sstream>
 
-#include "../backend/cpu_common.h"
+#include "backend/cpu/common.h"
 #include "edp/backend/ops.h"
-#include "edp/train/progress.h"
-#include "edp/train/timeline.h"
+#include "edp/core/stopwatch.h"
+#include "edp/core/timeline.h"
 
 namespace edp::ddp {
 
@@ -135,7 +135,7 @@ void DistributedDataParallel::build_buckets() {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
-  train::TimelineScope t("forward", "compute");
+  TimelineScope t("forward", "compute");
   return module_->forward(x);
 }
 
@@ -176,7 +176,7 @@ void DistributedDataParallel::launch_ready_buckets() {
       });
     }
     b.launched = true;
-    const int64_t queued = train::Timeline::get().enabled() ? train::Timeline::get().now_us() : 0;
+    const int64_t queued = Timeline::get().enabled() ? Timeline::get().now_us() : 0;
     void* buf = b.buffer.raw();
     const DType dt = b.buffer.dtype();
     const size_t index = next_launch_;
@@ -189,8 +189,8 @@ void DistributedDataParallel::launch_ready_buckets() {
       EDP_CHECK(b.buffer.device().is_cuda(), "DistributedDataParallel: bucket ", index,
                 " is in host memory but the communicator is stream-ordered (GPU)");
       b.request = comm_.iallreduce(buf, buf, n, dt, comm::ReduceOp::Sum);
-      if (train::Timeline::get().enabled()) {
-        auto& tl = train::Timeline::get();
+      if (Timeline::get().enabled()) {
+        auto& tl = Timeline::get();
         tl.complete("bucket " + std::to_string(index) + " enqueued", "comm", queued, tl.now_us(),
                     "{\"bucket\": " + std::to_string(index) + "}");
       }
@@ -198,7 +198,7 @@ void DistributedDataParallel::launch_ready_buckets() {
       continue;
     }
     b.request = thread_->submit([buf, n, dt, index, queued, comm_us](comm::Communicator& c) {
-      auto& tl = train::Timeline::get();
+      auto& tl = Timeline::get();
       const auto t0 = std::chrono::steady_clock::now();
       const int64_t start = tl.enabled() ? tl.now_us() : 0;
       c.allreduce(buf, buf, n, dt, comm::ReduceOp::Sum);
@@ -217,9 +217,9 @@ void DistributedDataParallel::launch_ready_buckets() {
 
 Tensor DistributedDataParallel::backward(const Tensor& grad_out) {
   Tensor dx;
-  train::Stopwatch sw;
+  Stopwatch sw;
   {
-    train::TimelineScope t("backward", "compute");
+    TimelineScope t("backward", "compute");
     in_backward_ = true;
     try {
       dx = module_->backward(grad_out);
@@ -246,8 +246,8 @@ void DistributedDataParallel::finish() {
     ++stats_.steps;
     return;
   }
-  train::TimelineScope t("wait for allreduce", "comm");
-  train::Stopwatch sw;
+  TimelineScope t("wait for allreduce", "comm");
+  Stopwatch sw;
   // Parameters whose hooks did not fire (unused in this step, or no backward at all on this
   // rank) contribute their current gradient.
   in_backward_ = true;

@@ -24,10 +24,14 @@
 
 #include "edp/core/error.h"
 #include "edp/elastic/elastic.h"
-#include "edp/launch/mps.h"
-#include "edp/launch/plan.h"
-#include "edp/launch/system.h"
+#include "launch/mps.h"
+#include "launch/plan.h"
+#include "launch/system.h"
 #include "edp/train/options.h"
+
+// Pulls src/core/cpu_guard.cpp (the start-up instruction-set check) into every program.
+extern "C" int edp_cpu_guard_anchor;
+[[maybe_unused]] __attribute__((used)) static int* const edp_cpu_guard_ref = &edp_cpu_guard_anchor;
 
 namespace edp::launch {
 

@@ -1,7 +1,7 @@
 // MPS control daemons (see mps.h). The control daemon forks into the background on `-d`; it is
 // ready when the `control` pipe appears in its pipe directory, and it is gone when that pipe
 // disappears after `quit`.
-#include "edp/launch/mps.h"
+#include "launch/mps.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "edp/core/error.h"
-#include "edp/launch/system.h"
+#include "launch/system.h"
 
 namespace edp::launch {
 

@@ -2,7 +2,7 @@
 // so that edp needs no NVIDIA driver at build time and runs in CPU mode without one) or
 // nvidia-smi, core counting from the affinity mask and sysfs topology, PATH look-up and a
 // small fork/exec helper that captures a child's output.
-#include "edp/launch/system.h"
+#include "launch/system.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>

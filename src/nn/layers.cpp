@@ -6,7 +6,7 @@
 
 #include "edp/core/random.h"
 #include "edp/nn/init.h"
-#include "edp/train/timeline.h"
+#include "edp/core/timeline.h"
 
 namespace edp::nn {
 
@@ -203,7 +203,7 @@ Sequential& Sequential::add(ModulePtr m, std::string name) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  auto& tl = train::Timeline::get();
+  auto& tl = Timeline::get();
   for (auto& c : children()) {
     const int64_t t0 = tl.enabled() ? tl.now_us() : 0;
     h = c.second->forward(h);
@@ -223,7 +223,7 @@ Tensor Sequential::backward(const Tensor& dy) {
     need[i] = params_before;
     if (!params_before && ch[i].second->has_parameters()) params_before = true;
   }
-  auto& tl = train::Timeline::get();
+  auto& tl = Timeline::get();
   for (size_t i = ch.size(); i-- > 0;) {
     ch[i].second->set_input_grad(need[i]);
     const int64_t t0 = tl.enabled() ? tl.now_us() : 0;

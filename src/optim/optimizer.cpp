@@ -4,11 +4,11 @@
 
 #include <cmath>
 
-#include "../backend/cpu_common.h"
+#include "backend/cpu/common.h"
 #include "edp/backend/ops.h"
 #include "edp/config.h"
 #if EDP_HAVE_CUDA
-#include "edp/cuda/ops.h"
+#include "edp/backend/cuda_ops.h"
 #endif
 
 namespace edp::optim {

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "../../src/comm/backend.h"  // internal: the self backend's factory
+#include "comm/backend.h"  // internal: the self backend's factory
 #include "edp/comm/communicator.h"
 #include "edp/config.h"
 

@@ -12,7 +12,7 @@
 
 #include "edp/core/error.h"
 #include "edp/core/random.h"
-#include "edp/cuda/caching_allocator.h"
+#include "cuda/caching_allocator.h"
 
 namespace {
 using edp::cuda::CachingAllocator;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "edp/backend/ops.h"
-#include "edp/cuda/ops.h"
+#include "edp/backend/cuda_ops.h"
 #include "edp/nn/module.h"
 #include "edp/optim/optimizer.h"
 #include "gpu_test_util.h"

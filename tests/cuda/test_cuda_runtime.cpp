@@ -13,7 +13,7 @@
 
 #include "common/models.h"
 #include "edp/backend/ops.h"
-#include "edp/cuda/ops.h"
+#include "edp/backend/cuda_ops.h"
 #include "edp/nn/init.h"
 #include "edp/nn/layers.h"
 #include "edp/optim/optimizer.h"

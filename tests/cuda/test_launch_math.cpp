@@ -7,8 +7,8 @@
 #include <set>
 
 #include "edp/core/random.h"
-#include "edp/cuda/launch.h"
-#include "edp/cuda/nccl.h"
+#include "kernels/launch.h"
+#include "edp/comm/nccl.h"
 #include "edp/cuda/runtime.h"
 
 namespace {

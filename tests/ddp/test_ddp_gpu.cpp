@@ -19,7 +19,7 @@
 #include "edp/comm/colocated.h"
 #include "edp/comm/communicator.h"
 #include "edp/core/random.h"
-#include "edp/cuda/nccl.h"
+#include "edp/comm/nccl.h"
 #include "edp/cuda/runtime.h"
 #include "edp/ddp/ddp.h"
 #include "edp/nn/init.h"

@@ -15,8 +15,8 @@
 #include <sstream>
 #include <thread>
 
-#include "edp/launch/mps.h"
-#include "edp/launch/system.h"
+#include "launch/mps.h"
+#include "launch/system.h"
 
 using namespace edp::launch;
 

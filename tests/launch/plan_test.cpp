@@ -9,8 +9,8 @@
 
 #include "edp/core/error.h"
 #include "edp/launch/placement.h"
-#include "edp/launch/plan.h"
-#include "edp/launch/system.h"
+#include "launch/plan.h"
+#include "launch/system.h"
 
 using namespace edp::launch;
 

@@ -16,9 +16,25 @@
 #include <string>
 
 #include "edp/core/tensor.h"
-#include "edp/cuda/caching_allocator.h"
 
 namespace edp::cuda {
+
+// The caching device allocator's counters (src/cuda/caching_allocator.h has the policy).
+struct DeviceAllocatorStats {
+  int64_t allocated_bytes = 0;       // in blocks handed out (rounded sizes)
+  int64_t requested_bytes = 0;       // as asked for
+  int64_t reserved_bytes = 0;        // in segments obtained from the device
+  int64_t cached_bytes = 0;          // reserved - allocated: held for reuse (incl. pending)
+  int64_t peak_allocated_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
+  int64_t raw_allocs = 0;            // cudaMalloc calls
+  int64_t raw_frees = 0;             // cudaFree calls
+  int64_t cache_hits = 0;            // requests served from a cached block
+  int64_t cache_misses = 0;          // requests that needed a new segment
+  int64_t splits = 0, merges = 0;
+  int64_t pending_frees = 0;         // blocks waiting for events of other streams
+  int64_t oom_retries = 0;           // times the cache was released to satisfy a request
+};
 
 using StreamHandle = void*;  // a cudaStream_t; nullptr is the legacy default stream
 

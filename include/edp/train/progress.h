@@ -29,19 +29,6 @@ class Progress {
   double loss_ = 0;
 };
 
-// Wall-clock seconds since construction.
-class Stopwatch {
- public:
-  Stopwatch() : t0_(std::chrono::steady_clock::now()) {}
-  double seconds() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
-  void reset() { t0_ = std::chrono::steady_clock::now(); }
-
- private:
-  std::chrono::steady_clock::time_point t0_;
-};
-
 // Peak resident set size of this process in bytes (getrusage).
 int64_t peak_rss_bytes();
 

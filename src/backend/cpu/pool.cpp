@@ -2,11 +2,11 @@
 // Parallel over (n, c) planes; each plane is owned by one thread, so results are deterministic.
 #include <limits>
 
-#include "cpu_common.h"
+#include "common.h"
 #include "edp/backend/ops.h"
 #include "edp/config.h"
 #if EDP_HAVE_CUDA
-#include "edp/cuda/ops.h"
+#include "edp/backend/cuda_ops.h"
 #endif
 
 namespace edp::ops {

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "edp/cuda/nccl.h"
+#include "edp/comm/nccl.h"
 #include "edp/cuda/runtime.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // Chrome-trace timeline writer.
-#include "edp/train/timeline.h"
+#include "edp/core/timeline.h"
 
 #include <atomic>
 #include <cstdio>
@@ -7,7 +7,7 @@
 
 #include "edp/core/error.h"
 
-namespace edp::train {
+namespace edp {
 
 namespace {
 int thread_number() {
@@ -91,4 +91,4 @@ void Timeline::close() {
   events_.clear();
 }
 
-}  // namespace edp::train
+}  // namespace edp

@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../../kernels/kernels.h"
-#include "edp/cuda/launch.h"
-#include "edp/cuda/ops.h"
-#include "ops_common.h"
+#include "kernels/kernels.h"
+#include "kernels/launch.h"
+#include "edp/backend/cuda_ops.h"
+#include "common.h"
 
 namespace edp::cuda {
 using namespace detail;

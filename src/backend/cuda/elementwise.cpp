@@ -3,10 +3,10 @@
 #include "edp/config.h"
 
 #if EDP_HAVE_CUDA
-#include "../../kernels/kernels.h"
-#include "edp/cuda/launch.h"
-#include "edp/cuda/ops.h"
-#include "ops_common.h"
+#include "kernels/kernels.h"
+#include "kernels/launch.h"
+#include "edp/backend/cuda_ops.h"
+#include "common.h"
 
 namespace edp::cuda {
 using namespace detail;

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "edp/launch/plan.h"
+#include "launch/plan.h"
 
 namespace edp::launch {
 

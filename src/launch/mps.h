@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "edp/launch/plan.h"
+#include "launch/plan.h"
 
 namespace edp::launch {
 

@@ -15,8 +15,8 @@
 #include "edp/config.h"
 
 #if EDP_HAVE_CUDA
-#include "edp/cuda/ops.h"
-#include "ops_common.h"
+#include "edp/backend/cuda_ops.h"
+#include "common.h"
 
 #ifdef EDP_HAVE_CUDNN
 #include <cudnn.h>
@@ -30,8 +30,8 @@
 #include <tuple>
 #include <vector>
 
-#include "../../kernels/kernels.h"
-#include "edp/cuda/launch.h"
+#include "kernels/kernels.h"
+#include "kernels/launch.h"
 
 #define CUDNN_CHECK(call)                                                                     \
   do {                                                                                        \

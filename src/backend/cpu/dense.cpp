@@ -1,9 +1,9 @@
 // Linear layer math on the CPU: Eigen GEMM (multi-threaded through OpenMP inside Eigen).
-#include "cpu_common.h"
+#include "common.h"
 #include "edp/backend/ops.h"
 #include "edp/config.h"
 #if EDP_HAVE_CUDA
-#include "edp/cuda/ops.h"
+#include "edp/backend/cuda_ops.h"
 #endif
 
 namespace edp::ops {

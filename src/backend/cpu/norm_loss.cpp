@@ -3,11 +3,11 @@
 #include <cmath>
 #include <vector>
 
-#include "cpu_common.h"
+#include "common.h"
 #include "edp/backend/ops.h"
 #include "edp/config.h"
 #if EDP_HAVE_CUDA
-#include "edp/cuda/ops.h"
+#include "edp/backend/cuda_ops.h"
 #endif
 
 namespace edp::ops {

@@ -7,11 +7,11 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cpu_common.h"
+#include "common.h"
 #include "edp/backend/ops.h"
 #include "edp/config.h"
 #if EDP_HAVE_CUDA
-#include "edp/cuda/ops.h"
+#include "edp/backend/cuda_ops.h"
 #endif
 
 namespace edp::ops {

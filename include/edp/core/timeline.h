@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace edp::train {
+namespace edp {
 
 class Timeline {
  public:
@@ -58,4 +58,4 @@ class TimelineScope {
   int64_t begin_;
 };
 
-}  // namespace edp::train
+}  // namespace edp

@@ -4,7 +4,7 @@
 #include <mutex>
 #include <string>
 
-#include "check.h"
+#include "cuda/check.h"
 #include "edp/core/error.h"
 #include "edp/core/tensor.h"
 #include "edp/cuda/runtime.h"

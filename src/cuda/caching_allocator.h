@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "edp/cuda/runtime.h"
+
 namespace edp::cuda {
 
 using StreamId = uintptr_t;  // a cudaStream_t as an integer (0: the legacy default stream)
@@ -50,22 +52,6 @@ class RawDeviceMemory {
   virtual void event_release(void* event) = 0;
   // Bytes free on the device and in total, for out-of-memory messages (0, 0 when unknown).
   virtual void mem_info(size_t& free_bytes, size_t& total_bytes) { free_bytes = total_bytes = 0; }
-};
-
-struct DeviceAllocatorStats {
-  int64_t allocated_bytes = 0;       // in blocks handed out (rounded sizes)
-  int64_t requested_bytes = 0;       // as asked for
-  int64_t reserved_bytes = 0;        // in segments obtained from the device
-  int64_t cached_bytes = 0;          // reserved - allocated: held for reuse (incl. pending)
-  int64_t peak_allocated_bytes = 0;
-  int64_t peak_reserved_bytes = 0;
-  int64_t raw_allocs = 0;            // cudaMalloc calls
-  int64_t raw_frees = 0;             // cudaFree calls
-  int64_t cache_hits = 0;            // requests served from a cached block
-  int64_t cache_misses = 0;          // requests that needed a new segment
-  int64_t splits = 0, merges = 0;
-  int64_t pending_frees = 0;         // blocks waiting for events of other streams
-  int64_t oom_retries = 0;           // times the cache was released to satisfy a request
 };
 
 class CachingAllocator {
