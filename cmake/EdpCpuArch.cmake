@@ -67,7 +67,7 @@ if(NOT CMAKE_CROSSCOMPILING)
         "(probe printed: ${_edp_probe_out}). Use another EDP_CPU_ARCH or another compiler.")
     endif()
     message(STATUS "edp: ${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION} miscompiles "
-      "constant vectors with '${EDP_ARCH_FLAGS}' (probe read back: ${_edp_probe_out}); "
+      "constant vectors with '${EDP_ARCH_FLAGS}' (the probe stored {1,1,0,0} and read back {${_edp_probe_out}}); "
       "adding -fno-tree-slp-vectorize")
     list(APPEND EDP_ARCH_FLAGS -fno-tree-slp-vectorize)
     set(EDP_ARCH_WORKAROUND "-fno-tree-slp-vectorize (GCC constant-vector miscompile)")

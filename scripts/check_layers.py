@@ -11,7 +11,8 @@ breaks. Exit status 1 if anything is reported. The build enforces the same rule 
 include fails to compile); this check names the line and also sees code that is compiled only
 with CUDA.
 
-Usage: scripts/check_layers.py [ROOT]   (default: the repository this script is in)
+Usage: scripts/check_layers.py [--graph] [ROOT]   (default: the repository this script is in)
+  --graph   also print each layer's direct uses, as found (for docs/architecture.md)
 """
 import os
 import re
@@ -57,6 +58,9 @@ def target_layer(inc, rel, root):
     return None, "is not a header of any layer (and not next to the file)"
 
 
+EDGES = {}
+
+
 def check(root):
     problems = []
     for top in ("include/edp", "src", "kernels"):
@@ -81,16 +85,43 @@ def check(root):
                         tgt, why = target_layer(inc, rel, root)
                         if why:
                             problems.append('%s:%d: #include "%s" %s' % (rel, n, inc, why))
-                        elif tgt is not None and RANK[tgt] > RANK[own]:
+                        if tgt is not None and tgt != own:
+                            EDGES.setdefault(own, set()).add(tgt)
+                        if tgt is not None and RANK[tgt] > RANK[own]:
                             problems.append(
                                 '%s:%d: #include "%s": layer %s may not use layer %s above it '
                                 '(order: %s)' % (rel, n, inc, own, tgt, " < ".join(LAYERS)))
     return problems
 
 
+def check_umbrella(root):
+    """Every public header is included by edp/edp.h or named in its "Not included" comment."""
+    umbrella = os.path.join(root, "include/edp/edp.h")
+    if not os.path.exists(umbrella):
+        return []
+    text = open(umbrella, encoding="utf-8").read()
+    listed = set(re.findall(r'#include "(edp/[^"]+)"', text))
+    listed |= set(re.findall(r'^//\s+(edp/\S+\.h)', text, re.M))
+    problems = []
+    base = os.path.join(root, "include")
+    for dirpath, _, files in os.walk(os.path.join(base, "edp")):
+        for f in sorted(files):
+            rel = os.path.relpath(os.path.join(dirpath, f), base)
+            if f.endswith(".h") and rel != "edp/edp.h" and rel not in listed:
+                problems.append("include/edp/edp.h: neither includes nor lists %s (add it to one)" % rel)
+    return problems
+
+
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    problems = check(root)
+    args = sys.argv[1:]
+    graph = "--graph" in args
+    args = [a for a in args if a != "--graph"]
+    root = args[0] if args else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    problems = check(root) + check_umbrella(root)
+    if graph:
+        for layer in reversed(LAYERS):
+            uses = sorted(EDGES.get(layer, ()), key=RANK.get, reverse=True)
+            print("%-10s -> %s" % (layer, ", ".join(uses) if uses else "(nothing)"))
     for p in problems:
         print(p)
     if problems:

@@ -8,7 +8,9 @@
 typedef unsigned long long u64;
 
 __attribute__((noinline)) static int check(const u64* p) {
-  return (p[0] == 1 && p[1] == 1 && p[2] == 0 && p[3] == 0) ? 0 : 1;
+  if (p[0] == 1 && p[1] == 1 && p[2] == 0 && p[3] == 0) return 0;
+  std::printf("%llu %llu %llu %llu", p[0], p[1], p[2], p[3]);
+  return 1;
 }
 
 int main() {
@@ -16,7 +18,6 @@ int main() {
   const u64 init[4] = {1, 1, 0, 0};
   std::memcpy(p, init, sizeof init);
   const int bad = check(p);
-  if (bad) std::printf("%llu %llu %llu %llu\n", p[0], p[1], p[2], p[3]);
   delete[] p;
   return bad;
 }

@@ -142,6 +142,9 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
                    spec.name.c_str(), resume_path.c_str(), static_cast<long long>(step),
                    static_cast<long long>(sampler->epoch() + 1), static_cast<long long>(sampler->position()),
                    resume->meta.count("world_size") ? resume->at("world_size").c_str() : "?", wall_seconds());
+    if (const std::string diff = train::build_difference(*resume); root && !diff.empty())
+      std::fprintf(stderr, "%s: note: the checkpoint was written by another build (%s): training continues "
+                   "correctly, but not bitwise as the uninterrupted run would have\n", spec.name.c_str(), diff.c_str());
     resume.reset();  // the host copy of the state is no longer needed
   }
   // A rescale request commits a checkpoint that names the size to continue at.

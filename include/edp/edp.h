@@ -1,20 +1,44 @@
-// Everything a training program needs, in one include.
+// Everything a training program needs, in one include: tensors and devices, the op set, layers,
+// optimizers and schedules, data (datasets, loaders, the distributed sampler), communicators and
+// DistributedDataParallel, checkpoints, training helpers and the elastic protocol.
+//
+// Not included (scripts/check_layers.py checks that every public header is in one list):
+//   edp/backend/cuda_ops.h       the CUDA ops called directly (tests, benchmarks); edp/backend/
+//                                ops.h dispatches to them
+//   edp/launch/edprun.h          edprun's entry point (the launcher tool)
+//   edp/autoscale/optimizer.h    the autoscaler's optimizer, policies, simulator and throughput
+//   edp/autoscale/policy.h       model (the edp-autoscale tool and programs that plan clusters)
+//   edp/autoscale/simulator.h
+//   edp/autoscale/throughput.h
 #pragma once
-#include "edp/backend/ops.h"
 #include "edp/config.h"
+
 #include "edp/core/allocator.h"
+#include "edp/core/dtype.h"
 #include "edp/core/error.h"
 #include "edp/core/random.h"
+#include "edp/core/stopwatch.h"
 #include "edp/core/tensor.h"
 #include "edp/core/threads.h"
-#include "edp/data/dataset.h"
-#include "edp/data/loader.h"
+#include "edp/core/timeline.h"
+#include "edp/cuda/runtime.h"
+#include "edp/backend/ops.h"
 #include "edp/nn/init.h"
 #include "edp/nn/layers.h"
 #include "edp/nn/module.h"
 #include "edp/optim/optimizer.h"
 #include "edp/optim/schedule.h"
+#include "edp/comm/colocated.h"
+#include "edp/comm/comm_thread.h"
+#include "edp/comm/communicator.h"
+#include "edp/comm/nccl.h"
+#include "edp/ddp/ddp.h"
+#include "edp/data/dataset.h"
+#include "edp/data/distributed_sampler.h"
+#include "edp/data/loader.h"
 #include "edp/train/checkpoint.h"
 #include "edp/train/evaluate.h"
 #include "edp/train/options.h"
 #include "edp/train/progress.h"
+#include "edp/elastic/elastic.h"
+#include "edp/launch/placement.h"

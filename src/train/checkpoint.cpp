@@ -3,6 +3,8 @@
 // state.
 #include "edp/train/checkpoint.h"
 
+#include "edp/config.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -273,6 +275,11 @@ Checkpoint read_checkpoint(const std::string& path) {
 
 Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::DistributedSampler* sampler) {
   Checkpoint c;
+  // The build that wrote it: bitwise continuation needs the same ISA level, FP flags and compiler.
+  c.meta["build.version"] = EDP_VERSION;
+  c.meta["build.cpu_arch"] = EDP_CPU_ARCH;
+  c.meta["build.cpu_flags"] = EDP_CPU_FLAGS;
+  c.meta["build.compiler"] = EDP_COMPILER;
   for (nn::Parameter* p : model.parameters()) c.tensors.emplace_back("model." + p->name, p->value.to(Device::cpu()).clone());
   for (nn::Buffer* b : model.buffers()) c.tensors.emplace_back("buffer." + b->name, b->value.to(Device::cpu()).clone());
   for (const auto& [name, ctr] : model.counters()) c.meta["counter." + name] = std::to_string(*ctr);
@@ -292,6 +299,19 @@ Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::Distrib
     c.meta["sampler.seed"] = std::to_string(s.seed);
   }
   return c;
+}
+
+std::string build_difference(const Checkpoint& c) {
+  std::string diff;
+  auto cmp = [&](const char* key, const char* here) {
+    auto it = c.meta.find(key);
+    if (it == c.meta.end() || it->second == here) return;
+    diff += std::string(diff.empty() ? "" : "; ") + key + " '" + it->second + "' here '" + here + "'";
+  };
+  cmp("build.cpu_arch", EDP_CPU_ARCH);
+  cmp("build.cpu_flags", EDP_CPU_FLAGS);
+  cmp("build.compiler", EDP_COMPILER);
+  return diff;
 }
 
 void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data::DistributedSampler* sampler) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "edp/config.h"
 #include "edp/core/error.h"
 #include "edp/core/random.h"
 #include "edp/data/dataset.h"
@@ -258,4 +259,21 @@ TEST(Checkpoint, RestoreRefusesAnotherModelAndChangesNothing) {
   auto b = model();
   optim::AdamW adam(b->parameters(), {.lr = 1e-3});
   EXPECT_THROW(train::restore(c, *b, &adam, nullptr), DataError);
+}
+
+TEST(Checkpoint, RecordsTheBuildAndNamesADifferentOne) {
+  auto a = model();
+  train::Checkpoint c = train::capture(*a, nullptr, nullptr);
+  EXPECT_EQ(c.at("build.cpu_arch"), EDP_CPU_ARCH);
+  EXPECT_EQ(c.at("build.compiler"), EDP_COMPILER);
+  EXPECT_EQ(c.at("build.cpu_flags"), EDP_CPU_FLAGS);
+  EXPECT_EQ(train::build_difference(c), "");
+  c.meta["build.cpu_arch"] = "x86-64-v4 [avx512f]";
+  const std::string d = train::build_difference(c);
+  EXPECT_NE(d.find("build.cpu_arch 'x86-64-v4 [avx512f]' here '" EDP_CPU_ARCH "'"), std::string::npos) << d;
+  // A checkpoint of an older edp has no build record: nothing to compare, no difference.
+  c.meta.erase("build.cpu_arch");
+  c.meta.erase("build.cpu_flags");
+  c.meta.erase("build.compiler");
+  EXPECT_EQ(train::build_difference(c), "");
 }

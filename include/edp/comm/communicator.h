@@ -1,7 +1,8 @@
 // Communicator: the collective operations data-parallel training needs (allreduce, broadcast,
 // allgather, barrier, split), blocking and non-blocking, behind an abstract interface so that
-// backends can be added without touching it (MPI today; NCCL and a colocated k-ranks-per-GPU
-// backend later). No MPI header is included here: users and other layers never see MPI types.
+// backends can be added without touching it: MPI (the world, host buffers), NCCL (one rank per
+// GPU, edp/comm/nccl.h) and colocated (k ranks per GPU, edp/comm/colocated.h). No MPI header is
+// included here: users and other layers never see MPI types.
 //
 // Buffers are (pointer, element count, DType). Counts are int64_t; a backend whose native count
 // is narrower (MPI: int) splits the operation into chunks, so any count works.

@@ -58,8 +58,13 @@ Checkpoint read_checkpoint(const std::string& path);
 
 // Collects the job's state (see the file comment). Any of opt / sampler may be null. Tensors are
 // named "model.<parameter>", "buffer.<buffer>", "optim.<i>"; counters, the optimizer's step
-// count and the sampler state go to meta ("counter.<name>", "optim.steps", "sampler.*").
+// count and the sampler state go to meta ("counter.<name>", "optim.steps", "sampler.*"), and
+// the build that wrote it to "build.*" (version, cpu_arch, cpu_flags, compiler).
 Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::DistributedSampler* sampler);
+// How the build that wrote `c` differs from this one ("" when it is the same or unrecorded):
+// ISA level, FP flags or compiler. A different build restores correctly, but the continuation
+// is then not bitwise the uninterrupted run (Eigen's kernels differ per ISA); callers say so.
+std::string build_difference(const Checkpoint& c);
 // Puts the state back. Throws DataError naming the first entry that is missing or whose shape or
 // dtype differs from the live model's (a checkpoint of another model), before changing anything.
 void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data::DistributedSampler* sampler);
