@@ -1,4 +1,5 @@
-// Fused bias + activation, forward and backward.
+// Fused bias + activation, forward and backward: the kernels of src/backend/cuda/activation.cpp,
+// which implements the ops of src/backend/cpu/activation.cpp (the oracle: same math).
 //
 //   forward   z = x + b[c]            (b broadcast over channel axis 1; optional)
 //             y = act(z):  Identity z,  ReLU max(z, 0),  GELU z·Φ(z) = ½ z erfc(-z/√2)

@@ -1,4 +1,5 @@
-// BatchNorm2d (training and evaluation forward, backward) over NCHW float32.
+// BatchNorm2d (training and evaluation forward, backward) over NCHW float32: the kernels of
+// src/backend/cuda/batchnorm.cpp, which implements src/backend/cpu/batchnorm.cpp (the oracle).
 //
 // With M = N·H·W values per channel c:
 //   forward (train)  μ = (1/M) Σ x,  σ² = (1/M) Σ (x - μ)²   (biased: used to normalise)

@@ -1,4 +1,6 @@
-// Inverted dropout with a counter-based random number generator, forward and backward.
+// Inverted dropout with a counter-based random number generator, forward and backward: the
+// kernels of src/backend/cuda/dropout.cpp, which implements src/backend/cpu/dropout.cpp (the
+// oracle).
 //
 //   forward   m_i = [h(seed, i) >= ⌊p·2⁶⁴⌋],  y_i = x_i · (m_i / (1 - p))
 //   backward  dx_i = dy_i · (m_i / (1 - p))

@@ -1,6 +1,6 @@
-// Host launchers of edp's own CUDA kernels (kernels/*.cu), one section per file. Plain
+// Host launchers of edp's own CUDA kernels (kernels/<name>.cu), one section per file. Plain
 // signatures on raw device pointers and a stream; shapes were validated by the callers
-// (src/cuda/ops_*.cpp), which own all allocation. Every launcher returns without launching when
+// (src/backend/cuda/<name>.cpp, named like the kernel file), which own all allocation. Every launcher returns without launching when
 // there is no work, and checks the launch (CUDA_CHECK_LAUNCH).
 #pragma once
 #include <cuda_runtime.h>

@@ -1,4 +1,5 @@
-// Fused multi-tensor optimizer updates and gradient scaling (the math of
+// Fused multi-tensor optimizer updates and gradient scaling: the kernels of
+// src/backend/cuda/optim.cpp, which implements src/backend/cpu/optim.cpp (the oracle; the math of
 // include/edp/optim/optimizer.h, PyTorch's rules):
 //
 //   SGD     d = g + wd·p;  b = first ? d : μ·b + (1 - dampening)·d;  d = nesterov ? d + μ·b : b;

@@ -1,5 +1,6 @@
 // Max pooling (k×k windows, stride s, no padding) and global average pooling, forward and
-// backward.
+// backward: the kernels of src/backend/cuda/pool.cpp, which implements src/backend/cpu/pool.cpp
+// (the oracle).
 //
 //   max-pool    y[p, oh, ow] = max_{kh, kw < k} x[p, oh·s + kh, ow·s + kw]
 //               argmax = flat index (within the plane) of the first maximum; NaN wins, as on

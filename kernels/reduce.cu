@@ -1,4 +1,6 @@
-// Reductions and simple BLAS-1 style kernels.
+// Reductions and simple BLAS-1 style kernels: those of src/backend/cuda/reduce.cpp, which
+// implements src/backend/cpu/reduce.cpp (the oracle), and pieces used by other ops and the
+// communicators (fill, divide, channel sum).
 //
 //   sum          S  = Σ_i x_i          sum of squares  S = Σ_i x_i²      (double accumulation)
 //   axpy         y += α x              scale           x *= α

@@ -1,4 +1,6 @@
-// Softmax cross-entropy, forward and backward, and the count of correct predictions.
+// Softmax cross-entropy, forward and backward, and the count of correct predictions: the kernels
+// of src/backend/cuda/softmax_xent.cpp, which implements src/backend/cpu/softmax_xent.cpp (the
+// oracle).
 //
 //   forward   m = max_c z_c,  s = Σ_c e^{z_c - m},  p_c = e^{z_c - m - log s}
 //             loss_n = -(z_label - m - log s),  L = (1/N) Σ_n loss_n

@@ -100,7 +100,7 @@ else
   STATUS_CONFIGURE=failed
 fi
 grep -E "^-- +(CUDA|cuDNN|NCCL|cuBLAS|MPI)" "$LOGS/configure.log" | tee -a "$OUT/run.log"
-TARGETS=(test_cuda_allocator test_cuda_launch_math test_cuda_ops test_cuda_runtime edp_bench_gpu)
+TARGETS=(test_cuda_allocator test_cuda_launch_math test_backend_cuda test_cuda_runtime edp_bench_gpu)
 grep -q "test_cuda_nccl" "$BUILD/build.ninja" "$BUILD/Makefile" 2>/dev/null && TARGETS+=(test_cuda_nccl)
 grep -q "test_ddp_gpu" "$BUILD/build.ninja" "$BUILD/Makefile" 2>/dev/null && TARGETS+=(test_ddp_gpu)
 if [ "$STATUS_CONFIGURE" = ok ]; then
@@ -125,9 +125,9 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_TESTS" = 0 ]; then
   fi
   grep -E "tests passed|Test +#|\(Failed|Skipped|Timeout" "$LOGS/tests.log" | tee -a "$OUT/run.log"
   # The gtest output of the GPU binaries, for the record (device info, allocator numbers).
-  for t in test_cuda_ops test_cuda_runtime; do
-    [ -x "$BUILD/tests/cuda/$t" ] && [ "$(left)" -gt 120 ] && \
-      timeout "$(stage_timeout 90)" "$BUILD/tests/cuda/$t" > "$LOGS/$t.log" 2>&1
+  for t in backend/test_backend_cuda cuda/test_cuda_runtime; do
+    [ -x "$BUILD/tests/$t" ] && [ "$(left)" -gt 120 ] && \
+      timeout "$(stage_timeout 90)" "$BUILD/tests/$t" > "$LOGS/${t#*/}.log" 2>&1
   done
 fi
 

@@ -1,7 +1,7 @@
 // Error checking for CUDA runtime and cuBLAS calls: every call's status is checked and a failure
 // throws edp::Error naming file:line, the failing call and CUDA's own description. Private to
 // the CUDA backend (it includes CUDA headers). cuDNN and NCCL have their own macros next to
-// their only users (ops_conv.cpp, nccl_communicator.cpp).
+// their only users (backend/cuda/conv2d.cpp, nccl_communicator.cpp).
 #pragma once
 #include <cublas_api.h>
 #include <cuda_runtime.h>

@@ -1,10 +1,11 @@
-// SGD and AdamW updates on the CPU (float32/float64) and, for parameters on a GPU, through the
-// fused multi-tensor kernels of the CUDA backend (same math); global-norm gradient clipping.
+// SGD and AdamW: the optimizer state and bias corrections here, the element updates in the
+// backend's optimizer ops (ops::sgd_step / ops::adamw_step: src/backend/cpu/optim.cpp, and the
+// fused multi-tensor kernels of src/backend/cuda/optim.cpp for parameters on a GPU); global-norm
+// gradient clipping.
 #include "edp/optim/optimizer.h"
 
 #include <cmath>
 
-#include "backend/cpu/common.h"
 #include "edp/backend/ops.h"
 #include "edp/config.h"
 #if EDP_HAVE_CUDA
@@ -12,7 +13,6 @@
 #endif
 
 namespace edp::optim {
-using ops::cpu::dispatch_float;
 
 #if EDP_HAVE_CUDA
 namespace {
@@ -43,69 +43,21 @@ SGD::SGD(std::vector<nn::Parameter*> params, SGDOptions o)
 }
 
 void SGD::step() {
-  const bool first = steps_ == 0;
-#if EDP_HAVE_CUDA
-  if (params_on_cuda(params_)) {
-    std::vector<Tensor*> p, b;
-    std::vector<const Tensor*> g;
-    for (size_t k = 0; k < params_.size(); ++k) {
-      p.push_back(&params_[k]->value);
-      g.push_back(&params_[k]->grad);
-      if (o_.momentum > 0) b.push_back(&buf_[k]);
-    }
-    cuda::SGDHyper h;
-    h.lr = static_cast<float>(lr_);
-    h.momentum = static_cast<float>(o_.momentum);
-    h.dampening = static_cast<float>(o_.dampening);
-    h.weight_decay = static_cast<float>(o_.weight_decay);
-    h.nesterov = o_.nesterov;
-    h.first_step = first;
-    cuda::sgd_step(p, g, b, h);
-    ++steps_;
-    return;
-  }
-#endif
+  std::vector<Tensor*> p, b;
+  std::vector<const Tensor*> g;
   for (size_t k = 0; k < params_.size(); ++k) {
-    nn::Parameter& P = *params_[k];
-    ops::cpu::require_cpu(P.value, "SGD.step", P.name.c_str());
-    dispatch_float(P.value.dtype(), "SGD.step", [&](auto tag) {
-      using T = decltype(tag);
-      T* p = P.value.data<T>();
-      const T* g = P.grad.data<T>();
-      T* b = o_.momentum > 0 ? buf_[k].data<T>() : nullptr;
-      const T lr = static_cast<T>(lr_), wd = static_cast<T>(o_.weight_decay),
-              mu = static_cast<T>(o_.momentum), damp = static_cast<T>(1 - o_.dampening);
-      const int64_t n = P.value.numel();
-      // One loop per variant so that each vectorises (no branches inside).
-      if (!b) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-      } else if (first) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) {
-          const T d = g[i] + wd * p[i];
-          b[i] = d;
-          p[i] -= lr * (o_.nesterov ? d + mu * d : d);
-        }
-      } else if (o_.nesterov) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) {
-          const T d = g[i] + wd * p[i];
-          const T nb = mu * b[i] + damp * d;
-          b[i] = nb;
-          p[i] -= lr * (d + mu * nb);
-        }
-      } else {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) {
-          const T d = g[i] + wd * p[i];
-          const T nb = mu * b[i] + damp * d;
-          b[i] = nb;
-          p[i] -= lr * nb;
-        }
-      }
-    });
+    p.push_back(&params_[k]->value);
+    g.push_back(&params_[k]->grad);
+    if (o_.momentum > 0) b.push_back(&buf_[k]);
   }
+  ops::SGDStep h;
+  h.lr = lr_;
+  h.momentum = o_.momentum;
+  h.dampening = o_.dampening;
+  h.weight_decay = o_.weight_decay;
+  h.nesterov = o_.nesterov;
+  h.first_step = steps_ == 0;
+  ops::sgd_step(p, g, b, h);
   ++steps_;
 }
 
@@ -129,50 +81,23 @@ void AdamW::step() {
   ++steps_;
   const double bc1 = 1 - std::pow(o_.beta1, static_cast<double>(steps_));
   const double bc2 = 1 - std::pow(o_.beta2, static_cast<double>(steps_));
-#if EDP_HAVE_CUDA
-  if (params_on_cuda(params_)) {
-    std::vector<Tensor*> p, m, v;
-    std::vector<const Tensor*> g;
-    for (size_t k = 0; k < params_.size(); ++k) {
-      p.push_back(&params_[k]->value);
-      g.push_back(&params_[k]->grad);
-      m.push_back(&m_[k]);
-      v.push_back(&v_[k]);
-    }
-    // The same float32 constants as the CPU loop below.
-    cuda::AdamWHyper h;
-    h.beta1 = static_cast<float>(o_.beta1);
-    h.beta2 = static_cast<float>(o_.beta2);
-    h.eps = static_cast<float>(o_.eps);
-    h.decay = static_cast<float>(1 - lr_ * o_.weight_decay);
-    h.step_size = static_cast<float>(lr_ / bc1);
-    h.rbc2 = static_cast<float>(1 / std::sqrt(bc2));
-    cuda::adamw_step(p, g, m, v, h);
-    return;
-  }
-#endif
+  std::vector<Tensor*> p, m, v;
+  std::vector<const Tensor*> g;
   for (size_t k = 0; k < params_.size(); ++k) {
-    nn::Parameter& P = *params_[k];
-    ops::cpu::require_cpu(P.value, "AdamW.step", P.name.c_str());
-    dispatch_float(P.value.dtype(), "AdamW.step", [&](auto tag) {
-      using T = decltype(tag);
-      T* p = P.value.data<T>();
-      const T* g = P.grad.data<T>();
-      T *m = m_[k].data<T>(), *v = v_[k].data<T>();
-      const T b1 = static_cast<T>(o_.beta1), b2 = static_cast<T>(o_.beta2);
-      const T decay = static_cast<T>(1 - lr_ * o_.weight_decay);
-      const T step = static_cast<T>(lr_ / bc1), rbc2 = static_cast<T>(1 / std::sqrt(bc2));
-      const T eps = static_cast<T>(o_.eps);
-      const int64_t n = P.value.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) {
-        p[i] *= decay;
-        m[i] = b1 * m[i] + (1 - b1) * g[i];
-        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-        p[i] -= step * m[i] / (std::sqrt(v[i]) * rbc2 + eps);
-      }
-    });
+    p.push_back(&params_[k]->value);
+    g.push_back(&params_[k]->grad);
+    m.push_back(&m_[k]);
+    v.push_back(&v_[k]);
   }
+  // Host doubles; the op rounds them to the parameters' dtype (float32 on a GPU).
+  ops::AdamWStep h;
+  h.beta1 = o_.beta1;
+  h.beta2 = o_.beta2;
+  h.eps = o_.eps;
+  h.decay = 1 - lr_ * o_.weight_decay;
+  h.step_size = lr_ / bc1;
+  h.rbc2 = 1 / std::sqrt(bc2);
+  ops::adamw_step(p, g, m, v, h);
 }
 
 std::vector<Tensor*> AdamW::state() {

@@ -1,5 +1,6 @@
 // The CUDA implementation of the op set of edp/backend/ops.h (same signatures, same math and
-// gradient contract), plus a few GPU-only fused ops. edp::ops dispatches here when the first
+// gradient contract: src/backend/cuda/<name>.cpp implements src/backend/cpu/<name>.cpp, its
+// oracle), plus a few GPU-only fused ops. edp::ops dispatches here when the first
 // tensor argument lives on a CUDA device; calling these directly is for tests and benchmarks.
 //
 // All tensors of one call must be float32 (labels int32, masks uint8), contiguous, and on the
@@ -69,7 +70,9 @@ Tensor softmax_cross_entropy_forward_async(const Tensor& logits, const Tensor& l
                                            Tensor& probs);
 double read_loss(const Tensor& loss_and_flag, const Tensor& labels);
 
-// ---- fused multi-tensor optimizer updates (math: edp/optim/optimizer.h) ------------------------
+// ---- optim: fused multi-tensor optimizer updates ------------------------------------------------
+// The CUDA side of ops::sgd_step / ops::adamw_step (src/backend/cuda/optim.cpp; math and oracle:
+// src/backend/cpu/optim.cpp), the hyper-parameters already rounded to float32.
 // params[i], grads[i], state tensors: float32, same shape, all on one device. One kernel launch
 // per up to 24 tensors / 320 chunks of 64 Ki elements.
 struct SGDHyper {

@@ -1,25 +1,33 @@
-// The op set every layer is built from. Each op checks shapes (errors name both shapes), then
-// dispatches on device and dtype: the CPU implementation (Eigen + OpenMP, float32 and float64)
-// lives in src/backend/cpu_*.cpp and is also the oracle for the CUDA one.
+// The op set every layer (and optimizer) is built from. Each op checks shapes (errors name both
+// shapes), then dispatches on device and dtype. One name per op family, the same everywhere:
+//   src/backend/cpu/<name>.cpp    the CPU implementation (Eigen + OpenMP, float32 and float64),
+//                                 its math and gradient contract in the file's opening comment;
+//                                 the oracle for the CUDA one
+//   src/backend/cuda/<name>.cpp   the CUDA implementation (edp/backend/cuda_ops.h)
+//   kernels/<name>.cu             its kernels (linear and conv2d use cuBLASLt / cuDNN instead)
+//   tests/backend/<name>_test.cpp the CUDA implementation against the CPU one
+// with <name> one of linear, conv2d, pool, activation, dropout, reduce, batchnorm,
+// softmax_xent, optim.
 //
 // Conventions: activations are NCHW; weights of Linear are [out, in], of Conv2d
 // [out, in, k, k]. Functions named *_backward return the input gradient (a fresh tensor, or an
 // undefined one when want_dx is false) and ACCUMULATE into parameter gradients (dw += ...).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "edp/core/tensor.h"
 
 namespace edp::ops {
 
-// ---- dense ---------------------------------------------------------------------------------
+// ---- linear ---------------------------------------------------------------------------------
 // y[N, out] = x[N, in] · w[out, in]^T + b[out]   (b may be undefined)
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);
 // dx = dy · w;  dw += dy^T · x;  db += Σ_n dy
 Tensor linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
                        bool want_dx);
 
-// ---- convolution (square kernel, zero padding, implicit GEMM per sample) ----------------------
+// ---- conv2d: convolution (square kernel, zero padding, implicit GEMM per sample) ------------
 struct Conv2dGeometry {
   int64_t stride = 1;
   int64_t pad = 0;
@@ -36,7 +44,7 @@ Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
                        Conv2dGeometry g, bool want_dx, const Tensor* col = nullptr,
                        const Tensor* relu_out = nullptr);
 
-// ---- pooling -------------------------------------------------------------------------------
+// ---- pool -----------------------------------------------------------------------------------
 // Max over k×k windows with the given stride (no padding); argmax (int32, per output element,
 // the flat index within the input plane) is kept for backward.
 Tensor maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, Tensor& argmax);
@@ -45,21 +53,28 @@ Tensor maxpool2d_backward(const Tensor& dy, const Tensor& argmax, const Shape& x
 Tensor global_avgpool_forward(const Tensor& x);
 Tensor global_avgpool_backward(const Tensor& dy, const Shape& x_shape);
 
-// ---- elementwise ---------------------------------------------------------------------------
+// ---- activation -----------------------------------------------------------------------------
 Tensor relu_forward(const Tensor& x);
 Tensor relu_backward(const Tensor& y, const Tensor& dy);  // uses the output: dy where y > 0
 // GELU(x) = x Φ(x) (exact, erf form); dGELU = Φ(x) + x φ(x)
 Tensor gelu_forward(const Tensor& x);
 Tensor gelu_backward(const Tensor& x, const Tensor& dy);
+
+// ---- dropout --------------------------------------------------------------------------------
 // Inverted dropout: y = x · mask / (1 - p), mask ~ Bernoulli(1 - p) from (seed, counter).
 Tensor dropout_forward(const Tensor& x, double p, uint64_t seed, Tensor& mask);
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, double p);
+
+// ---- reduce: BLAS-1 updates and reductions --------------------------------------------------
 Tensor add(const Tensor& a, const Tensor& b);
 void add_(Tensor& a, const Tensor& b);               // a += b
 void axpy_(Tensor& y, double alpha, const Tensor& x);  // y += alpha x
 void scale_(Tensor& x, double alpha);                  // x *= alpha
+// Deterministic for a given thread count: fixed chunking, partials combined in order, in double.
+double sum(const Tensor& x);
+double sum_squares(const Tensor& x);
 
-// ---- normalisation -------------------------------------------------------------------------
+// ---- batchnorm ------------------------------------------------------------------------------
 // Training mode: batch statistics over (N, H, W) per channel; running stats updated as
 // running = (1 - momentum) running + momentum batch (variance unbiased). save_mean/save_invstd
 // [C] are kept for backward.
@@ -72,7 +87,7 @@ Tensor batchnorm2d_backward(const Tensor& x, const Tensor& dy, const Tensor& gam
                             const Tensor& save_mean, const Tensor& save_invstd, Tensor& dgamma,
                             Tensor& dbeta);
 
-// ---- loss ------------------------------------------------------------------------------------
+// ---- softmax_xent: loss ---------------------------------------------------------------------
 // Mean over the batch of -log softmax(logits)[label]; probs [N, C] kept for backward.
 double softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& probs);
 // dlogits = (probs - onehot(labels)) · scale   (scale = 1/N for the mean loss)
@@ -80,9 +95,27 @@ Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
 // Rows whose argmax equals the label.
 int64_t count_correct(const Tensor& logits, const Tensor& labels);
 
-// ---- reductions ------------------------------------------------------------------------------
-// Deterministic for a given thread count: fixed chunking, partials combined in order, in double.
-double sum(const Tensor& x);
-double sum_squares(const Tensor& x);
+// ---- optim: optimizer updates (PyTorch's rules, edp/optim/optimizer.h) ----------------------
+// One step over a parameter list: params[i] is updated in place from grads[i] and its state
+// tensors (same shape and dtype, all on one device; on CUDA float32 only, fused multi-tensor
+// launches). The hyper-parameters are host doubles; each backend rounds them to its dtype.
+//   SGD:   d = g + wd·p;  b = first ? d : μ·b + (1-dampening)·d;  d = nesterov ? d + μ·b : b;
+//          p -= lr·d   (b: momentum_bufs, used only when μ > 0, may be empty otherwise)
+struct SGDStep {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  bool first_step = false;  // momentum buffer := d on the first step
+};
+void sgd_step(const std::vector<Tensor*>& params, const std::vector<const Tensor*>& grads,
+              const std::vector<Tensor*>& momentum_bufs, const SGDStep& h);
+//   AdamW: p *= decay;  m = β1 m + (1-β1) g;  v = β2 v + (1-β2) g²;  p -= step_size·m / (√v·rbc2 + ε)
+struct AdamWStep {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double decay = 1;      // 1 - lr·weight_decay
+  double step_size = 0;  // lr / (1 - β1^t)
+  double rbc2 = 1;       // 1 / √(1 - β2^t)
+};
+void adamw_step(const std::vector<Tensor*>& params, const std::vector<const Tensor*>& grads,
+                const std::vector<Tensor*>& m, const std::vector<Tensor*>& v, const AdamWStep& h);
 
 }  // namespace edp::ops

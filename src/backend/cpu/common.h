@@ -45,6 +45,13 @@ inline void require_dtype(const Tensor& a, const Tensor& b, const char* op) {
   EDP_CHECK_SHAPE(a.dtype() == b.dtype(), op, ": dtypes differ: ", a.str(), " vs ", b.str());
 }
 
+// Applies f(i) for i in [0, n) in parallel when the work is big enough to pay for threads.
+template <typename F>
+void parallel_for(int64_t n, F&& f) {
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) f(i);
+}
+
 // The [begin, end) share of `n` items for thread t of T (static, deterministic partition).
 inline void thread_range(int64_t n, int t, int T, int64_t& begin, int64_t& end) {
   begin = n * t / T;

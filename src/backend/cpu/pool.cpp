@@ -1,4 +1,11 @@
-// Max pooling (k×k windows, stride s, no padding) and global average pooling on the CPU.
+// Max pooling (k×k windows, stride s, no padding) and global average pooling on the CPU
+// (float32, float64): the oracle of backend/cuda/pool.cpp and kernels/pool.cu.
+//
+//   max-pool  y[p, oh, ow] = max_{kh, kw < k} x[p, oh·s + kh, ow·s + kw];  argmax (int32) = flat
+//             index within the plane of the first maximum;  dx[p, argmax] += dy[p, oh, ow]
+//   avg-pool  y[p] = (1/P) Σ_i x[p, i];  dx[p, i] = dy[p] / P      (p = an (n, c) plane of P values)
+//
+// Gradient contract: no parameters; the input gradient is returned (dx =, a fresh tensor).
 // Parallel over (n, c) planes; each plane is owned by one thread, so results are deterministic.
 #include <limits>
 

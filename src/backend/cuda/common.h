@@ -1,4 +1,4 @@
-// Private helpers of the CUDA op wrappers (src/cuda/ops_*.cpp): operand checks with messages a
+// Private helpers of the CUDA op wrappers (src/backend/cuda/<name>.cpp): operand checks with messages a
 // user can act on, typed pointers, the device/stream context of a call, scratch tensors.
 #pragma once
 #include <mutex>

@@ -1,5 +1,6 @@
-// Fused multi-tensor optimizer updates and gradient utilities on the GPU: operand checks, then
-// kernels/optim.cu.
+// Fused multi-tensor optimizer updates and gradient utilities on the GPU — the CUDA side of the
+// optimizer ops of backend/cpu/optim.cpp (the oracle: same math) plus gradient scaling and the
+// multi-tensor Σ x²: operand checks, then kernels/optim.cu.
 #include "edp/config.h"
 
 #if EDP_HAVE_CUDA

@@ -1,4 +1,12 @@
-// Linear layer math on the CPU: Eigen GEMM (multi-threaded through OpenMP inside Eigen).
+// Linear on the CPU (float32, float64): the oracle of backend/cuda/linear.cpp (cuBLASLt; no
+// kernels/linear.cu — the bias gradient uses kernels/reduce.cu's channel sum).
+//
+//   forward   y[N, out] = x[N, in] · w[out, in]^T + b[out]   (b optional)
+//   backward  dx = dy · w;  dw += dy^T · x;  db += Σ_n dy
+//
+// Gradient contract: parameter gradients accumulate (dw +=, db +=); the input gradient is
+// returned (dx =, a fresh tensor, or undefined when want_dx is false).
+// Eigen GEMM, multi-threaded through OpenMP inside Eigen.
 #include "common.h"
 #include "edp/backend/ops.h"
 #include "edp/config.h"

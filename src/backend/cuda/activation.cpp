@@ -1,8 +1,12 @@
-// CUDA elementwise ops, dropout and reductions: operand checks, then the kernels of
-// kernels/activation.cu, dropout.cu and reduce.cu.
+// ReLU and GELU on the GPU — the ops of backend/cpu/activation.cpp (the oracle: same math, same
+// gradient contract) — plus the GPU-only fused bias + activation of cuda_ops.h: operand checks,
+// then the kernels of kernels/activation.cu (the bias gradient: reduce.cu's channel sum).
 #include "edp/config.h"
 
 #if EDP_HAVE_CUDA
+#include <algorithm>
+#include <cstring>
+
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
 #include "edp/backend/cuda_ops.h"
@@ -50,22 +54,6 @@ Tensor unary_backward(const Tensor& saved, const Tensor& dy, kern::Act act, cons
   kern::act_backward(cf32(saved), cf32(dy), f32(dx), dy.numel(), act, c.stream);
   return dx;
 }
-
-double full_sum(const Tensor& x, bool squares, const char* op) {
-  const int d = op_device(x, op, "input");
-  Ctx c(d);
-  const int64_t n = x.numel();
-  if (n == 0) return 0.0;
-  const int blocks = reduce_blocks(n);
-  Tensor partial = scratch(c, blocks + 1, DType::F64);
-  double* pp = ptr<double>(partial);
-  kern::sum_partial(cf32(x), n, squares, pp, blocks, c.stream);
-  kern::sum_finalize(pp, blocks, pp + blocks, c.stream);
-  double out = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&out, pp + blocks, sizeof out, cudaMemcpyDeviceToHost, c.stream));
-  CUDA_CHECK(cudaStreamSynchronize(c.stream));
-  return out;
-}
 }  // namespace
 
 Tensor bias_act_forward(const Tensor& x, const Tensor& b, Activation act) {
@@ -110,51 +98,6 @@ Tensor gelu_forward(const Tensor& x) { return unary(x, kern::Act::GELU, "gelu_fo
 Tensor gelu_backward(const Tensor& x, const Tensor& dy) {
   return unary_backward(x, dy, kern::Act::GELU, "gelu_backward", "input");
 }
-
-Tensor dropout_forward(const Tensor& x, double p, uint64_t seed, Tensor& mask) {
-  const char* op = "dropout_forward";
-  const int d = op_device(x, op, "input");
-  EDP_CHECK(p >= 0.0 && p < 1.0, "dropout: p = ", p, " must be in [0, 1)");
-  Ctx c(d);
-  mask = Tensor(x.shape(), DType::U8, c.dev());
-  Tensor y(x.shape(), DType::F32, c.dev());
-  // The same threshold and scale as the CPU backend, so the masks and outputs agree exactly.
-  const uint64_t threshold = static_cast<uint64_t>(p * 18446744073709551616.0);
-  const float scale = static_cast<float>(1.0 / (1.0 - p));
-  kern::dropout_forward(cf32(x), f32(y), ptr<uint8_t>(mask), x.numel(), seed, threshold, scale,
-                        c.stream);
-  return y;
-}
-
-Tensor dropout_backward(const Tensor& dy, const Tensor& mask, double p) {
-  const char* op = "dropout_backward";
-  const int d = op_device(dy, op, "grad_output");
-  require(mask, d, DType::U8, op, "mask");
-  check_same_shape(dy, mask, "dropout_backward: grad_output vs mask");
-  Ctx c(d);
-  Tensor dx(dy.shape(), DType::F32, c.dev());
-  kern::dropout_backward(cf32(dy), ptr<uint8_t>(mask), f32(dx), dy.numel(),
-                         static_cast<float>(1.0 / (1.0 - p)), c.stream);
-  return dx;
-}
-
-void axpy_(Tensor& y, double alpha, const Tensor& x) {
-  const char* op = "axpy_";
-  const int d = op_device(y, op, "y");
-  require(x, d, DType::F32, op, "x");
-  check_same_shape(y, x, op);
-  Ctx c(d);
-  kern::axpy(f32(y), static_cast<float>(alpha), cf32(x), y.numel(), c.stream);
-}
-
-void scale_(Tensor& x, double alpha) {
-  const int d = op_device(x, "scale_", "x");
-  Ctx c(d);
-  kern::scale(f32(x), static_cast<float>(alpha), x.numel(), c.stream);
-}
-
-double sum(const Tensor& x) { return full_sum(x, false, "sum"); }
-double sum_squares(const Tensor& x) { return full_sum(x, true, "sum_squares"); }
 
 }  // namespace edp::cuda
 #endif  // EDP_HAVE_CUDA

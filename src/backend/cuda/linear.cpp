@@ -1,4 +1,5 @@
-// Linear on the GPU through cuBLASLt. The three products of a Linear step (forward, input
+// Linear on the GPU — the op of backend/cpu/linear.cpp (the oracle: same math, same gradient
+// contract) — through cuBLASLt, hence no kernels/linear.cu. The three products of a Linear step (forward, input
 // gradient, accumulating weight gradient) are mapped from edp's row-major layout to cuBLASLt's
 // column-major one by launch.h's linear_gemm (unit-tested on the CPU). The bias is fused into
 // the forward product with the BIAS epilogue; if cuBLASLt offers no algorithm for it, the product

@@ -1,5 +1,6 @@
-// Conv2d on the GPU through cuDNN 9 (forward, backward-data, backward-filter), square kernels
-// with symmetric zero padding, cross-correlation as in the CPU backend.
+// Conv2d on the GPU — the op of backend/cpu/conv2d.cpp (the oracle: same math, same gradient
+// contract) — through cuDNN 9 (forward, backward-data, backward-filter), hence no
+// kernels/conv2d.cu; square kernels with symmetric zero padding, cross-correlation as on the CPU.
 //
 // cuDNN 9's convolution entry points of the (still shipped, no longer extended) descriptor API
 // are used rather than the graph API: the three passes need nothing the graph API adds here, and

@@ -1,4 +1,15 @@
-// Conv2d on the CPU as im2col + GEMM over groups of S samples: im2col of S samples side by side
+// Conv2d on the CPU (float32, float64): the oracle of backend/cuda/conv2d.cpp (cuDNN; no
+// kernels/conv2d.cu — the bias and its gradient use kernels/activation.cu and reduce.cu).
+//
+//   forward   y[n, o, oh, ow] = b[o] + Σ_{i, kh, kw} w[o, i, kh, kw] · x[n, i, oh·s+kh-pad, ow·s+kw-pad]
+//             (cross-correlation, zero padding; with relu set, y = max(that, 0))
+//   backward  dx = dy convolved back through w (transposed convolution);
+//             dw += Σ_n dy ⋆ x (correlation of dy with x);  db += Σ_{n, oh, ow} dy
+//
+// Gradient contract: parameter gradients accumulate (dw +=, db +=); the input gradient is
+// returned (dx =, a fresh tensor, or undefined when want_dx is false).
+//
+// Implementation: im2col + GEMM over groups of S samples: im2col of S samples side by side
 // into a thread-local col [Ci·k·k, S·Ho·Wo], out[Co, S·Ho·Wo] = W[Co, Ci·k·k] · col, scattered
 // into NCHW. Grouping makes the GEMM wide enough to run near peak while col stays in cache.
 // Samples are split statically across threads (each GEMM single-threaded), so results are

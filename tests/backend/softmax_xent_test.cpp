@@ -1,0 +1,58 @@
+// Softmax cross-entropy on the GPU (src/backend/cuda/softmax_xent.cpp, kernels/softmax_xent.cu)
+// against the CPU backend (src/backend/cpu/softmax_xent.cpp).
+// Shapes, tolerances and the oracle: op_test_util.h.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+#include <vector>
+
+#include "op_test_util.h"
+
+namespace {
+using namespace edp;
+using namespace edp::test;
+
+// ---- softmax cross-entropy ---------------------------------------------------------------------------
+TEST_F(CudaOps, SoftmaxCrossEntropyMatchesCpu) {
+  uint64_t seed = 1000;
+  for (auto [N, C] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 10}, {256, 10}, {33, 1000}, {300, 3}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C);
+    const Tensor z = randn({N, C}, seed++, 4.0);
+    const Tensor lab = labels(N, C, seed++);
+    Tensor p_ref, p;
+    const double l_ref = ops::softmax_cross_entropy_forward(z, lab, p_ref);
+    const double l = ops::softmax_cross_entropy_forward(G(z), G(lab), p);
+    EXPECT_NEAR(l, l_ref, 1e-6 * std::fabs(l_ref) + 1e-7);
+    EXPECT_TRUE(close(p, p_ref, Tol{1e-6, 1e-7}, "probs"));
+    Tensor p2;
+    const Tensor dev_loss = cuda::softmax_cross_entropy_forward_async(G(z), G(lab), p2);
+    EXPECT_NEAR(cuda::read_loss(dev_loss, G(lab)), l_ref, 1e-6 * std::fabs(l_ref) + 1e-7);
+    const double scale = 1.0 / static_cast<double>(N);
+    EXPECT_TRUE(close(ops::softmax_cross_entropy_backward(p, G(lab), scale),
+                      ops::softmax_cross_entropy_backward(p_ref, lab, scale), Tol{1e-6, 1e-9}, "dz"));
+    EXPECT_EQ(ops::count_correct(G(z), G(lab)), ops::count_correct(z, lab));
+  }
+}
+
+TEST_F(CudaOps, InvalidLabelGivesTheCpuError) {
+  const Tensor z = randn({4, 3}, 1);
+  Tensor lab = labels(4, 3, 2);
+  lab.data<int32_t>()[2] = 7;
+  Tensor p;
+  std::string cpu_msg, gpu_msg;
+  try {
+    ops::softmax_cross_entropy_forward(z, lab, p);
+  } catch (const ShapeError& e) {
+    cpu_msg = e.what();
+  }
+  try {
+    ops::softmax_cross_entropy_forward(G(z), G(lab), p);
+  } catch (const ShapeError& e) {
+    gpu_msg = e.what();
+  }
+  EXPECT_FALSE(cpu_msg.empty());
+  EXPECT_EQ(gpu_msg, cpu_msg);
+}
+
+}  // namespace
