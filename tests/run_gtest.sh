@@ -7,9 +7,9 @@ set -u
 export GTEST_COLOR=no  # mpirun may give the ranks a pseudo-terminal: keep the markers plain
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-"$@" 2>&1 | tee >(sed 's/\x1b\[[0-9;]*m//g' >"$out")
+"$@" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
-wait
+sed -i 's/\x1b\[[0-9;]*m//g' "$out"
 if [ "$rc" -ne 0 ]; then exit "$rc"; fi
 if grep -q '^\[  PASSED  \] 0 tests' "$out" && grep -q '^\[  SKIPPED \]' "$out"; then
   reason=$(grep -m1 -A1 'Skipped$' "$out" | tail -1)
