@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config python3
   openmpi-bin libopenmpi-dev
   libeigen3-dev zlib1g-dev libgtest-dev nlohmann-json3-dev
+  libspdlog-dev libfmt-dev libcli11-dev
   dataset-fashion-mnist
   python3-matplotlib
 )

@@ -30,6 +30,7 @@
 #include "edp/train/evaluate.h"
 #include "edp/train/options.h"
 #include "edp/train/progress.h"
+#include "edp/core/knobs.h"
 #include "edp/core/timeline.h"
 
 namespace edp::examples {
@@ -273,7 +274,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
 int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
   // EDP_NUM_THREADS (set by edprun) wins; otherwise the ranks on one host share its cores.
   const comm::LaunchInfo li = comm::launch_info();
-  const int default_threads = std::getenv("EDP_NUM_THREADS")
+  const int default_threads = knobs::is_set("EDP_NUM_THREADS")
                                   ? num_threads()
                                   : std::max(1, available_cores() / std::max(1, li.local_size));
   train::Options o(spec.name, spec.description);
@@ -289,7 +290,7 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
       .add("seed", "42", "seed for initialisation and shuffling")
       .add("limit", "0", "use only the first N training samples (0 = all)")
       .add("workers", "1", "data-loader threads per rank")
-      .add("bucket-cap-mb", "25", "DDP gradient bucket cap in MiB")
+      .add("bucket-cap-mb", knobs::find("EDP_BUCKET_CAP_MB").def, "DDP gradient bucket cap in MiB")
       .add("device", "auto", "auto (cuda when a GPU is visible, else cpu), cpu, cuda or cuda:N")
       .add("checkpoint-dir", "", "keep checkpoints here and resume from the newest one (empty: none)")
       .add("checkpoint-every", "0", "commit a checkpoint every N optimizer steps (0: at the end of every epoch)")

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "csv.h"
@@ -502,17 +503,18 @@ void write_jobs_csv(const SimResult& r, const std::string& path) {
 }
 
 std::string summary_json(const SimSummary& s) {
-  std::ostringstream o;
-  o.precision(10);
-  o << "{\"policy\":\"" << s.policy << "\",\"gpus\":" << s.gpus << ",\"jobs\":" << s.jobs
-    << ",\"completed\":" << s.completed << ",\"completed_in_window\":" << s.completed_in_window
-    << ",\"never_started\":" << s.never_started << ",\"avg_jct_s\":" << s.avg_jct_s
-    << ",\"median_jct_s\":" << s.median_jct_s << ",\"p95_jct_s\":" << s.p95_jct_s
-    << ",\"avg_queue_s\":" << s.avg_queue_s << ",\"makespan_s\":" << s.makespan_s
-    << ",\"utilisation\":" << s.utilisation << ",\"rescales\":" << s.rescales << ",\"replans\":" << s.replans
-    << ",\"plan_ms_avg\":" << s.plan_ms_avg << ",\"plan_ms_max\":" << s.plan_ms_max
-    << ",\"max_gpus_used\":" << s.max_gpus_used << ",\"wall_s\":" << s.wall_s << "}";
-  return o.str();
+  // nlohmann::ordered_json keeps the keys in this order (the files are read by people too).
+  const nlohmann::ordered_json j = {
+      {"policy", s.policy},           {"gpus", s.gpus},
+      {"jobs", s.jobs},               {"completed", s.completed},
+      {"completed_in_window", s.completed_in_window}, {"never_started", s.never_started},
+      {"avg_jct_s", s.avg_jct_s},     {"median_jct_s", s.median_jct_s},
+      {"p95_jct_s", s.p95_jct_s},     {"avg_queue_s", s.avg_queue_s},
+      {"makespan_s", s.makespan_s},   {"utilisation", s.utilisation},
+      {"rescales", s.rescales},       {"replans", s.replans},
+      {"plan_ms_avg", s.plan_ms_avg}, {"plan_ms_max", s.plan_ms_max},
+      {"max_gpus_used", s.max_gpus_used}, {"wall_s", s.wall_s}};
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 void write_allocations_csv(const SimResult& r, const std::string& path) {

@@ -18,6 +18,7 @@
 #include "edp/comm/colocated.h"
 #include "edp/config.h"
 #include "edp/core/error.h"
+#include "edp/core/knobs.h"
 #include "device_buffers.h"
 
 #if __has_include(<nccl.h>)
@@ -173,7 +174,8 @@ class DoneRequest final : public RequestImpl {
 class ColocatedCommunicator final : public Communicator {
  public:
   ColocatedCommunicator(std::unique_ptr<Communicator> world, ColocatedOptions opt) : world_(std::move(world)) {
-    if (const char* s = std::getenv("EDP_COLOCATED_CHUNK_BYTES"); s && *s) opt.staging_bytes = std::strtoull(s, nullptr, 10);
+    opt.staging_bytes = static_cast<size_t>(
+        knobs::get_int("EDP_COLOCATED_CHUNK_BYTES", static_cast<int64_t>(opt.staging_bytes)));
     EDP_CHECK(opt.staging_bytes >= 64, "colocated staging buffer of ", opt.staging_bytes, " bytes is too small");
     staging_bytes_ = opt.staging_bytes;
     int count = 0;

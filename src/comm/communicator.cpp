@@ -12,6 +12,8 @@
 #include <mutex>
 
 #include "backend.h"
+#include "edp/core/knobs.h"
+#include "edp/core/log.h"
 
 namespace edp::comm {
 
@@ -56,8 +58,7 @@ Request::~Request() {
   try {
     impl_->wait();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "edp: a non-blocking collective failed while its Request was destroyed: %s\n",
-                 e.what());
+    log::error("a non-blocking collective failed while its Request was destroyed: ", e.what());
   }
 }
 
@@ -148,13 +149,7 @@ void divide_inplace(void* buf, int64_t count, DType dtype, int n) {
 }
 
 int64_t max_chunk_elements(int64_t backend_limit) {
-  const char* s = std::getenv("EDP_COMM_MAX_CHUNK");
-  if (!s || !*s) return backend_limit;
-  char* end = nullptr;
-  const long long v = std::strtoll(s, &end, 10);
-  EDP_CHECK(end && *end == '\0' && v > 0, "EDP_COMM_MAX_CHUNK='", s,
-            "' is not a positive element count");
-  return std::min<int64_t>(v, backend_limit);
+  return std::min<int64_t>(knobs::get_int("EDP_COMM_MAX_CHUNK", backend_limit), backend_limit);
 }
 
 ThreadLevel parse_thread_level(const std::string& s) {
@@ -171,27 +166,16 @@ ThreadLevel parse_thread_level(const std::string& s) {
 // ---- launcher environment -----------------------------------------------------------------
 
 namespace {
-int env_int(const char* name, int fallback, bool* found = nullptr) {
-  const char* s = std::getenv(name);
-  if (!s || !*s) return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(s, &end, 10);
-  if (!end || *end != '\0' || v < 0 || v > INT_MAX)
-    throw Error(std::string("environment variable ") + name + "='" + s +
-                "' is not a rank number; was this process started by Open MPI's mpirun?");
-  if (found) *found = true;
-  return static_cast<int>(v);
-}
 }  // namespace
 
 LaunchInfo launch_info() {
+  const knobs::OmpiWorld w = knobs::ompi_world();
   LaunchInfo li;
-  bool found = false;
-  li.rank = env_int("OMPI_COMM_WORLD_RANK", 0, &found);
-  li.size = env_int("OMPI_COMM_WORLD_SIZE", 1);
-  li.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
-  li.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
-  li.launched_by_mpirun = found;
+  li.rank = w.rank >= 0 ? w.rank : 0;
+  li.size = w.size > 0 ? w.size : 1;
+  li.local_rank = w.local_rank >= 0 ? w.local_rank : 0;
+  li.local_size = w.local_size > 0 ? w.local_size : 1;
+  li.launched_by_mpirun = w.present();
   return li;
 }
 
@@ -234,8 +218,8 @@ Environment::Environment(int* argc, char*** argv, EnvironmentOptions options) {
   std::lock_guard<std::mutex> lock(g_mu);
   EDP_CHECK(!g_world, "an edp::comm::Environment already exists in this process; create one at "
                       "the top of main");
-  if (const char* s = std::getenv("EDP_COMM_THREAD_LEVEL"); s && *s)
-    options.requested = detail::parse_thread_level(s);
+  if (knobs::is_set("EDP_COMM_THREAD_LEVEL"))
+    options.requested = detail::parse_thread_level(knobs::get_string("EDP_COMM_THREAD_LEVEL"));
   if (options.install_terminate_handler) std::set_terminate(terminate_handler);
 #if EDP_HAVE_MPI
   detail::BackendInit init = detail::mpi_init(argc, argv, options);
@@ -275,6 +259,7 @@ void abort_job(const std::string& what, int code) {
   position(rank, size);
   // One message per rank even if several threads fail at once.
   if (!g_aborting.exchange(true))
+    // Written directly (not through edp::log): the cause of an abort is shown whatever EDP_LOG_LEVEL says.
     std::fprintf(stderr, "edp: rank %d of %d failed: %s\n", rank, size, what.c_str());
   std::fflush(stderr);
   std::fflush(stdout);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "edp/core/error.h"
+#include "edp/core/knobs.h"
 
 namespace edp {
 
@@ -20,15 +21,7 @@ size_t rounded(size_t bytes) {
 }
 
 int64_t cache_limit() {
-  static const int64_t limit = [] {
-    if (const char* e = std::getenv("EDP_HOST_CACHE_MB")) {
-      char* end = nullptr;
-      const long long v = std::strtoll(e, &end, 10);
-      if (end && *end == '\0' && v >= 0) return static_cast<int64_t>(v) << 20;
-      throw Error(std::string("EDP_HOST_CACHE_MB='") + e + "' is not a non-negative integer");
-    }
-    return int64_t{2048} << 20;
-  }();
+  static const int64_t limit = knobs::get_int("EDP_HOST_CACHE_MB") << 20;
   return limit;
 }
 

@@ -9,18 +9,13 @@
 #include <string>
 
 #include "edp/core/error.h"
+#include "edp/core/knobs.h"
 
 namespace edp {
 
 namespace {
 int initial_threads() {
-  if (const char* e = std::getenv("EDP_NUM_THREADS")) {
-    char* end = nullptr;
-    long v = std::strtol(e, &end, 10);
-    if (end && *end == '\0' && v >= 1 && v <= 4096) return static_cast<int>(v);
-    throw Error(std::string("EDP_NUM_THREADS='") + e + "' is not a positive integer");
-  }
-  return available_cores();
+  return static_cast<int>(knobs::get_int("EDP_NUM_THREADS", available_cores()));
 }
 
 int& current() {

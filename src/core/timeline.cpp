@@ -4,8 +4,12 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "edp/core/error.h"
+#include "edp/core/knobs.h"
+#include "edp/core/log.h"
 
 namespace edp {
 
@@ -15,13 +19,17 @@ int thread_number() {
   thread_local int id = next++;
   return id;
 }
-std::string escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
+// An object on one line as `{"key": value, ...}`; keys and values are written (escaped) by
+// nlohmann-json.
+std::string line(const nlohmann::ordered_json& v) {
+  if (!v.is_object()) return v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  std::string s = "{";
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it != v.begin()) s += ", ";
+    s += nlohmann::ordered_json(it.key()).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    s += ": " + line(it.value());
   }
-  return o;
+  return s + "}";
 }
 }  // namespace
 
@@ -41,7 +49,7 @@ std::string Timeline::rank_path(const std::string& path, int rank, int world) {
 }
 
 void Timeline::open_from_env(int rank, int world) {
-  if (const char* p = std::getenv("EDP_TIMELINE"); p && *p) open(rank_path(p, rank, world), rank);
+  if (const std::string p = knobs::get_string("EDP_TIMELINE"); !p.empty()) open(rank_path(p, rank, world), rank);
 }
 
 void Timeline::open(const std::string& path, int rank) {
@@ -70,24 +78,26 @@ void Timeline::close() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!enabled_) return;
   enabled_ = false;
-  std::FILE* f = std::fopen(path_.c_str(), "w");
+  std::ofstream f(path_);
   if (!f) {
-    std::fprintf(stderr, "edp: cannot write timeline %s\n", path_.c_str());
+    log::error("cannot write timeline ", path_);
     return;
   }
-  std::fprintf(f, "{\"traceEvents\": [\n");
-  std::fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
-               pid_, pid_);
+  // One event per line (diff- and grep-friendly), in the layout `"key": value`.
+  using json = nlohmann::ordered_json;
+  f << "{\"traceEvents\": [\n"
+    << line(json{{"name", "process_name"},
+                 {"ph", "M"},
+                 {"pid", pid_},
+                 {"args", json::object({{"name", "rank " + std::to_string(pid_)}})}});
   for (const Event& ev : events_) {
-    std::fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %lld, \"dur\": %lld, "
-                 "\"pid\": %d, \"tid\": %d%s%s%s}",
-                 escape(ev.name).c_str(), escape(ev.cat).c_str(), static_cast<long long>(ev.ts),
-                 static_cast<long long>(ev.dur), pid_, ev.tid, ev.args.empty() ? "" : ", \"args\": ",
-                 ev.args.c_str(), "");
+    json e = {{"name", ev.name}, {"cat", ev.cat}, {"ph", "X"}, {"ts", ev.ts}, {"dur", ev.dur}, {"pid", pid_},
+              {"tid", ev.tid}};
+    if (!ev.args.empty()) e["args"] = json::parse(ev.args, nullptr, /*allow_exceptions=*/false);
+    f << ",\n" << line(e);
   }
-  std::fprintf(f, "\n]}\n");
-  std::fclose(f);
-  std::fprintf(stderr, "edp: timeline written to %s (%zu events)\n", path_.c_str(), events_.size());
+  f << "\n]}\n";
+  log::info("timeline written to ", path_, " (", events_.size(), " events)");
   events_.clear();
 }
 

@@ -9,6 +9,8 @@
 #include <cstring>
 
 #include "edp/config.h"
+#include "edp/core/knobs.h"
+#include "edp/core/log.h"
 
 #if EDP_HAVE_CUDA
 #include <atomic>
@@ -46,10 +48,7 @@ bool sticky(cudaError_t e) {
 }
 
 bool sync_after_launch() {
-  static const bool on = [] {
-    const char* e = std::getenv("EDP_CUDA_SYNC");
-    return e && std::strcmp(e, "0") != 0 && *e;
-  }();
+  static const bool on = knobs::get_bool("EDP_CUDA_SYNC");
   return on;
 }
 }  // namespace
@@ -217,8 +216,7 @@ std::atomic<int> g_poison{-1};  // -1: not yet read from EDP_CUDA_POISON
 bool poison_enabled() {
   int v = g_poison.load();
   if (v < 0) {
-    const char* e = std::getenv("EDP_CUDA_POISON");
-    v = (e && *e && std::strcmp(e, "0") != 0) ? 1 : 0;
+    v = knobs::get_bool("EDP_CUDA_POISON") ? 1 : 0;
     g_poison.store(v);
   }
   return v == 1;
@@ -243,7 +241,7 @@ void hook_free(void* p, size_t, int device) {
   try {
     allocator(device).free(p);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "edp: warning: freeing device memory on cuda:%d failed: %s\n", device, e.what());
+    log::warn("freeing device memory on cuda:", device, " failed: ", e.what());
   }
 }
 
@@ -541,8 +539,7 @@ Tensor AsyncUploader::upload(const Tensor& cpu) {
 bool tf32_enabled() {
   int v = g_tf32.load();
   if (v < 0) {
-    const char* e = std::getenv("EDP_TF32");
-    v = (e && std::strcmp(e, "0") == 0) ? 0 : 1;
+    v = knobs::get_bool("EDP_TF32") ? 1 : 0;
     g_tf32.store(v);
   }
   return v == 1;

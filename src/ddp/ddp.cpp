@@ -4,11 +4,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "backend/cpu/common.h"
 #include "edp/backend/ops.h"
 #include "edp/core/stopwatch.h"
+#include "edp/core/knobs.h"
 #include "edp/core/timeline.h"
 
 namespace edp::ddp {
@@ -36,6 +38,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                                                  comm::Communicator& comm, DDPOptions options)
     : module_(std::move(module)), comm_(comm), opt_(options) {
   EDP_CHECK(module_ != nullptr, "DistributedDataParallel: null module");
+  if (opt_.bucket_cap_bytes == 0) opt_.bucket_cap_bytes = knobs::get_int("EDP_BUCKET_CAP_MB") << 20;
   EDP_CHECK(opt_.bucket_cap_bytes > 0 && opt_.first_bucket_bytes > 0,
             "DistributedDataParallel: bucket sizes must be positive");
   step_weight_ = 1.0 / comm_.size();
@@ -192,7 +195,7 @@ void DistributedDataParallel::launch_ready_buckets() {
       if (Timeline::get().enabled()) {
         auto& tl = Timeline::get();
         tl.complete("bucket " + std::to_string(index) + " enqueued", "comm", queued, tl.now_us(),
-                    "{\"bucket\": " + std::to_string(index) + "}");
+                    nlohmann::json::object({{"bucket", index}}).dump());
       }
       ++next_launch_;
       continue;
@@ -205,8 +208,7 @@ void DistributedDataParallel::launch_ready_buckets() {
       comm_us->store(std::chrono::duration_cast<std::chrono::microseconds>(
                          std::chrono::steady_clock::now() - t0).count());
       if (tl.enabled()) {
-        const std::string args = "{\"bucket\": " + std::to_string(index) + ", \"elements\": " +
-                                 std::to_string(n - 1) + "}";
+        const std::string args = nlohmann::json{{"bucket", index}, {"elements", n - 1}}.dump();
         tl.complete("bucket " + std::to_string(index) + " queued", "comm", queued, start, args);
         tl.complete("bucket " + std::to_string(index) + " allreduce", "comm", start, tl.now_us(), args);
       }

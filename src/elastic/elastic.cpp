@@ -11,6 +11,7 @@
 
 #include "edp/comm/communicator.h"
 #include "edp/core/error.h"
+#include "edp/core/log.h"
 
 namespace edp::elastic {
 
@@ -65,7 +66,7 @@ std::optional<RescaleRequest> ElasticControl::poll(comm::Communicator& world) {
         try {
           last_ = read_control_file(path_);
         } catch (const DataError& e) {
-          std::cerr << "edp: warning: ignoring the control file: " << e.what() << "\n";
+          log::warn("ignoring the control file: ", e.what());
           last_.reset();
         }
       }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "edp/core/error.h"
+#include "edp/core/knobs.h"
 #include "edp/elastic/elastic.h"
 #include "launch/mps.h"
 #include "launch/plan.h"
@@ -41,12 +42,14 @@ namespace {
 
 constexpr int kUsageError = 2;
 
-std::string env_or(const char* name, const std::string& fallback = "") {
+// EDP_* variables go through the knob registry; these two read other programs' (SLURM, TMPDIR).
+std::string env_or(const char* name) { return knobs::get_string(name); }
+int env_int(const char* name) { return static_cast<int>(knobs::get_int(name)); }
+std::string sys_env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::string(v) : fallback;
 }
-
-int env_int(const char* name, int fallback) {
+int sys_env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   char* end = nullptr;
@@ -111,14 +114,16 @@ int rank_exec(int argc, char** argv) {
     std::fprintf(stderr, "edprun --rank-exec: no program given\n");
     return kUsageError;
   }
-  const int rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+  int rank = 0;
   try {
+    const knobs::OmpiWorld w = knobs::ompi_world();
+    rank = std::max(0, w.rank);
     RankContext c;
     c.rank = rank;
-    c.size = env_int("OMPI_COMM_WORLD_SIZE", 1);
-    c.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
-    c.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
-    c.ranks_per_gpu = env_int("EDP_RANKS_PER_GPU", 1);
+    c.size = w.size > 0 ? w.size : 1;
+    c.local_rank = std::max(0, w.local_rank);
+    c.local_size = w.local_size > 0 ? w.local_size : 1;
+    c.ranks_per_gpu = env_int("EDP_RANKS_PER_GPU");
     c.gpu_mode = env_or("EDP_LAUNCH_MODE") == "gpu";
     c.host = host_name();
     if (c.gpu_mode) {
@@ -138,9 +143,9 @@ int rank_exec(int argc, char** argv) {
       }
     }
     c.job_dir = env_or("EDP_LAUNCH_JOB_DIR");
-    c.mps = env_or("EDP_LAUNCH_MPS") == "1";
+    c.mps = knobs::get_bool("EDP_LAUNCH_MPS");
     c.mps_pipe_directory = env_or("EDP_LAUNCH_MPS_PIPE_DIRECTORY");
-    c.mps_thread_percentage = env_int("EDP_LAUNCH_MPS_THREAD_PERCENTAGE", 100);
+    c.mps_thread_percentage = env_int("EDP_LAUNCH_MPS_THREAD_PERCENTAGE");
     c.mps_mem_limit = env_or("EDP_LAUNCH_MPS_MEM_LIMIT");
     c.bound = env_or("EDP_LAUNCH_BIND") == "core";
     c.cores = physical_cores();
@@ -282,7 +287,7 @@ int launcher(int argc, char** argv) {
     req.ranks_per_gpu = static_cast<int>(o.i64("ranks-per-gpu"));
     req.gpus = split_list(o.str("gpus"));
     // CUDA_VISIBLE_DEVICES chosen by the user or the batch system is the default selection.
-    if (req.gpus.empty() && !env_or("CUDA_VISIBLE_DEVICES").empty()) req.gpus = split_list(env_or("CUDA_VISIBLE_DEVICES"));
+    if (req.gpus.empty() && !sys_env_or("CUDA_VISIBLE_DEVICES", "").empty()) req.gpus = split_list(sys_env_or("CUDA_VISIBLE_DEVICES", ""));
     req.mps = parse_mps_mode(o.str("mps"));
     req.mps_thread_percentage = static_cast<int>(o.i64("mps-thread-percentage"));
     req.mps_mem_limit = o.str("mps-mem-limit");
@@ -305,7 +310,7 @@ int launcher(int argc, char** argv) {
     req.mps_control_available = !mps_control.empty();
 
     const bool root = geteuid() == 0;
-    const bool ompi_root_ok = env_or("OMPI_ALLOW_RUN_AS_ROOT") == "1" && env_or("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM") == "1";
+    const bool ompi_root_ok = sys_env_or("OMPI_ALLOW_RUN_AS_ROOT", "") == "1" && sys_env_or("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "") == "1";
     req.allow_run_as_root = o.flag("allow-run-as-root") || (root && ompi_root_ok);
     if (root && !req.allow_run_as_root)
       throw Error("refusing to run as root: pass --allow-run-as-root (or EDP_ALLOW_RUN_AS_ROOT=1) if you mean it");
@@ -316,13 +321,13 @@ int launcher(int argc, char** argv) {
     } else if (auto slurm = slurm_hosts_from_env()) {
       req.host_source = HostSource::Slurm;
       req.hosts = *slurm;
-      req.slurm_ntasks = env_int("SLURM_NTASKS", 0);
+      req.slurm_ntasks = sys_env_int("SLURM_NTASKS", 0);
     }
     const bool forced_cpu = req.gpus.size() == 1 && req.gpus[0] == "none";
     disc = forced_cpu ? Discovery{{}, "--gpus none"} : discover_gpus(o.str("gpu-discovery"));
     req.gpu_source = disc.source;
 
-    const std::string tmp = env_or("TMPDIR", "/tmp");
+    const std::string tmp = sys_env_or("TMPDIR", "/tmp");
     if (dry) {
       req.job_dir = tmp + "/edprun.XXXXXX";
     } else {

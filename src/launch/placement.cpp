@@ -12,6 +12,7 @@
 
 #include "edp/config.h"
 #include "edp/core/error.h"
+#include "edp/core/knobs.h"
 
 #if EDP_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -23,23 +24,20 @@ using ::edp::detail::concat;
 
 namespace {
 
+// EDP_* through the knob registry; CUDA's own variables (CUDA_MPS_PIPE_DIRECTORY) as they are.
 bool get(const char* name, std::string& out) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return false;
-  out = v;
+  if (std::strncmp(name, "EDP_", 4) != 0) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return false;
+    out = v;
+    return true;
+  }
+  if (!knobs::is_set(name)) return false;
+  out = knobs::get_string(name);
   return true;
 }
 
-int get_int(const char* name, int fallback, int min_value = 0) {
-  std::string s;
-  if (!get(name, s)) return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(s.c_str(), &end, 10);
-  if (!end || *end || v < min_value || v > INT_MAX)
-    throw Error(concat("environment variable ", name, "='", s, "' is not an integer >= ", min_value,
-                       " (it is set by edprun; see docs/launch.md)"));
-  return static_cast<int>(v);
-}
+int get_int(const char* name, int fallback) { return static_cast<int>(knobs::get_int(name, fallback)); }
 
 [[maybe_unused]] std::string lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -64,33 +62,31 @@ Placement placement_from_env() {
   std::string launcher;
   p.from_edprun = get("EDP_LAUNCHER", launcher) && launcher == "edprun";
   // Open MPI's view first: it is what MPI_Init will report.
-  const int o_rank = get_int("OMPI_COMM_WORLD_RANK", -1);
-  const int o_size = get_int("OMPI_COMM_WORLD_SIZE", -1, 1);
-  const int o_lrank = get_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
-  const int o_lsize = get_int("OMPI_COMM_WORLD_LOCAL_SIZE", -1, 1);
+  const knobs::OmpiWorld o = knobs::ompi_world();
+  const int o_rank = o.rank, o_size = o.size;
   p.rank = get_int("EDP_RANK", o_rank >= 0 ? o_rank : 0);
-  p.world_size = get_int("EDP_WORLD_SIZE", o_size > 0 ? o_size : 1, 1);
-  p.local_rank = get_int("EDP_LOCAL_RANK", o_lrank >= 0 ? o_lrank : 0);
-  p.local_size = get_int("EDP_LOCAL_SIZE", o_lsize > 0 ? o_lsize : 1, 1);
+  p.world_size = get_int("EDP_WORLD_SIZE", o_size > 0 ? o_size : 1);
+  p.local_rank = get_int("EDP_LOCAL_RANK", o.local_rank >= 0 ? o.local_rank : 0);
+  p.local_size = get_int("EDP_LOCAL_SIZE", o.local_size > 0 ? o.local_size : 1);
   if (o_rank >= 0 && (p.rank != o_rank || p.world_size != o_size))
     throw Error(concat("EDP_RANK/EDP_WORLD_SIZE say rank ", p.rank, " of ", p.world_size, " but Open MPI says ",
                        o_rank, " of ", o_size, ": EDP_* variables leaked from another job?"));
   if (p.rank >= p.world_size || p.local_rank >= p.local_size)
     throw Error(concat("inconsistent placement: rank ", p.rank, " of ", p.world_size, ", local rank ",
                        p.local_rank, " of ", p.local_size));
-  p.num_threads = get_int("EDP_NUM_THREADS", 0, 1);
-  p.ranks_per_gpu = get_int("EDP_RANKS_PER_GPU", 1, 1);
-  p.local_gpu = get_int("EDP_LOCAL_GPU", -1, -1);
+  p.num_threads = get_int("EDP_NUM_THREADS", 0);
+  p.ranks_per_gpu = static_cast<int>(knobs::get_int("EDP_RANKS_PER_GPU"));
+  p.local_gpu = static_cast<int>(knobs::get_int("EDP_LOCAL_GPU"));
   p.gpu_mode = p.local_gpu >= 0;
   if (p.gpu_mode) {
     if (!get("EDP_GPU_UUID", p.gpu_uuid))
       throw Error("EDP_LOCAL_GPU is set but EDP_GPU_UUID is not (set both, or start the job with edprun)");
-    p.cuda_device = get_int("EDP_CUDA_DEVICE", 0);
-    p.gpu_rank = get_int("EDP_GPU_RANK", 0);
-    p.gpu_ranks = get_int("EDP_GPU_RANKS", 1, 1);
+    p.cuda_device = static_cast<int>(knobs::get_int("EDP_CUDA_DEVICE"));
+    p.gpu_rank = static_cast<int>(knobs::get_int("EDP_GPU_RANK"));
+    p.gpu_ranks = static_cast<int>(knobs::get_int("EDP_GPU_RANKS"));
     if (p.gpu_rank >= p.gpu_ranks)
       throw Error(concat("EDP_GPU_RANK=", p.gpu_rank, " is not below EDP_GPU_RANKS=", p.gpu_ranks));
-    p.mps = get_int("EDP_MPS_ACTIVE", 0) != 0;
+    p.mps = knobs::get_int("EDP_MPS_ACTIVE") != 0;
     get("CUDA_MPS_PIPE_DIRECTORY", p.mps_pipe_dir);
   }
   return p;

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "edp/core/error.h"
+#include "edp/core/knobs.h"
 
 namespace edp::launch {
 
@@ -194,7 +195,7 @@ int physical_cores() {
 
 std::string host_name() {
   // Containers often have a hostname that no hostfile uses; EDP_HOSTNAME names the host instead.
-  if (const char* h = std::getenv("EDP_HOSTNAME"); h && *h) return h;
+  if (std::string h = knobs::get_string("EDP_HOSTNAME"); !h.empty()) return h;
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
   return buf;

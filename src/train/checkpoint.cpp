@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "edp/core/error.h"
+#include "edp/core/log.h"
 #include "edp/data/distributed_sampler.h"
 #include "edp/nn/module.h"
 #include "edp/optim/optimizer.h"
@@ -404,7 +405,7 @@ std::optional<Checkpoint> CheckpointDir::latest(std::string* path) const {
       if (path) *path = p;
       return c;
     } catch (const DataError& e) {
-      std::cerr << "edp: skipping damaged checkpoint: " << e.what() << "\n";
+      log::warn("skipping damaged checkpoint: ", e.what());
     }
   }
   return std::nullopt;

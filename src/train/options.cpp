@@ -1,6 +1,8 @@
 // Flag/environment option parsing (see options.h).
 #include "edp/train/options.h"
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -31,17 +33,15 @@ std::string Options::env_name(const std::string& name) {
 }
 
 void Options::parse(int argc, char** argv) {
-  for (auto& [name, o] : opts_)
-    if (const char* v = std::getenv(env_name(name).c_str())) {
-      o.value = v;
-      o.source = "env " + env_name(name);
-    }
   auto fail = [&](const std::string& msg) {
     std::cerr << program_ << ": " << msg << "\n(run " << program_ << " --help for the options)\n";
     std::exit(2);
   };
+  // Arguments after "--" are the program's own; --help anywhere before them prints usage().
+  std::vector<const char*> args{argc > 0 ? argv[0] : program_.c_str()};
+  std::vector<std::string> given;  // the options named on the command line
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
+    const std::string a = argv[i];
     if (a == "--") {
       for (int j = i + 1; j < argc; ++j) rest_.push_back(argv[j]);
       break;
@@ -50,26 +50,41 @@ void Options::parse(int argc, char** argv) {
       std::cout << usage();
       std::exit(0);
     }
-    if (a.rfind("--", 0) != 0) fail("unexpected argument '" + a + "'");
-    std::string name = a.substr(2), value;
-    const auto eq = name.find('=');
-    bool has_value = eq != std::string::npos;
-    if (has_value) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
+    if (a.rfind("--", 0) == 0) given.push_back(a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2));
+    args.push_back(argv[i]);
+  }
+  // CLI11 parses; each option also reads EDP_<NAME> (envname) when the flag is absent.
+  CLI::App app{description_, program_};
+  app.set_help_flag();
+  app.allow_extras(true);
+  std::map<std::string, std::string> vals;
+  for (const auto& name : order_) {
+    const Opt& o = opts_.at(name);
+    if (o.is_flag)
+      app.add_flag("--" + name + "{1}", vals[name], o.help)->envname(env_name(name));
+    else
+      app.add_option("--" + name, vals[name], o.help)->envname(env_name(name));
+  }
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::ParseError& e) {
+    std::string m = e.what();
+    if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
+      for (const auto& g : given)
+        if (m.find("--" + g) != std::string::npos) m = "option --" + g + " needs a value";
     }
-    auto it = opts_.find(name);
-    if (it == opts_.end()) fail("unknown option --" + name);
-    if (it->second.is_flag) {
-      it->second.value = has_value ? value : "1";
-    } else {
-      if (!has_value) {
-        if (i + 1 >= argc) fail("option --" + name + " needs a value");
-        value = argv[++i];
-      }
-      it->second.value = value;
-    }
-    it->second.source = "flag";
+    fail(m);
+  }
+  for (const auto& extra : app.remaining()) {
+    if (extra.rfind("--", 0) == 0) fail("unknown option " + extra.substr(0, extra.find('=')));
+    fail("unexpected argument '" + extra + "'");
+  }
+  for (const auto& name : order_) {
+    Opt& o = opts_[name];
+    if (app.count("--" + name) == 0) continue;
+    o.value = vals[name];
+    const bool on_command_line = std::find(given.begin(), given.end(), name) != given.end();
+    o.source = on_command_line ? "flag" : "env " + env_name(name);
   }
   // Validate numeric options eagerly so that a typo fails before any work starts.
   for (auto& [name, o] : opts_) {

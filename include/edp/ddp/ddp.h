@@ -18,7 +18,7 @@
 //   optimizer.step()    → identical on every rank.
 // Buckets hold parameters in reverse registration order (the order backward produces them):
 // a small first bucket (first_bucket_bytes, 1 MiB) so that communication starts early, then
-// buckets up to bucket_cap_bytes (25 MiB). Buckets are always launched in index order — a
+// buckets up to bucket_cap_bytes (0, the default: EDP_BUCKET_CAP_MB, 25 MiB unless set). Buckets are always launched in index order — a
 // bucket that fills early waits for its predecessors — so every rank issues the same sequence
 // of collectives; each bucket carries one extra element (its index + 1) whose reduced value
 // proves it (a mismatch throws "ranks launched buckets in different orders").
@@ -42,7 +42,7 @@
 namespace edp::ddp {
 
 struct DDPOptions {
-  int64_t bucket_cap_bytes = 25ll << 20;  // EDP_BUCKET_CAP_MB
+  int64_t bucket_cap_bytes = 0;  // 0: EDP_BUCKET_CAP_MB MiB (default 25; docs/knobs.md)
   int64_t first_bucket_bytes = 1ll << 20;
   bool broadcast_buffers = true;  // rank 0's buffers at construction
 };

@@ -21,6 +21,7 @@
 #include "common.h"
 #include "edp/backend/ops.h"
 #include "edp/config.h"
+#include "edp/core/knobs.h"
 #if EDP_HAVE_CUDA
 #include "edp/backend/cuda_ops.h"
 #endif
@@ -124,10 +125,7 @@ bool is_pointwise(const ConvDims& d) { return d.k == 1 && d.stride == 1 && d.pad
 // S = 16 fell back as col left the cache.
 int64_t group_size(const ConvDims& d) {
   const int64_t by_cache = (256 * 1024) / std::max<int64_t>(1, d.K() * d.P());
-  static const int64_t forced = [] {
-    const char* e = std::getenv("EDP_CONV_GROUP");  // tuning knob: fixed S
-    return e ? std::atoll(e) : 0;
-  }();
+  static const int64_t forced = knobs::get_int("EDP_CONV_GROUP");  // tuning knob: fixed S
   if (forced > 0) return forced;
   return std::clamp<int64_t>(by_cache, 1, 4);
 }

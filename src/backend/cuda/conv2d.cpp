@@ -17,6 +17,7 @@
 
 #if EDP_HAVE_CUDA
 #include "edp/backend/cuda_ops.h"
+#include "edp/core/knobs.h"
 #include "common.h"
 
 #ifdef EDP_HAVE_CUDNN
@@ -51,10 +52,7 @@ namespace {
 constexpr size_t kFindWorkspaceCap = size_t{512} << 20;
 
 bool deterministic_only() {
-  static const bool on = [] {
-    const char* e = std::getenv("EDP_DETERMINISTIC");
-    return e && *e && std::strcmp(e, "0") != 0;
-  }();
+  static const bool on = knobs::get_bool("EDP_DETERMINISTIC");
   return on;
 }
 
@@ -69,10 +67,7 @@ struct ConvKey {
 // number, workspace, the time cudnnFind measured), to see which algorithms a run got (e.g.
 // Winograd or FFT, whose FP32 error is larger than a direct or GEMM-based convolution's).
 bool verbose() {
-  static const bool on = [] {
-    const char* e = std::getenv("EDP_CUDNN_VERBOSE");
-    return e && *e && std::strcmp(e, "0") != 0;
-  }();
+  static const bool on = knobs::get_bool("EDP_CUDNN_VERBOSE");
   return on;
 }
 

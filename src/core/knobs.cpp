@@ -1,0 +1,290 @@
+// The knob registry (include/edp/core/knobs.h): the one table of EDP_* environment variables.
+#include "edp/core/knobs.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <sstream>
+
+#include "edp/core/error.h"
+
+namespace edp::knobs {
+
+namespace {
+
+constexpr int64_t kNoMin = INT64_MIN, kNoMax = INT64_MAX;
+
+// The table. Keep each area together; docs/knobs.md follows this order.
+const std::vector<Knob> kKnobs = {
+    // ---- core -------------------------------------------------------------------------------
+    {"EDP_LOG_LEVEL", Type::Enum, "info",
+     "Least severe diagnostic written to stderr; every line carries the rank (`edp[r1/4]`).", "core",
+     "trace|debug|info|warn|error|off"},
+    {"EDP_NUM_THREADS", Type::Int, "",
+     "Threads per rank for OpenMP loops and Eigen's GEMM (empty: every core the process may run on; "
+     "edprun sets it to the rank's share of the host's cores).",
+     "core", "", 1, 4096},
+    {"EDP_HOST_CACHE_MB", Type::Int, "2048",
+     "Upper bound in MiB of the host allocator's cache of freed blocks (0: no cache).", "core", "", 0, kNoMax},
+    {"EDP_TIMELINE", Type::String, "",
+     "Write a Chrome trace (chrome://tracing, Perfetto) of the run to this path; with several ranks "
+     "each writes `<path>.rankN.json` (empty: no trace).",
+     "core", ""},
+    // ---- cuda -------------------------------------------------------------------------------
+    {"EDP_CUDA_SYNC", Type::Bool, "0",
+     "Synchronise after every edp kernel launch so that a failing kernel is reported where it was "
+     "launched (slow; for debugging).",
+     "cuda", ""},
+    {"EDP_CUDA_POISON", Type::Bool, "0",
+     "Fill new device allocations with NaN to find reads of uninitialised memory (for debugging).", "cuda", ""},
+    {"EDP_TF32", Type::Bool, "1",
+     "Allow TF32 tensor-core math for FP32 matrix products and convolutions on GPUs that have it.", "cuda", ""},
+    // ---- backend ----------------------------------------------------------------------------
+    {"EDP_DETERMINISTIC", Type::Bool, "0",
+     "Use only deterministic cuDNN convolution algorithms (bitwise reproducible runs, maybe slower).",
+     "backend", ""},
+    {"EDP_CUDNN_VERBOSE", Type::Bool, "0",
+     "Log each cuDNN convolution algorithm chosen (shape, pass, algorithm, workspace, time).", "backend", ""},
+    {"EDP_CONV_GROUP", Type::Int, "0",
+     "CPU convolution: images per im2col group (0: chosen from the cache size, 1 to 4). A tuning knob.",
+     "backend", "", 0, kNoMax},
+    // ---- comm -------------------------------------------------------------------------------
+    {"EDP_COMM_MAX_CHUNK", Type::Int, "",
+     "Largest number of elements in one MPI call; larger collectives are split (empty: the "
+     "backend's limit, INT_MAX for MPI).",
+     "comm", "", 1, kNoMax},
+    {"EDP_COMM_THREAD_LEVEL", Type::Enum, "",
+     "MPI thread level to request, overriding the program's choice (empty: the program's).", "comm",
+     "single|funneled|serialized|multiple"},
+    {"EDP_COLOCATED_CHUNK_BYTES", Type::Int, "",
+     "Staging buffer of the colocated (ranks sharing a GPU) communicator in bytes (empty: "
+     "ColocatedOptions::staging_bytes, 64 MiB).",
+     "comm", "", 64, kNoMax},
+    // ---- ddp --------------------------------------------------------------------------------
+    {"EDP_BUCKET_CAP_MB", Type::Int, "25",
+     "DDP gradient bucket cap in MiB, used when DDPOptions::bucket_cap_bytes is 0 (its default); "
+     "the examples' --bucket-cap-mb.",
+     "ddp", "", 1, 1 << 20},
+    // ---- launch: what edprun sets for each rank (docs/launch.md) ---------------------------
+    {"EDP_HOSTNAME", Type::String, "",
+     "This host's name as hostfiles use it (empty: gethostname); for containers.", "launch", ""},
+    {"EDP_LAUNCHER", Type::String, "", "`edprun` when edprun started the rank.", "launch", "", kNoMin, kNoMax, true},
+    {"EDP_RANK", Type::Int, "", "The rank (empty: Open MPI's OMPI_COMM_WORLD_RANK, else 0).", "launch", "", 0,
+     kNoMax, true},
+    {"EDP_WORLD_SIZE", Type::Int, "", "Number of ranks (empty: Open MPI's, else 1).", "launch", "", 1, kNoMax, true},
+    {"EDP_LOCAL_RANK", Type::Int, "", "The rank's index on its host (empty: Open MPI's, else 0).", "launch", "", 0,
+     kNoMax, true},
+    {"EDP_LOCAL_SIZE", Type::Int, "", "Ranks on this host (empty: Open MPI's, else 1).", "launch", "", 1, kNoMax,
+     true},
+    {"EDP_RANKS_PER_GPU", Type::Int, "1", "Ranks sharing one GPU.", "launch", "", 1, kNoMax, true},
+    {"EDP_LOCAL_GPU", Type::Int, "-1", "Index of the rank's GPU on its host (-1: CPU mode).", "launch", "", -1,
+     kNoMax, true},
+    {"EDP_GPU_UUID", Type::String, "", "UUID of the rank's GPU (required with EDP_LOCAL_GPU).", "launch", "",
+     kNoMin, kNoMax, true},
+    {"EDP_CUDA_DEVICE", Type::Int, "0", "CUDA device number of the rank's GPU within CUDA_VISIBLE_DEVICES.",
+     "launch", "", 0, kNoMax, true},
+    {"EDP_GPU_RANK", Type::Int, "0", "The rank's index among the ranks sharing its GPU.", "launch", "", 0, kNoMax,
+     true},
+    {"EDP_GPU_RANKS", Type::Int, "1", "Ranks sharing the rank's GPU.", "launch", "", 1, kNoMax, true},
+    {"EDP_MPS_ACTIVE", Type::Int, "0", "1 when the rank's GPU is shared through an MPS daemon.", "launch", "", 0,
+     kNoMax, true},
+    {"EDP_CONTROL_FILE", Type::String, "",
+     "Elastic control file of the job (edprun --control-file; the examples' --control-file).", "launch", "",
+     kNoMin, kNoMax, true},
+    {"EDP_LAUNCH_MODE", Type::Enum, "cpu", "edprun's rank shim: the job's mode.", "launch", "cpu|gpu", kNoMin,
+     kNoMax, true},
+    {"EDP_LAUNCH_HOST", Type::String, "", "edprun's rank shim: the host edprun ran on.", "launch", "", kNoMin,
+     kNoMax, true},
+    {"EDP_LAUNCH_INVENTORY", Type::String, "",
+     "edprun's rank shim: edprun's GPU inventory (`index=uuid;...`).", "launch", "", kNoMin, kNoMax, true},
+    {"EDP_LAUNCH_GPUS", Type::String, "", "edprun's rank shim: the GPUs selected (--gpus).", "launch", "", kNoMin,
+     kNoMax, true},
+    {"EDP_LAUNCH_JOB_DIR", Type::String, "", "edprun's rank shim: the job's scratch directory.", "launch", "",
+     kNoMin, kNoMax, true},
+    {"EDP_LAUNCH_BIND", Type::Enum, "none", "edprun's rank shim: bind ranks to cores.", "launch", "none|core",
+     kNoMin, kNoMax, true},
+    {"EDP_LAUNCH_MPS", Type::Bool, "0", "edprun's rank shim: the GPUs are shared through MPS.", "launch", "",
+     kNoMin, kNoMax, true},
+    {"EDP_LAUNCH_MPS_PIPE_DIRECTORY", Type::String, "",
+     "edprun's rank shim: an existing MPS daemon's pipe directory to reuse.", "launch", "", kNoMin, kNoMax, true},
+    {"EDP_LAUNCH_MPS_THREAD_PERCENTAGE", Type::Int, "100",
+     "edprun's rank shim: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for the ranks.", "launch", "", 1, 100, true},
+    {"EDP_LAUNCH_MPS_MEM_LIMIT", Type::String, "",
+     "edprun's rank shim: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for the ranks.", "launch", "", kNoMin, kNoMax, true},
+};
+
+std::string expectation(const Knob& k) {
+  switch (k.type) {
+    case Type::Bool: return "0/1/true/false/yes/no/on/off";
+    case Type::Int:
+      if (k.min != kNoMin && k.max != kNoMax) return detail::concat("an integer from ", k.min, " to ", k.max);
+      if (k.min != kNoMin) return detail::concat("an integer >= ", k.min);
+      return "an integer";
+    case Type::Double: return "a number";
+    case Type::Enum: {
+      std::string c = k.choices;
+      for (auto& ch : c)
+        if (ch == '|') ch = ',';
+      return "one of " + c;
+    }
+    case Type::String: return "a string";
+  }
+  return "";
+}
+
+[[noreturn]] void bad(const Knob& k, const std::string& v) {
+  throw Error(detail::concat(k.name, "='", v, "' is not valid: expected ", expectation(k), " (see docs/knobs.md)"));
+}
+
+const Knob& typed(std::string_view name, Type t) {
+  const Knob& k = find(name);
+  if (k.type != t && !(t == Type::String && k.type == Type::Enum))
+    throw Error(detail::concat("knob ", k.name, " is a ", type_name(k.type), ", read as a ", type_name(t)));
+  return k;
+}
+
+bool parse_bool(const Knob& k, const std::string& v) {
+  if (v == "1" || v == "true" || v == "yes" || v == "on" || v == "TRUE" || v == "True") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off" || v == "FALSE" || v == "False") return false;
+  bad(k, v);
+}
+
+int64_t parse_int(const Knob& k, const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const long long r = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || !end || *end || errno == ERANGE || r < k.min || r > k.max) bad(k, v);
+  return r;
+}
+
+double parse_double(const Knob& k, const std::string& v) {
+  char* end = nullptr;
+  const double r = std::strtod(v.c_str(), &end);
+  if (v.empty() || !end || *end) bad(k, v);
+  return r;
+}
+
+std::string check_enum(const Knob& k, const std::string& v) {
+  if (k.type != Type::Enum) return v;
+  std::string c = k.choices;
+  std::istringstream is(c);
+  std::string item;
+  while (std::getline(is, item, '|'))
+    if (item == v) return v;
+  bad(k, v);
+}
+
+}  // namespace
+
+const std::vector<Knob>& all() { return kKnobs; }
+
+const Knob& find(std::string_view name) {
+  for (const auto& k : kKnobs)
+    if (name == k.name) return k;
+  throw Error(detail::concat("no knob ", name, " is registered (src/core/knobs.cpp)"));
+}
+
+bool is_set(std::string_view name) { return !raw(name).empty(); }
+
+std::string raw(std::string_view name) {
+  const Knob& k = find(name);
+  const char* v = std::getenv(k.name);
+  return v ? std::string(v) : std::string();
+}
+
+bool get_bool(std::string_view name) {
+  const Knob& k = typed(name, Type::Bool);
+  const std::string v = raw(name);
+  return parse_bool(k, v.empty() ? std::string(k.def) : v);
+}
+
+int64_t get_int(std::string_view name) {
+  const Knob& k = typed(name, Type::Int);
+  const std::string v = raw(name);
+  if (!v.empty()) return parse_int(k, v);
+  if (!*k.def) throw Error(detail::concat("knob ", k.name, " has no fixed default; read it with a fallback"));
+  return parse_int(k, k.def);
+}
+
+int64_t get_int(std::string_view name, int64_t fallback) {
+  const Knob& k = typed(name, Type::Int);
+  const std::string v = raw(name);
+  return v.empty() ? fallback : parse_int(k, v);
+}
+
+double get_double(std::string_view name) {
+  const Knob& k = typed(name, Type::Double);
+  const std::string v = raw(name);
+  return parse_double(k, v.empty() ? std::string(k.def) : v);
+}
+
+std::string get_string(std::string_view name) {
+  const Knob& k = typed(name, Type::String);
+  const std::string v = raw(name);
+  return v.empty() ? std::string(k.def) : check_enum(k, v);
+}
+
+std::string get_string(std::string_view name, const std::string& fallback) {
+  const Knob& k = typed(name, Type::String);
+  const std::string v = raw(name);
+  return v.empty() ? fallback : check_enum(k, v);
+}
+
+const char* type_name(Type t) {
+  switch (t) {
+    case Type::Bool: return "bool";
+    case Type::Int: return "int";
+    case Type::Double: return "double";
+    case Type::String: return "string";
+    case Type::Enum: return "enum";
+  }
+  return "?";
+}
+
+std::string markdown() {
+  std::ostringstream os;
+  std::string area;
+  for (const auto& k : kKnobs) {
+    if (area != k.area) {
+      area = k.area;
+      os << "\n## " << area << "\n\n| Variable | Type | Default | Description |\n|---|---|---|---|\n";
+    }
+    std::string type = type_name(k.type);
+    if (k.type == Type::Enum) {
+      std::string c = k.choices;
+      for (auto& ch : c)
+        if (ch == '|') ch = ',';
+      type += " (" + c + ")";
+    } else if (k.type == Type::Int && (k.min != kNoMin || k.max != kNoMax)) {
+      if (k.max == kNoMax)
+        type += detail::concat(" (>= ", k.min, ")");
+      else
+        type += detail::concat(" (", k.min, "..", k.max, ")");
+    }
+    os << "| `" << k.name << "` | " << type << " | " << (*k.def ? detail::concat("`", k.def, "`") : "") << " | "
+       << (k.internal ? "*Set by edprun.* " : "") << k.help << " |\n";
+  }
+  return os.str();
+}
+
+OmpiWorld ompi_world() {
+  auto read = [](const char* name, int min_value) {
+    const char* s = std::getenv(name);
+    if (!s || !*s) return -1;
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(s, &end, 10);
+    if (!end || *end || errno == ERANGE || v < min_value || v > INT_MAX)
+      throw Error(std::string("environment variable ") + name + "='" + s +
+                  "' is not a rank number; was this process started by Open MPI's mpirun?");
+    return static_cast<int>(v);
+  };
+  OmpiWorld w;
+  w.rank = read("OMPI_COMM_WORLD_RANK", 0);
+  w.size = read("OMPI_COMM_WORLD_SIZE", 1);
+  w.local_rank = read("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  w.local_size = read("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+  return w;
+}
+
+}  // namespace edp::knobs
