@@ -18,6 +18,7 @@
 #if EDP_HAVE_CUDA
 #include "edp/backend/cuda_ops.h"
 #include "edp/core/knobs.h"
+#include "edp/core/log.h"
 #include "common.h"
 
 #ifdef EDP_HAVE_CUDNN
@@ -74,14 +75,10 @@ bool verbose() {
 template <typename Perf>
 void log_choice(const char* pass, const ConvKey& k, const Perf& r) {
   if (!verbose()) return;
-  std::fprintf(stderr,
-               "edp: cudnn conv2d [%lld, %lld, %lld, %lld] x %lld filters %lldx%lld stride %lld pad %lld, tf32 %s%s: "
-               "%s algo %d, workspace %zu B, %.3f ms\n",
-               static_cast<long long>(k.N), static_cast<long long>(k.C), static_cast<long long>(k.H),
-               static_cast<long long>(k.W), static_cast<long long>(k.O), static_cast<long long>(k.k),
-               static_cast<long long>(k.k), static_cast<long long>(k.stride), static_cast<long long>(k.pad),
-               k.tf32 ? "on" : "off", k.det ? ", deterministic" : "", pass, static_cast<int>(r.algo), r.memory,
-               static_cast<double>(r.time));
+  log::info("cudnn conv2d [", k.N, ", ", k.C, ", ", k.H, ", ", k.W, "] x ", k.O, " filters ", k.k, "x", k.k,
+            " stride ", k.stride, " pad ", k.pad, ", tf32 ", k.tf32 ? "on" : "off", k.det ? ", deterministic" : "",
+            ": ", pass, " algo ", static_cast<int>(r.algo), ", workspace ", r.memory, " B, ",
+            static_cast<double>(r.time), " ms");
 }
 
 struct ConvPlan {
