@@ -125,7 +125,7 @@ def main():
     for p in problems:
         print(p)
     if problems:
-        print("check_layers: %d include(s) break the layer order" % len(problems))
+        print("check_layers: %d problem(s): see above" % len(problems))
         return 1
     print("check_layers: every include goes down the layer order (%s)" % " < ".join(LAYERS))
     return 0

@@ -16,6 +16,8 @@
 #include "edp/core/allocator.h"
 #include "edp/core/dtype.h"
 #include "edp/core/error.h"
+#include "edp/core/knobs.h"
+#include "edp/core/log.h"
 #include "edp/core/random.h"
 #include "edp/core/stopwatch.h"
 #include "edp/core/tensor.h"
