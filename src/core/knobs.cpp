@@ -60,6 +60,10 @@ const std::vector<Knob> kKnobs = {
      "Staging buffer of the colocated (ranks sharing a GPU) communicator in bytes (empty: "
      "ColocatedOptions::staging_bytes, 64 MiB).",
      "comm", "", 64, kNoMax},
+    {"EDP_COMM_TIMEOUT", Type::Double, "300",
+     "Seconds a collective may wait for the other ranks before the stall inspector reports who has "
+     "not arrived (the collective, bucket and step) and ends the job with exit code 76 (0: wait forever).",
+     "comm", "", kNoMin, kNoMax},
     // ---- ddp --------------------------------------------------------------------------------
     {"EDP_BUCKET_CAP_MB", Type::Int, "25",
      "DDP gradient bucket cap in MiB, used when DDPOptions::bucket_cap_bytes is 0 (its default); "
@@ -91,6 +95,14 @@ const std::vector<Knob> kKnobs = {
     {"EDP_CONTROL_FILE", Type::String, "",
      "Elastic control file of the job (edprun --control-file; the examples' --control-file).", "launch", "",
      kNoMin, kNoMax, true},
+    {"EDP_ALLOWED_WORKERS", Type::String, "",
+     "Worker counts the launcher can run this job at, comma-separated (edprun sets it; empty: any). A rescale "
+     "request for another count is refused before any rank acts on it.",
+     "launch", "", kNoMin, kNoMax, true},
+    {"EDP_RESCALE_FILE", Type::String, "",
+     "Where rank 0 records, after committing the rescale checkpoint, the size the job is to be restarted at "
+     "(JSON {workers, global_batch, step, checkpoint}; edprun sets it and reads it when the job exits with 75).",
+     "launch", "", kNoMin, kNoMax, true},
     {"EDP_LAUNCH_MODE", Type::Enum, "cpu", "edprun's rank shim: the job's mode.", "launch", "cpu|gpu", kNoMin,
      kNoMax, true},
     {"EDP_LAUNCH_HOST", Type::String, "", "edprun's rank shim: the host edprun ran on.", "launch", "", kNoMin,

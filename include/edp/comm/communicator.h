@@ -36,6 +36,11 @@
 
 namespace edp::comm {
 
+// The exit code of a rank whose collective waited longer than EDP_COMM_TIMEOUT (the stall
+// inspector names the ranks that did not arrive). edprun treats it like a crash: a restart from
+// the last checkpoint when --max-restarts allows.
+constexpr int kStallExitCode = 76;
+
 enum class ReduceOp : uint8_t {
   Sum = 0,
   // Sum divided by the communicator's size, in the buffer's type: floating point divides
