@@ -34,6 +34,7 @@
 #include "edp/comm/comm_thread.h"
 #include "edp/comm/communicator.h"
 #include "edp/comm/nccl.h"
+#include "edp/comm/stall.h"
 #include "edp/ddp/ddp.h"
 #include "edp/data/dataset.h"
 #include "edp/data/distributed_sampler.h"

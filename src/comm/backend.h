@@ -24,6 +24,10 @@ BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options)
 void mpi_finalize();
 // MPI_Abort(MPI_COMM_WORLD, code) when MPI is up; returns if it is not (caller then exits).
 void mpi_abort(int code);
+// The stall inspector's watchdog thread (mpi_stall_inspector.cpp): started by mpi_init once the
+// world exists (collective: it duplicates MPI_COMM_WORLD), stopped by mpi_finalize.
+void mpi_start_stall_inspector(ThreadLevel granted);
+void mpi_stop_stall_inspector();
 // World rank/size from MPI when it is up, else (-1, -1).
 void mpi_world_position(int& rank, int& size);
 #endif

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "stall.h"
 
 namespace edp::comm::detail {
 namespace {
@@ -89,6 +90,7 @@ class MpiRequest final : public RequestImpl {
  public:
   std::vector<MPI_Request> reqs;
   std::function<void()> finish;
+  OpTicket ticket;  // in the stall inspector's table until complete
 
   bool test() override {
     EntryGuard g("Request::test");
@@ -107,6 +109,7 @@ class MpiRequest final : public RequestImpl {
 
  private:
   void complete() {
+    ticket.done();
     if (finish) finish();
     finish = nullptr;
   }
@@ -145,6 +148,7 @@ class MpiCommunicator final : public Communicator {
   void allreduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
     check_count(count, "allreduce");
     EntryGuard g("allreduce");
+    OpTicket t("allreduce", "mpi", count, dtype);
     const size_t es = dtype_size(dtype);
     const bool in_place = send == recv;
     for (int64_t off = 0; off < count; off += max_chunk_) {
@@ -159,6 +163,7 @@ class MpiCommunicator final : public Communicator {
     check_count(count, "broadcast");
     check_root(root, "broadcast");
     EntryGuard g("broadcast");
+    OpTicket t("broadcast", "mpi", count, dtype);
     const size_t es = dtype_size(dtype);
     for (int64_t off = 0; off < count; off += max_chunk_)
       MPI_CHECK(MPI_Bcast(at(buf, off, es), chunk(count, off), mpi_type(dtype), root, comm_));
@@ -167,6 +172,7 @@ class MpiCommunicator final : public Communicator {
   void allgather(const void* send, void* recv, int64_t count, DType dtype) override {
     check_count(count, "allgather");
     EntryGuard g("allgather");
+    OpTicket t("allgather", "mpi", count, dtype);
     const size_t es = dtype_size(dtype);
     const bool in_place = send == at(recv, count * rank_, es);
     for (int64_t off = 0; off < count; off += max_chunk_) {
@@ -179,6 +185,7 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override {
     EntryGuard g("barrier");
+    OpTicket t("barrier", "mpi", 0, DType::U8);
     MPI_CHECK(MPI_Barrier(comm_));
   }
 
@@ -187,6 +194,7 @@ class MpiCommunicator final : public Communicator {
     check_count(count, "iallreduce");
     EntryGuard g("iallreduce");
     auto r = std::make_unique<MpiRequest>();
+    r->ticket = OpTicket("allreduce", "mpi", count, dtype);
     const size_t es = dtype_size(dtype);
     const bool in_place = send == recv;
     for (int64_t off = 0; off < count; off += max_chunk_) {
@@ -207,6 +215,7 @@ class MpiCommunicator final : public Communicator {
     check_root(root, "ibroadcast");
     EntryGuard g("ibroadcast");
     auto r = std::make_unique<MpiRequest>();
+    r->ticket = OpTicket("broadcast", "mpi", count, dtype);
     const size_t es = dtype_size(dtype);
     for (int64_t off = 0; off < count; off += max_chunk_) {
       r->reqs.emplace_back();
@@ -220,6 +229,7 @@ class MpiCommunicator final : public Communicator {
     check_count(count, "iallgather");
     EntryGuard g("iallgather");
     auto r = std::make_unique<MpiRequest>();
+    r->ticket = OpTicket("allgather", "mpi", count, dtype);
     const size_t es = dtype_size(dtype);
     const bool in_place = send == at(recv, count * rank_, es);
     for (int64_t off = 0; off < count; off += max_chunk_) {
@@ -235,6 +245,7 @@ class MpiCommunicator final : public Communicator {
   Request ibarrier() override {
     EntryGuard g("ibarrier");
     auto r = std::make_unique<MpiRequest>();
+    r->ticket = OpTicket("barrier", "mpi", 0, DType::U8);
     r->reqs.emplace_back();
     MPI_CHECK(MPI_Ibarrier(comm_, &r->reqs.back()));
     return Request(std::move(r));
@@ -244,6 +255,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm c = MPI_COMM_NULL;
     {
       EntryGuard g("split");
+      OpTicket t("communicator split", "mpi", 0, DType::U8);
       MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &c));
     }
     if (c == MPI_COMM_NULL) return nullptr;
@@ -254,6 +266,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm c = MPI_COMM_NULL;
     {
       EntryGuard g("dup");
+      OpTicket t("communicator dup", "mpi", 0, DType::U8);
       MPI_CHECK(MPI_Comm_dup(comm_, &c));
     }
     return std::make_unique<MpiCommunicator>(c);
@@ -337,6 +350,7 @@ BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options)
   }
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   out.world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+  mpi_start_stall_inspector(out.granted);
 
   const LaunchInfo li = launch_info();
   if (li.launched_by_mpirun && (li.size != out.world->size() || li.rank != out.world->rank())) {
@@ -355,7 +369,9 @@ BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options)
 void mpi_finalize() {
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin) MPI_Finalize();
+  if (fin) return;
+  mpi_stop_stall_inspector();
+  MPI_Finalize();
 }
 
 void mpi_abort(int code) {

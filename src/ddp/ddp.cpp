@@ -12,6 +12,7 @@
 #include "edp/core/stopwatch.h"
 #include "edp/core/knobs.h"
 #include "edp/core/timeline.h"
+#include "edp/comm/stall.h"
 
 namespace edp::ddp {
 
@@ -25,6 +26,14 @@ struct DistributedDataParallel::Bucket {
 };
 
 namespace {
+std::string fmt_sizes(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
 uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
@@ -55,6 +64,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   if (opt_.broadcast_buffers)
     for (nn::Buffer* b : module_->buffers()) comm_.broadcast(b->value, 0);
   build_buckets();
+  check_same_buckets();
   // GPU buckets on a stream-ordered backend (NCCL) are enqueued from the thread that runs
   // backward (launch_ready_buckets), so no communication thread (and no second NCCL
   // communicator) is needed; everything else goes through one.
@@ -69,7 +79,31 @@ DistributedDataParallel::~DistributedDataParallel() {
     if (!p->grad_ready_hooks.empty()) p->grad_ready_hooks.pop_back();
 }
 
+// Ranks whose bucket layouts differ (another --bucket-cap-mb or EDP_BUCKET_CAP_MB on one of them)
+// would reduce buffers of different lengths into each other: MPI reports a bare truncation
+// error, NCCL may hang. Compare the layouts now and name the difference.
+void DistributedDataParallel::check_same_buckets() {
+  comm::StallLabel label("ddp bucket layout check");
+  const int64_t mine[3] = {static_cast<int64_t>(bucket_info_.size()), opt_.bucket_cap_bytes, opt_.first_bucket_bytes};
+  int64_t lo[3], hi[3];
+  comm_.allreduce(mine, lo, 3, DType::I64, comm::ReduceOp::Min);
+  comm_.allreduce(mine, hi, 3, DType::I64, comm::ReduceOp::Max);
+  std::vector<int64_t> sizes;
+  for (const BucketInfo& b : bucket_info_) sizes.push_back(b.numel);
+  const int64_t h = static_cast<int64_t>(fnv1a(fmt_sizes(sizes)) >> 1);
+  const int64_t hl = comm_.allreduce_value<int64_t>(h, comm::ReduceOp::Min);
+  const int64_t hh = comm_.allreduce_value<int64_t>(h, comm::ReduceOp::Max);
+  if (lo[0] == hi[0] && lo[1] == hi[1] && lo[2] == hi[2] && hl == hh) return;
+  throw Error("DistributedDataParallel: ranks built different gradient buckets: rank " + std::to_string(comm_.rank()) +
+              " has " + std::to_string(bucket_info_.size()) + " bucket(s) of " + fmt_sizes(sizes) +
+              " elements from a bucket cap of " + std::to_string(opt_.bucket_cap_bytes) + " bytes (first bucket " +
+              std::to_string(opt_.first_bucket_bytes) + "); the ranks' caps range from " + std::to_string(lo[1]) +
+              " to " + std::to_string(hi[1]) + " bytes. Give every rank the same bucket cap (--bucket-cap-mb, "
+              "EDP_BUCKET_CAP_MB)");
+}
+
 void DistributedDataParallel::check_same_parameters() {
+  comm::StallLabel label("ddp parameter check");
   const int64_t n = static_cast<int64_t>(params_.size());
   const int64_t nmin = comm_.allreduce_value<int64_t>(n, comm::ReduceOp::Min);
   const int64_t nmax = comm_.allreduce_value<int64_t>(n, comm::ReduceOp::Max);
@@ -191,7 +225,10 @@ void DistributedDataParallel::launch_ready_buckets() {
       // Its duration is GPU time, not measured on the host (comm_us stays 0).
       EDP_CHECK(b.buffer.device().is_cuda(), "DistributedDataParallel: bucket ", index,
                 " is in host memory but the communicator is stream-ordered (GPU)");
-      b.request = comm_.iallreduce(buf, buf, n, dt, comm::ReduceOp::Sum);
+      {
+        comm::StallLabel label("ddp bucket " + std::to_string(index + 1) + "/" + std::to_string(buckets_.size()));
+        b.request = comm_.iallreduce(buf, buf, n, dt, comm::ReduceOp::Sum);
+      }
       if (Timeline::get().enabled()) {
         auto& tl = Timeline::get();
         tl.complete("bucket " + std::to_string(index) + " enqueued", "comm", queued, tl.now_us(),
@@ -200,7 +237,9 @@ void DistributedDataParallel::launch_ready_buckets() {
       ++next_launch_;
       continue;
     }
-    b.request = thread_->submit([buf, n, dt, index, queued, comm_us](comm::Communicator& c) {
+    const size_t nbuckets = buckets_.size();
+    b.request = thread_->submit([buf, n, dt, index, nbuckets, queued, comm_us](comm::Communicator& c) {
+      comm::StallLabel label("ddp bucket " + std::to_string(index + 1) + "/" + std::to_string(nbuckets));
       auto& tl = Timeline::get();
       const auto t0 = std::chrono::steady_clock::now();
       const int64_t start = tl.enabled() ? tl.now_us() : 0;

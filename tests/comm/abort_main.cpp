@@ -4,7 +4,12 @@
 //   abort_main throw   rank 1 throws in the middle of an allreduce loop (the others are blocked
 //                      in the allreduce); run_main must take the whole job down.
 //   abort_main thread  rank 1's exception escapes a std::thread: the terminate handler must.
+//   abort_main stop    rank 1 stops itself (SIGSTOP) at step 5: the stall inspector of the others
+//                      must report it as not answering and end the job with exit code 76.
+//   abort_main spin    rank 1 computes forever at step 5 without entering the allreduce: the
+//                      report says it is not in a collective (its watchdog still answers).
 //   abort_main ok      all ranks finish normally (exit 0).
+#include <csignal>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -12,12 +17,20 @@
 #include <vector>
 
 #include "edp/comm/communicator.h"
+#include "edp/comm/stall.h"
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "ok";
   return edp::comm::run_main(argc, argv, [&](edp::comm::Communicator& world) {
     std::vector<float> grad(1 << 16, 1.0f);
     for (int step = 0; step < 50; ++step) {
+      edp::comm::set_stall_step(step);
+      if (step == 5 && world.rank() == 1 % world.size() && mode == "stop") std::raise(SIGSTOP);
+      if (step == 5 && world.rank() == 1 % world.size() && mode == "spin") {
+        volatile double x = 0;
+        for (;;) x = x + 1;
+      }
+      edp::comm::StallLabel label("test loop");
       if (step == 5 && world.rank() == 1 % world.size()) {
         if (mode == "throw") throw std::runtime_error("loss is NaN at step 5 (deliberate)");
         if (mode == "thread") {

@@ -104,6 +104,7 @@ class DistributedDataParallel {
   };
   struct Bucket;
   void check_same_parameters();
+  void check_same_buckets();
   void build_buckets();
   void on_grad_ready(size_t slot);
   void launch_ready_buckets();
