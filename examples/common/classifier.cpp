@@ -4,6 +4,7 @@
 #include "common/classifier.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <tuple>
@@ -12,7 +13,12 @@
 
 #include "edp/backend/ops.h"
 #include "edp/core/stopwatch.h"
+#include "edp/comm/agree.h"
 #include "edp/comm/colocated.h"
+#include "edp/comm/stall.h"
+#include "edp/config.h"
+#include "edp/core/error.h"
+#include "edp/core/log.h"
 #include "edp/comm/communicator.h"
 #include "edp/core/threads.h"
 #include "edp/comm/nccl.h"
@@ -41,11 +47,27 @@ double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Flags that must be numbers in range: refused before anything is loaded.
+void check_hyperparameters(const train::Options& o) {
+  const double lr = o.f64("lr"), momentum = o.f64("momentum"), wd = o.f64("weight-decay");
+  EDP_CHECK(std::isfinite(lr) && lr > 0, "--lr must be a finite number > 0, got ", o.str("lr"));
+  EDP_CHECK(std::isfinite(momentum) && momentum >= 0 && momentum < 1, "--momentum must be in [0, 1), got ",
+            o.str("momentum"));
+  EDP_CHECK(std::isfinite(wd) && wd >= 0, "--weight-decay must be a finite number >= 0, got ", o.str("weight-decay"));
+  EDP_CHECK(o.i64("warmup-steps") >= 0, "--warmup-steps must be >= 0");
+  EDP_CHECK(o.i64("threads") >= 1, "--threads must be >= 1");
+  EDP_CHECK(o.i64("workers") >= 0, "--workers must be >= 0");
+  EDP_CHECK(o.i64("keep-checkpoints") >= 1, "--keep-checkpoints must be >= 1");
+  const double t = o.f64("comm-timeout");
+  EDP_CHECK(std::isfinite(t) && t >= 0, "--comm-timeout must be a finite number of seconds >= 0, got ",
+            o.str("comm-timeout"));
+}
+
 int train(comm::Communicator& world, const train::Options& o, const ClassifierSpec& spec) {
   const int W = world.size(), rank = world.rank();
   const bool root = rank == 0;
-  const int threads = static_cast<int>(o.i64("threads"));
-  set_num_threads(threads);
+  set_num_threads(static_cast<int>(o.i64("threads")));  // more than the cores: a warning, and the cores
+  const int threads = num_threads();
   // One rank per GPU: "auto" and "cuda" pick the GPU by local rank.
   const std::string dev_arg = o.str("device");
   Device device = dev_arg == "auto" ? (cuda::available() ? Device::cuda(0) : Device::cpu())
@@ -57,6 +79,11 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   const int64_t epochs = o.i64("epochs");
   int64_t batch = o.i64("batch");
   EDP_CHECK(epochs >= 1 && batch >= 1, "--epochs and --batch must be >= 1");
+  check_hyperparameters(o);
+  comm::set_comm_timeout(o.f64("comm-timeout"));
+  const std::string on_nonfinite = o.str("on-nonfinite");
+  EDP_CHECK(on_nonfinite == "stop" || on_nonfinite == "skip", "--on-nonfinite must be stop or skip, got '",
+            on_nonfinite, "'");
   const uint64_t seed = static_cast<uint64_t>(o.i64("seed"));
   // Checkpoints (--checkpoint-dir): the newest whole one is read first, because a job stopped
   // for a rescale recorded the global batch it is to continue with ("next.global_batch").
@@ -84,7 +111,10 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
     train_set = data::load_fashion_mnist(o.str("data"), "train");
     test_set = data::load_fashion_mnist(o.str("data"), "test");
   }
+  EDP_CHECK(o.i64("limit") >= 0, "--limit must be >= 0");
   if (o.i64("limit") > 0) train_set = train_set->head(o.i64("limit"));
+  EDP_CHECK(train_set->size() > 0, "the training set in ", o.str("data"), " is empty: nothing to train on");
+  EDP_CHECK(test_set->size() > 0, "the test set in ", o.str("data"), " is empty: nothing to evaluate on");
 
   manual_seed(seed);
   auto model = spec.build();
@@ -102,7 +132,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   std::unique_ptr<cuda::AsyncUploader> uploader;
   if (device.is_cuda()) uploader = std::make_unique<cuda::AsyncUploader>(device);
   optim::SGD opt(model->parameters(), {.lr = lr, .momentum = o.f64("momentum"),
-                                       .weight_decay = o.f64("weight-decay"), .nesterov = true});
+                                       .weight_decay = o.f64("weight-decay"), .nesterov = o.f64("momentum") > 0});
 
   auto sampler = std::make_shared<data::DistributedSampler>(
       train_set->size(), seed, W, rank, data::DistributedSamplerOptions{.batch_size = batch});
@@ -114,6 +144,25 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   const int64_t total_steps = steps_per_epoch * epochs;
   optim::WarmupLR schedule(std::make_shared<optim::CosineLR>(lr, total_steps),
                            std::min<int64_t>(o.i64("warmup-steps"), total_steps));
+
+  // One run, one configuration: every flag except those that may differ per rank, and what
+  // was derived from them and from the files each rank read.
+  {
+    std::vector<comm::Setting> settings;
+    for (const auto& [k, v] : o.values())
+      if (k != "threads" && k != "workers" && k != "data" && k != "device" && k != "control-file" &&
+          k != "comm-timeout")
+        settings.emplace_back("--" + k, v);
+    settings.emplace_back("batch per rank", std::to_string(batch));
+    settings.emplace_back("global batch", std::to_string(global_batch));
+    settings.emplace_back("learning rate after scaling", std::to_string(lr));
+    settings.emplace_back("training samples", std::to_string(train_set->size()));
+    settings.emplace_back("test samples", std::to_string(test_set->size()));
+    settings.emplace_back("model parameters", std::to_string(model->num_parameters()));
+    settings.emplace_back("newest checkpoint", resume ? resume_path : "none");
+    settings.emplace_back("build arithmetic", std::string(EDP_CPU_FLAGS) + " / " + EDP_COMPILER);
+    comm::check_agreement(world, settings, spec.name);
+  }
 
   if (root)
     std::fprintf(stderr,
@@ -149,8 +198,8 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
     resume.reset();  // the host copy of the state is no longer needed
   }
   // A rescale request commits a checkpoint that names the size to continue at.
-  auto commit = [&](const elastic::RescaleRequest* next) {
-    if (!ckpt || !root) return;
+  auto commit = [&](const elastic::RescaleRequest* next) -> std::string {
+    if (!ckpt || !root) return "";
     train::Checkpoint c = train::capture(*model, &opt, sampler.get());
     c.meta["model"] = spec.name;
     c.meta["world_size"] = std::to_string(W);
@@ -160,7 +209,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
       c.meta["next.workers"] = std::to_string(next->workers);
       c.meta["next.global_batch"] = std::to_string(next->global_batch);
     }
-    ckpt->commit(step, c);
+    return ckpt->commit(step, c);
   };
   // The elastic control file (--control-file, set by edprun --control-file as EDP_CONTROL_FILE).
   std::unique_ptr<elastic::ElasticControl> control;
@@ -168,10 +217,16 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   if (!o.str("control-file").empty()) {
     EDP_CHECK(ckpt, "--control-file needs --checkpoint-dir: a rescale restarts the job from a checkpoint");
     EDP_CHECK(control_every >= 1, "--control-every must be >= 1");
-    control = std::make_unique<elastic::ElasticControl>(o.str("control-file"), W, global_batch);
+    // Requests are checked before any rank acts on them: the worker counts the launcher can run
+    // (EDP_ALLOWED_WORKERS, from edprun) and a global batch no larger than the training set.
+    elastic::ControlLimits limits = elastic::ControlLimits::from_env();
+    limits.max_global_batch = train_set->size();
+    control = std::make_unique<elastic::ElasticControl>(o.str("control-file"), W, global_batch, limits);
   }
 
   nn::SoftmaxCrossEntropy ce;
+  int64_t skipped_steps = 0;
+  const int64_t max_skipped = std::max<int64_t>(10, total_steps / 10);
   double train_seconds = 0, last_epoch_loss = 0;
   int64_t samples_seen = 0;
   train::EvalResult test{};
@@ -190,6 +245,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
       // it stays right when a job resumes at another world size (step numbers then differ).
       opt.set_lr(schedule.lr(epoch * steps_per_epoch + sampler->position() / global_batch));
       opt.zero_grad();
+      comm::set_stall_step(step);
       dmodel.set_step_weight(static_cast<double>(local) / static_cast<double>(global));
       double loss = 0;
       if (local > 0) {
@@ -203,10 +259,24 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
       } else {
         dmodel.sync_without_backward();  // uneven last step: nothing here, still reduce
       }
-      {
+      // Numerical guard: a non-finite loss on this rank, or a non-finite reduced gradient (the
+      // same on every rank, so every rank decides alike), stops the job naming the step and the
+      // first parameter affected — or, with --on-nonfinite skip, skips the update.
+      const nn::Parameter* bad = nn::first_nonfinite_grad(model->parameters());
+      if (on_nonfinite == "stop") {
+        EDP_CHECK(std::isfinite(loss), "the loss is ", loss, " at step ", step + 1, " (epoch ", epoch + 1,
+                  "): the training diverged; lower --lr or use --on-nonfinite skip");
+        EDP_CHECK(!bad, "the gradient of ", bad ? bad->name : "", " is not finite at step ", step + 1, " (epoch ",
+                  epoch + 1, "): the training diverged; lower --lr or use --on-nonfinite skip");
+      }
+      if (bad) {
+        if (root) log::warn("step ", step + 1, ": the gradient of ", bad->name, " is not finite; skipping the update");
+        ++skipped_steps;
+      } else {
         TimelineScope t("optimizer step", "compute");
         opt.step();
       }
+      if (!std::isfinite(loss)) loss = 0;  // skip mode: kept out of the reported mean
       sampler->advance();
       ++step;
       sums[0] += loss * static_cast<double>(local);
@@ -217,14 +287,19 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
         rescaled = false;
       }
       if (ckpt_every > 0 && step % ckpt_every == 0) commit(nullptr);
+      if (skipped_steps > max_skipped)
+        throw Error("gave up after " + std::to_string(skipped_steps) + " skipped steps with non-finite gradients");
       if (control && step % control_every == 0) {
         if (const auto next = control->poll(world)) {
           if (root)
             std::fprintf(stderr, "%s: rescale requested at step %lld: %d -> %d worker(s), global batch %lld -> %lld (t=%.3f)\n",
                          spec.name.c_str(), static_cast<long long>(step), W, next->workers,
                          static_cast<long long>(global_batch), static_cast<long long>(next->global_batch), wall_seconds());
-          commit(&*next);
+          const std::string written = commit(&*next);
           world.barrier();  // the checkpoint is whole before any rank exits
+          // edprun restarts the job at the size recorded here, not at what the control file says
+          // by then (the file may have changed in between).
+          if (root) elastic::record_rescale(*next, step, written);
           return elastic::kRescaleExitCode;
         }
       }
@@ -265,7 +340,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
         spec.name.c_str(), W, threads, static_cast<long long>(batch),
         static_cast<long long>(global_batch), static_cast<long long>(epochs), lr,
         train_seconds > 0 ? samples_seen / train_seconds : 0.0, test.accuracy, last_epoch_loss, train_seconds, 1e3 * step_s,
-        1e3 * exposed, exposed / step_s, 1e3 * st.comm_s / std::max<int64_t>(1, st.steps), rss);
+        1e3 * exposed, step_s > 0 ? exposed / step_s : 0.0, 1e3 * st.comm_s / std::max<int64_t>(1, st.steps), rss);
   Timeline::get().close();
   return 0;
 }
@@ -298,6 +373,11 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
       .add("stop-after-steps", "0", "stop with exit code 3 after N steps, as a preempted job would (testing)")
       .add("control-file", "", "elastic control file: {\"workers\": W, \"global_batch\": B} asks for a restart at that size (edprun --control-file)")
       .add("control-every", "1", "look at the control file every N steps")
+      .add("comm-timeout", knobs::find("EDP_COMM_TIMEOUT").def,
+           "seconds a collective may wait for the other ranks before the job ends with exit code 76 naming "
+           "them (0: forever)")
+      .add("on-nonfinite", "stop", "a NaN/inf loss or gradient: stop (an error naming the step and parameter) or "
+           "skip (the update; gives up after max(10, 10% of the steps))")
       .add_flag("no-eval", "skip the per-epoch test-set evaluation (the final one still runs)");
   o.parse(argc, argv);
   return comm::run_main(argc, argv, [&](comm::Communicator& world) { return train(world, o, spec); });

@@ -30,6 +30,7 @@
 #include "edp/nn/module.h"
 #include "edp/optim/optimizer.h"
 #include "edp/optim/schedule.h"
+#include "edp/comm/agree.h"
 #include "edp/comm/colocated.h"
 #include "edp/comm/comm_thread.h"
 #include "edp/comm/communicator.h"

@@ -3,7 +3,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -11,6 +14,7 @@
 
 #include "edp/comm/communicator.h"
 #include "edp/core/error.h"
+#include "edp/core/knobs.h"
 #include "edp/core/log.h"
 
 namespace edp::elastic {
@@ -50,8 +54,75 @@ RescaleRequest read_control_file(const std::string& path) {
   return r;
 }
 
-ElasticControl::ElasticControl(std::string path, int workers, int64_t global_batch)
-    : path_(std::move(path)), current_{workers, global_batch} {}
+std::vector<int> parse_worker_list(const std::string& text) {
+  std::vector<int> out;
+  auto bad = [&](const std::string& why) {
+    return Error("worker list '" + text + "': " + why + " (expected counts or ranges, e.g. 1-4,6,8)");
+  };
+  auto number = [&](const std::string& t) {
+    if (t.empty() || t.size() > 7 || t.find_first_not_of("0123456789") != std::string::npos)
+      throw bad("'" + t + "' is not a count");
+    const int v = std::stoi(t);
+    if (v < 1) throw bad("counts must be >= 1");
+    return v;
+  };
+  if (text.empty()) throw bad("it is empty");
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto dash = item.find('-');
+    if (dash == std::string::npos) {
+      out.push_back(number(item));
+    } else {
+      const int a = number(item.substr(0, dash)), b = number(item.substr(dash + 1));
+      if (b < a) throw bad("range '" + item + "' is reversed");
+      if (b - a > 1 << 16) throw bad("range '" + item + "' is too long");
+      for (int v = a; v <= b; ++v) out.push_back(v);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+ControlLimits ControlLimits::from_env() {
+  ControlLimits l;
+  const std::string text = knobs::get_string("EDP_ALLOWED_WORKERS");
+  if (!text.empty()) {
+    try {
+      l.allowed_workers = parse_worker_list(text);
+    } catch (const Error& e) {
+      throw Error(std::string("EDP_ALLOWED_WORKERS: ") + e.what());
+    }
+  }
+  return l;
+}
+
+std::string refusal_reason(const RescaleRequest& want, const ControlLimits& limits) {
+  const auto& a = limits.allowed_workers;
+  if (!a.empty() && !std::binary_search(a.begin(), a.end(), want.workers)) {
+    std::string list;
+    for (size_t i = 0; i < a.size() && i < 16; ++i) {
+      if (i) list += ',';
+      list += std::to_string(a[i]);
+    }
+    if (a.size() > 16) list += ",...";
+    return "the launcher cannot run " + std::to_string(want.workers) + " worker(s) (it can run " + list + ")";
+  }
+  if (want.global_batch < want.workers || want.global_batch % want.workers != 0)
+    return "a global batch of " + std::to_string(want.global_batch) + " does not split evenly over " +
+           std::to_string(want.workers) + " worker(s)";
+  if (limits.max_global_batch > 0 && want.global_batch > limits.max_global_batch)
+    return "a global batch of " + std::to_string(want.global_batch) + " is larger than the job accepts (" +
+           std::to_string(limits.max_global_batch) + ")";
+  if (limits.max_worker_batch > 0 && want.global_batch / want.workers > limits.max_worker_batch)
+    return "a per-worker batch of " + std::to_string(want.global_batch / want.workers) +
+           " is larger than the job accepts (" + std::to_string(limits.max_worker_batch) + ")";
+  return "";
+}
+
+ElasticControl::ElasticControl(std::string path, int workers, int64_t global_batch, ControlLimits limits)
+    : path_(std::move(path)), current_{workers, global_batch}, limits_(std::move(limits)) {}
 
 std::optional<RescaleRequest> ElasticControl::poll(comm::Communicator& world) {
   int64_t msg[3] = {0, 0, 0};  // wants a rescale, workers, global batch
@@ -65,6 +136,15 @@ std::optional<RescaleRequest> ElasticControl::poll(comm::Communicator& world) {
         seen_size_ = static_cast<int64_t>(st.st_size);
         try {
           last_ = read_control_file(path_);
+          // Without a global batch the per-worker batch stays: B' = B / W * W'.
+          if (last_->global_batch == 0)
+            last_->global_batch = current_.global_batch / current_.workers * last_->workers;
+          if (const std::string why = refusal_reason(*last_, limits_); !why.empty() && !(*last_ == current_)) {
+            log::warn("refusing the rescale request in ", path_, " (", last_->workers, " worker(s), global batch ",
+                      last_->global_batch, "): ", why, "; the job continues at ", current_.workers,
+                      " worker(s), global batch ", current_.global_batch);
+            last_.reset();
+          }
         } catch (const DataError& e) {
           log::warn("ignoring the control file: ", e.what());
           last_.reset();
@@ -72,9 +152,7 @@ std::optional<RescaleRequest> ElasticControl::poll(comm::Communicator& world) {
       }
     }
     if (last_) {
-      RescaleRequest want = *last_;
-      // Without a global batch the per-worker batch stays: B' = B / W * W'.
-      if (want.global_batch == 0) want.global_batch = current_.global_batch / current_.workers * want.workers;
+      const RescaleRequest want = *last_;
       if (!(want == current_)) {
         msg[0] = 1;
         msg[1] = want.workers;
@@ -85,6 +163,25 @@ std::optional<RescaleRequest> ElasticControl::poll(comm::Communicator& world) {
   world.broadcast(msg, 3, DType::I64, 0);
   if (msg[0] == 0) return std::nullopt;
   return RescaleRequest{static_cast<int>(msg[1]), msg[2]};
+}
+
+std::string record_rescale(const RescaleRequest& next, int64_t step, const std::string& checkpoint_path) {
+  const std::string path = knobs::get_string("EDP_RESCALE_FILE");
+  if (path.empty()) return "";
+  const nlohmann::json j = {{"workers", next.workers},
+                            {"global_batch", next.global_batch},
+                            {"step", step},
+                            {"checkpoint", checkpoint_path}};
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << j.dump() << "\n";
+    f.flush();
+    if (!f) throw Error("cannot write the rescale record " + tmp + ": " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  return path;
 }
 
 }  // namespace edp::elastic

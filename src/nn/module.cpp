@@ -1,6 +1,10 @@
 // Module bookkeeping: parameter/buffer registration, dotted names, dtype/device moves.
 #include "edp/nn/module.h"
 
+#include <cmath>
+
+#include "edp/backend/ops.h"
+
 #include <sstream>
 
 namespace edp::nn {
@@ -111,6 +115,12 @@ std::string Module::summary() {
   for (Buffer* b : buffers()) os << b->name << " (buffer) " << b->value.str() << "\n";
   os << "total parameters: " << num_parameters() << "\n";
   return os.str();
+}
+
+const Parameter* first_nonfinite_grad(const std::vector<Parameter*>& params) {
+  for (const Parameter* p : params)
+    if (p->grad.defined() && p->grad.numel() > 0 && !std::isfinite(ops::sum_squares(p->grad))) return p;
+  return nullptr;
 }
 
 }  // namespace edp::nn

@@ -22,9 +22,15 @@ bool params_on_cuda(const std::vector<nn::Parameter*>& ps) {
 }  // namespace
 #endif
 
+void Optimizer::set_lr(double lr) {
+  EDP_CHECK(std::isfinite(lr) && lr >= 0, "learning rate ", lr, " must be finite and >= 0 (at optimizer step ",
+            steps_, ")");
+  lr_ = lr;
+}
+
 Optimizer::Optimizer(std::vector<nn::Parameter*> params, double lr)
     : params_(std::move(params)), lr_(lr) {
-  EDP_CHECK(lr >= 0, "learning rate ", lr, " must be >= 0");
+  EDP_CHECK(std::isfinite(lr) && lr >= 0, "learning rate ", lr, " must be finite and >= 0");
   for (auto* p : params_) EDP_CHECK(p != nullptr, "optimizer given a null parameter");
 }
 
@@ -34,7 +40,12 @@ void Optimizer::zero_grad() {
 
 SGD::SGD(std::vector<nn::Parameter*> params, SGDOptions o)
     : Optimizer(std::move(params), o.lr), o_(o) {
-  EDP_CHECK(o.momentum >= 0 && o.weight_decay >= 0, "SGD: momentum and weight_decay must be >= 0");
+  EDP_CHECK(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1, "SGD: momentum ", o.momentum,
+            " must be in [0, 1)");
+  EDP_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "SGD: weight_decay ", o.weight_decay,
+            " must be finite and >= 0");
+  EDP_CHECK(std::isfinite(o.dampening) && o.dampening >= 0 && o.dampening <= 1, "SGD: dampening ", o.dampening,
+            " must be in [0, 1]");
   EDP_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
             "SGD: Nesterov momentum needs momentum > 0 and dampening = 0");
   if (o_.momentum > 0)

@@ -110,6 +110,11 @@ const Options::Opt& Options::get(const std::string& name) const {
 }
 
 std::string Options::str(const std::string& name) const { return get(name).value; }
+std::vector<std::pair<std::string, std::string>> Options::values() const {
+  std::vector<std::pair<std::string, std::string>> v;
+  for (const std::string& n : order_) v.emplace_back(n, get(n).value);
+  return v;
+}
 int64_t Options::i64(const std::string& name) const {
   const std::string& v = get(name).value;
   char* end = nullptr;

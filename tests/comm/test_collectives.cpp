@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "edp/comm/agree.h"
 #include "edp/comm/comm_thread.h"
+#include "edp/core/error.h"
 #include "edp/comm/communicator.h"
 
 using edp::DType;
@@ -323,3 +325,31 @@ TEST(CommThread, AFailedTaskFailsTheRestWithoutCommunicating) {
 }
 
 }  // namespace
+
+// comm::check_agreement: silent when the ranks agree; otherwise every rank throws one message
+// naming each differing setting with each value and its ranks.
+TEST(Agreement, NamesEachDifferenceWithRanksAndValues) {
+  Communicator& w = W();
+  const std::vector<edp::comm::Setting> same = {{"batch", "64"}, {"lr", "0.1"}};
+  EXPECT_NO_THROW(edp::comm::check_agreement(w, same, "test"));
+  if (w.size() < 2) return;
+  // Rank 1 differs on "batch"; every rank differs on "seed"; "lr" agrees.
+  const std::vector<edp::comm::Setting> mine = {
+      {"batch", w.rank() == 1 ? "32" : "64"}, {"lr", "0.1"}, {"seed", std::to_string(100 + w.rank())}};
+  try {
+    edp::comm::check_agreement(w, mine, "test");
+    ADD_FAILURE() << "no error";
+  } catch (const edp::Error& e) {
+    const std::string m = e.what();
+    std::string others = "ranks 0";
+    for (int r = 2; r < w.size(); ++r) others += "," + std::to_string(r);
+    if (w.size() == 2) others = "rank 0";
+    EXPECT_NE(m.find("batch: '64' on " + others + "; '32' on rank 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("seed: '100' on rank 0; '101' on rank 1"), std::string::npos) << m;
+    EXPECT_EQ(m.find("lr:"), std::string::npos) << m;
+  }
+  // Different lists of names (different programs): an error, not a hang.
+  std::vector<edp::comm::Setting> names = same;
+  if (w.rank() == 1) names.emplace_back("extra", "1");
+  EXPECT_THROW(edp::comm::check_agreement(w, names, "test"), edp::Error);
+}

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "edp/comm/communicator.h"
@@ -108,4 +109,68 @@ TEST(Elastic, PollGivesEveryRankTheSameDecision) {
   EXPECT_EQ(*r, (elastic::RescaleRequest{1, 32}));
   world.barrier();
   if (world.rank() == 0) fs::remove(p);
+}
+
+TEST(Elastic, WorkerListsParseAndRejectGarbage) {
+  EXPECT_EQ(elastic::parse_worker_list("1-4,6,8"), (std::vector<int>{1, 2, 3, 4, 6, 8}));
+  EXPECT_EQ(elastic::parse_worker_list("8,2,2,3-3"), (std::vector<int>{2, 3, 8}));
+  for (const char* bad : {"", "0", "a", "4-2", "1,,2", "-3", "1-", "2.5", "99999999"})
+    EXPECT_THROW(elastic::parse_worker_list(bad), Error) << "'" << bad << "'";
+}
+
+TEST(Elastic, RefusalNamesTheRule) {
+  elastic::ControlLimits l;
+  l.allowed_workers = {1, 2, 4};
+  l.max_global_batch = 1000;
+  l.max_worker_batch = 300;
+  EXPECT_EQ(elastic::refusal_reason({4, 256}, l), "");
+  EXPECT_NE(elastic::refusal_reason({3, 192}, l).find("cannot run 3 worker(s) (it can run 1,2,4)"), std::string::npos);
+  EXPECT_NE(elastic::refusal_reason({4, 250}, l).find("does not split evenly over 4"), std::string::npos);
+  EXPECT_NE(elastic::refusal_reason({2, 2000}, l).find("larger than the job accepts (1000)"), std::string::npos);
+  EXPECT_NE(elastic::refusal_reason({1, 400}, l).find("per-worker batch of 400"), std::string::npos);
+  EXPECT_EQ(elastic::refusal_reason({7, 7}, elastic::ControlLimits{}), "");  // no limits: any even split
+}
+
+// The request the launcher cannot run is refused on rank 0 before any rank acts, and every rank
+// keeps the current size; a later acceptable request still goes through.
+TEST(Elastic, RefusedRequestKeepsTheJobRunning) {
+  comm::Communicator& world = comm::world();
+  const int W = world.size();
+  const std::string p = shared_path(world, "refuse.json");
+  if (world.rank() == 0) write_file(p, "{\"workers\": " + std::to_string(W + 5) + "}");
+  world.barrier();
+  elastic::ControlLimits l;
+  for (int w = 1; w <= W + 1; ++w) l.allowed_workers.push_back(w);
+  elastic::ElasticControl c(p, W, 64 * W, l);
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(c.poll(world).has_value());
+  EXPECT_FALSE(c.poll(world).has_value());  // the same file: not refused (nor logged) again
+  const std::string err = testing::internal::GetCapturedStderr();
+  if (world.rank() == 0) {
+    EXPECT_NE(err.find("refusing the rescale request"), std::string::npos) << err;
+    EXPECT_NE(err.find("the launcher cannot run " + std::to_string(W + 5)), std::string::npos) << err;
+    EXPECT_EQ(err.find("refusing", err.find("refusing") + 1), std::string::npos) << "logged twice: " << err;
+  }
+  if (world.rank() == 0) write_file(p, "{\"workers\": " + std::to_string(W + 1) + "}");
+  const auto r = c.poll(world);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->workers, W + 1);
+  world.barrier();
+  if (world.rank() == 0) fs::remove(p);
+}
+
+TEST(Elastic, RescaleRecordIsWrittenWhole) {
+  comm::Communicator& world = comm::world();
+  const std::string p = shared_path(world, "rescale.json") + std::to_string(world.rank());
+  ::unsetenv("EDP_RESCALE_FILE");
+  EXPECT_EQ(elastic::record_rescale({3, 96}, 17, "ck/ckpt-17.edp"), "");
+  ::setenv("EDP_RESCALE_FILE", p.c_str(), 1);
+  EXPECT_EQ(elastic::record_rescale({3, 96}, 17, "ck/ckpt-17.edp"), p);
+  ::unsetenv("EDP_RESCALE_FILE");
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_EQ(ss.str(), "{\"checkpoint\":\"ck/ckpt-17.edp\",\"global_batch\":96,\"step\":17,\"workers\":3}\n");
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+  fs::remove(p);
 }

@@ -15,6 +15,7 @@
 #include <ctime>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace edp::comm {
 class Communicator;
@@ -36,23 +37,54 @@ struct RescaleRequest {
 // global batch that the workers do not divide.
 RescaleRequest read_control_file(const std::string& path);
 
+// What a request must satisfy before any rank acts on it.
+struct ControlLimits {
+  // Worker counts the launcher can run the job at (edprun passes them as EDP_ALLOWED_WORKERS);
+  // empty: any count.
+  std::vector<int> allowed_workers;
+  // The largest global batch the job accepts (e.g. the training set's size); 0: no limit.
+  int64_t max_global_batch = 0;
+  // The largest per-worker batch (memory); 0: no limit.
+  int64_t max_worker_batch = 0;
+  // allowed_workers from EDP_ALLOWED_WORKERS ("1,2,4" or ranges "1-8,12"); the rest unset.
+  static ControlLimits from_env();
+};
+
+// Parses a worker-count list: comma-separated counts or ranges "a-b" (e.g. "1-4,6,8"). Throws
+// edp::Error naming the text for garbage, counts < 1 or reversed ranges.
+std::vector<int> parse_worker_list(const std::string& text);
+
+// Why `want` cannot run under `limits` (empty when it can). `want.global_batch` must be set.
+std::string refusal_reason(const RescaleRequest& want, const ControlLimits& limits);
+
 // The control file as seen by a running job of `workers` ranks at global batch `global_batch`.
 class ElasticControl {
  public:
-  ElasticControl(std::string path, int workers, int64_t global_batch);
+  ElasticControl(std::string path, int workers, int64_t global_batch, ControlLimits limits = {});
   // Collective over `world`. Rank 0 (re)reads the file if it changed since the last poll; a file
-  // that does not parse is reported on stderr (once per version of the file) and ignored, so a
-  // controller's mistake never stops a job. Returns the request on every rank when it asks for
-  // another size than the current one, else nullopt.
+  // that does not parse, or asks for a size the limits refuse (more workers than the launcher
+  // can run, a global batch the workers do not divide or the job cannot take), is reported on
+  // stderr once per version of the file and ignored: a controller's mistake never stops or
+  // poisons a job. Returns the request on every rank when it asks for another size than the
+  // current one, else nullopt.
   std::optional<RescaleRequest> poll(comm::Communicator& world);
   const std::string& path() const { return path_; }
+  const ControlLimits& limits() const { return limits_; }
 
  private:
   std::string path_;
   RescaleRequest current_;
+  ControlLimits limits_;
   timespec seen_mtime_{0, 0};
   int64_t seen_size_ = -1;
-  std::optional<RescaleRequest> last_;  // rank 0: the last valid request read
+  std::optional<RescaleRequest> last_;  // rank 0: the last valid, accepted request read
 };
+
+// After the rescale checkpoint is committed, rank 0 records the size the job is to continue at
+// in EDP_RESCALE_FILE (when set, i.e. under edprun) as JSON {"workers", "global_batch", "step",
+// "checkpoint"}, written to a temporary file and renamed: edprun restarts the job at exactly
+// that size and never re-reads the control file, which may have changed since. Returns the
+// path written ("" when EDP_RESCALE_FILE is unset).
+std::string record_rescale(const RescaleRequest& next, int64_t step, const std::string& checkpoint_path);
 
 }  // namespace edp::elastic

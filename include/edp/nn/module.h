@@ -101,4 +101,9 @@ class Module {
 
 using ModulePtr = std::shared_ptr<Module>;
 
+// The first of `params` (in order) whose gradient holds a NaN or an infinity, or nullptr. One
+// pass over the gradients (a sum of squares in double, which no finite float gradient can
+// overflow); on a GPU one synchronisation per parameter.
+const Parameter* first_nonfinite_grad(const std::vector<Parameter*>& params);
+
 }  // namespace edp::nn

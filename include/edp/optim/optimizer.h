@@ -19,7 +19,8 @@ class Optimizer {
   virtual void step() = 0;
   void zero_grad();
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
+  // A non-finite or negative rate (a schedule gone wrong) is an edp::Error.
+  void set_lr(double lr);
   int64_t steps() const { return steps_; }
   const std::vector<nn::Parameter*>& params() const { return params_; }
   // Per-parameter state tensors in a fixed order (momentum buffers, Adam moments), for

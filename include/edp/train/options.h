@@ -26,6 +26,8 @@ class Options {
   // "flag", "env EDP_X" or "default": where the value came from.
   std::string source(const std::string& name) const;
   const std::vector<std::string>& rest() const { return rest_; }
+  // Every option as (name, value), in the order they were added (e.g. for comm::check_agreement).
+  std::vector<std::pair<std::string, std::string>> values() const;
   std::string usage() const;
 
   static std::string env_name(const std::string& name);  // "data-dir" → "EDP_DATA_DIR"
