@@ -645,8 +645,10 @@ std::unique_ptr<ClusterPolicy> make_cluster_policy(const std::string& name, cons
   if (name == "goodput") return std::make_unique<EdpDpPolicy>(name, true, cfg.restart_aware, cfg);
   if (name == "dp") return std::make_unique<EdpDpPolicy>(name, false, cfg.restart_aware, cfg);
   if (name == "goodput-eager") {
+    // The formulation before restart awareness: value rate / remaining work, the pool
+    // simulator's 5% hysteresis, no pause in the value.
     ClusterPolicyConfig c = cfg;
-    c.hysteresis = std::max(c.hysteresis, 0.05);
+    c.hysteresis = 0.05;
     return std::make_unique<EdpDpPolicy>(name, true, false, c);
   }
   std::string all;

@@ -556,6 +556,9 @@ int cmd_compare_published(const Args& args) {
   ClusterSimConfig base;
   base.interval_s = args.num("interval");
   base.restart_s = args.num("pause");
+  // The node-level policies have their own default hysteresis (cluster_sim.h); the flag's
+  // default belongs to the pool simulator.
+  if (args.given("rescale-penalty")) base.policy_cfg.hysteresis = args.num("rescale-penalty");
   struct Run {
     double load;
     int workload;
