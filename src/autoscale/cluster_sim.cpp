@@ -577,8 +577,11 @@ class EdpDpPolicy final : public ClusterPolicy {
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     std::vector<Rate> v;
+    // Counts above the cluster are never chosen (solve() drops them), so the cache does not
+    // depend on the capacity.
+    (void)capacity;
     const int maxg = app.name == "ncf" ? 1
-                                       : std::min({cfg_.max_gpus_per_job, capacity,
+                                       : std::min({cfg_.max_gpus_per_job, 4096,
                                                    std::max(1, app.max_batch / app.min_local)});
     for (int n = 1; n <= maxg; ++n) {
       if (n > gpn && n % gpn != 0) continue;  // only counts that pack onto whole nodes
