@@ -14,6 +14,7 @@
 #include <set>
 
 #include "edp/autoscale/cluster_sim.h"
+#include "edp/autoscale/policy.h"
 #include "edp/core/error.h"
 
 using namespace edp::autoscale;
@@ -300,4 +301,34 @@ TEST(ClusterSim, EverySimulatedPolicyFinishesEveryJobWithinCapacity) {
 TEST(ClusterSim, UnknownPolicyAndModelAreErrors) {
   EXPECT_THROW(make_cluster_policy("pollux"), edp::Error);
   EXPECT_THROW(profiles().app("nope"), edp::Error);
+}
+
+TEST(PoolPolicy, RestartAwareDpKeepsAJobAboutToFinishAndGrowsALongOne) {
+  // The pool simulator's dp with restart awareness: a running job at 1 GPU whose remaining time
+  // (10 s) is below the pause keeps its allocation although 8 GPUs would be 4x faster; with
+  // hours left it grows. Without restart awareness it grows in both cases.
+  const std::vector<JobConfig> cfgs = {{1, 64, 100.0, 1.0}, {8, 512, 400.0, 1.0}};
+  JobState j;
+  j.req_gpus = 1;
+  j.ref_batch = 64;
+  j.ref_samples_per_s = 100.0;
+  j.elastic = j.elastic_goodput = j.fixed_batch = &cfgs;
+  j.cur_gpus = 1;
+  j.cur_batch = 64;
+  j.started = true;
+  PolicyConfig pc;
+  pc.weighting = Weighting::Remaining;
+  pc.restart_aware = true;
+  pc.pause_s = 30;
+  for (const char* name : {"dp", "goodput"}) {
+    auto aware = make_policy(name, pc);
+    j.remaining_s = 10;
+    EXPECT_EQ(aware->plan({j}, 8, 0)[0].gpus, 1) << name;
+    j.remaining_s = 3600;
+    EXPECT_EQ(aware->plan({j}, 8, 0)[0].gpus, 8) << name;
+    PolicyConfig eager = pc;
+    eager.restart_aware = false;
+    j.remaining_s = 10;
+    EXPECT_EQ(make_policy(name, eager)->plan({j}, 8, 0)[0].gpus, 8) << name;
+  }
 }

@@ -65,6 +65,7 @@ const OptSpec kOptions[] = {
     {"window", "604800", false, "seconds: jobs finished by then count as completed in the window"},
     {"limit", nullptr, false, "use only the first N jobs of the trace"},
     {"seed", "1", false, "seed of the model assignment (and the Poisson generator)"},
+    {"restart-aware", "", true, "simulate: elastic policies value an option at 1 / (time the job still needs + the pause if it restarts)"},
     {"statistical-efficiency", "", true, "progress = samples/s x statistical efficiency (Pollux)"},
     {"allocations", "", true, "also write allocations_<policy>_<gpus>.csv (every job's GPUs and batch over time)"},
     {"threads", "1", false, "simulations run in parallel (sweep)"},
@@ -406,6 +407,7 @@ int cmd_simulate(const Args& args, const char* argv0) {
   base.window_s = args.num("window");
   base.seed = static_cast<uint64_t>(args.integer("seed"));
   base.statistical_efficiency = args.has("statistical-efficiency");
+  base.restart_aware = args.has("restart-aware");
   base.record_allocations = args.has("allocations");
   const bool quiet = args.has("quiet");
 
@@ -470,6 +472,7 @@ int cmd_simulate(const Args& args, const char* argv0) {
                {"max_scale", base.max_scale},
                {"own_batch", args.get("own-batch")},
                {"statistical_efficiency", base.statistical_efficiency},
+               {"restart_aware", base.restart_aware},
                {"seed", base.seed},
                {"runs", all}};
   std::ofstream(out / "summary.json") << meta.dump(2) << "\n";
