@@ -6,8 +6,9 @@
 //   edp/backend/cuda_ops.h       the CUDA ops called directly (tests, benchmarks); edp/backend/
 //                                ops.h dispatches to them
 //   edp/launch/edprun.h          edprun's entry point (the launcher tool)
-//   edp/autoscale/optimizer.h    the autoscaler's optimizer, policies, simulator and throughput
-//   edp/autoscale/policy.h       model (the edp-autoscale tool and programs that plan clusters)
+//   edp/autoscale/cluster_sim.h  the autoscaler's optimizer, policies, simulators and throughput
+//   edp/autoscale/optimizer.h    model (the edp-autoscale tool and programs that plan clusters)
+//   edp/autoscale/policy.h
 //   edp/autoscale/simulator.h
 //   edp/autoscale/throughput.h
 #pragma once

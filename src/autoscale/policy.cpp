@@ -59,7 +59,13 @@ class DpPolicy final : public Policy {
       for (const JobConfig& c : *cfgs) {
         double v = w * c.samples_per_s / j.ref_samples_per_s;
         if (offer_ == Offer::Goodput) v *= c.efficiency;
-        if (j.cur_gpus > 0 && !(c.gpus == j.cur_gpus && c.batch == j.cur_batch)) v *= 1.0 - cfg_.rescale_penalty;
+        const bool change = j.cur_gpus > 0 && !(c.gpus == j.cur_gpus && c.batch == j.cur_batch);
+        if (cfg_.restart_aware && v > 0) {
+          // v / w is the speedup over the job's own configuration, remaining_s its time there.
+          const bool pays = change || (j.cur_gpus == 0 && j.started);
+          v = 1.0 / (std::max(1.0, j.remaining_s) * w / v + (pays ? cfg_.pause_s : 0.0));
+        }
+        if (change) v *= 1.0 - cfg_.rescale_penalty;
         jo.options.push_back(Option{c.gpus, c.batch, v});
       }
     }
@@ -94,6 +100,7 @@ std::vector<std::string> policy_names() { return {"static", "baseline", "dp", "g
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& cfg) {
   EDP_CHECK(cfg.rescale_penalty >= 0 && cfg.rescale_penalty < 1, "rescale penalty must be in [0, 1), got ",
             cfg.rescale_penalty);
+  EDP_CHECK(cfg.pause_s >= 0, "restart pause must be >= 0, got ", cfg.pause_s);
   if (name == "static") return std::make_unique<StaticPolicy>();
   if (name == "baseline") return std::make_unique<DpPolicy>(name, Offer::FixedBatch, cfg);
   if (name == "dp") return std::make_unique<DpPolicy>(name, Offer::Elastic, cfg);

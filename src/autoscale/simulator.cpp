@@ -222,6 +222,8 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
   PolicyConfig pc;
   pc.rescale_penalty = cfg.rescale_penalty;
   pc.weighting = cfg.weighting;
+  pc.restart_aware = cfg.restart_aware;
+  pc.pause_s = cfg.rescale_pause_s;
   std::unique_ptr<Policy> policy = make_policy(cfg.policy, pc);
 
   const size_t N = trace.size();

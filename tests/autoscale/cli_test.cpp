@@ -203,3 +203,28 @@ TEST(AutoscaleCli, PolluxWorkloadFindsTheProfilesAboveIt) {
   EXPECT_NE(bad.out.find("has no profile"), std::string::npos) << bad.out;
   fs::remove_all(tmpdir());
 }
+
+TEST(AutoscaleCli, ComparePublishedReproducesTiresiasAndOptimusWithinTenPercent) {
+  const fs::path data = fs::path(EDP_SOURCE_DIR) / ".." / "shared" / "data";
+  if (!fs::exists(data / "pollux_workloads" / "workloads" / "workload-1.csv") ||
+      !fs::exists(data / "model_profiles" / "model_limits.csv"))
+    GTEST_SKIP() << "no shared data at " << data;
+  const RunResult r = run("simulate --compare-published --workloads " + (data / "pollux_workloads").string() +
+                          " --policy tiresias,optimus,goodput");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out.substr(r.out.rfind("\n{") + 1));
+  const json& load = j["loads"][0];
+  ASSERT_EQ(load["workloads"].size(), 8u);
+  // The calibration: every workload within 10% of the published average JCT.
+  for (const json& w : load["workloads"])
+    for (const char* p : {"tiresias", "optimus"}) {
+      const double sim = w[p]["avg_jct_s"].get<double>(), pub = w[p]["published_s"].get<double>();
+      EXPECT_LT(std::abs(sim / pub - 1), 0.10) << p << " workload " << w["workload"] << ": " << sim << " vs " << pub;
+      EXPECT_EQ(w[p]["finished"].get<int>(), w[p]["jobs"].get<int>());
+    }
+  // Restarts are counted and reported per job.
+  EXPECT_GE(load["mean"]["goodput"]["restarts_per_job"].get<double>(), 0.0);
+  EXPECT_GT(load["pollux_published_mean_s"].get<double>(), 0.0);
+  const RunResult bad = run("simulate --compare-published --workloads /nonexistent");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+}

@@ -11,6 +11,8 @@
 // '-' -> '_'); the command line wins. The option table below is the one place they are defined.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "edp/autoscale/cluster_sim.h"
 #include "edp/autoscale/optimizer.h"
 #include "edp/autoscale/simulator.h"
 #include "edp/core/error.h"
@@ -62,12 +65,17 @@ const OptSpec kOptions[] = {
     {"window", "604800", false, "seconds: jobs finished by then count as completed in the window"},
     {"limit", nullptr, false, "use only the first N jobs of the trace"},
     {"seed", "1", false, "seed of the model assignment (and the Poisson generator)"},
+    {"restart-aware", "", true, "simulate: elastic policies value an option at 1 / (time the job still needs + the pause if it restarts)"},
     {"statistical-efficiency", "", true, "progress = samples/s x statistical efficiency (Pollux)"},
     {"allocations", "", true, "also write allocations_<policy>_<gpus>.csv (every job's GPUs and batch over time)"},
     {"threads", "1", false, "simulations run in parallel (sweep)"},
     {"no-plots", "", true, "do not call the plot script"},
     {"plot-script", nullptr, false, "path of plot_autoscale.py (default: installed or source copy)"},
     {"quiet", "", true, "no progress on stderr"},
+    {"compare-published", "", true, "simulate: run the Pollux workloads in the node-level simulator and print edp's policies next to the published Tiresias / Optimus+Oracle / Pollux average JCTs"},
+    {"workloads", nullptr, false, "compare-published: the pollux_workloads folder (default: beside the model_profiles folder, or ../shared/data/pollux_workloads)"},
+    {"job-loads", "1.0", false, "compare-published: comma-separated relative job loads (1.0 = workloads/, 0.5 = workloads-0.5/, ...)"},
+    {"interval", "60", false, "compare-published: scheduling interval of the node-level simulator (s)"},
 };
 
 std::string env_name(const std::string& opt) {
@@ -116,6 +124,8 @@ class Args {
     return nullptr;
   }
   bool has(const std::string& n) const { return !get(n).empty(); }
+  // Set on the command line or in the environment (not just defaulted).
+  bool given(const std::string& n) const { return vals_.count(n) || std::getenv(env_name(n).c_str()); }
   std::string get(const std::string& n) const {
     auto it = vals_.find(n);
     if (it != vals_.end()) return it->second;
@@ -147,6 +157,7 @@ void usage(std::ostream& o) {
   o << "usage:\n"
        "  edp-autoscale plan --input FILE [--gpus N] [--rescale-penalty F]\n"
        "  edp-autoscale simulate (--trace FILE | --poisson N) (--gpus N | --sweep A,B,..) --out DIR [options]\n"
+       "  edp-autoscale simulate --compare-published [--workloads DIR] [--job-loads 1.0,0.5,..] [--policy P,..] [--out DIR]\n"
        "  edp-autoscale workload (--trace FILE | --poisson N) [--gpus N | --sweep A,B,..] [--policy P,..] [options]\n\n"
        "options (each also settable as EDP_AUTOSCALE_<NAME>):\n";
   for (const OptSpec& s : kOptions) {
@@ -342,7 +353,10 @@ void load_inputs(const Args& args, std::vector<TraceJob>& trace, std::vector<Mod
     trace.resize(static_cast<size_t>(args.integer("limit")));
 }
 
+int cmd_compare_published(const Args& args);
+
 int cmd_simulate(const Args& args, const char* argv0) {
+  if (args.has("compare-published")) return cmd_compare_published(args);
   if (!args.has("out")) throw UsageError("simulate needs --out DIR");
   const fs::path out = args.get("out");
   fs::create_directories(out);
@@ -393,6 +407,7 @@ int cmd_simulate(const Args& args, const char* argv0) {
   base.window_s = args.num("window");
   base.seed = static_cast<uint64_t>(args.integer("seed"));
   base.statistical_efficiency = args.has("statistical-efficiency");
+  base.restart_aware = args.has("restart-aware");
   base.record_allocations = args.has("allocations");
   const bool quiet = args.has("quiet");
 
@@ -457,6 +472,7 @@ int cmd_simulate(const Args& args, const char* argv0) {
                {"max_scale", base.max_scale},
                {"own_batch", args.get("own-batch")},
                {"statistical_efficiency", base.statistical_efficiency},
+               {"restart_aware", base.restart_aware},
                {"seed", base.seed},
                {"runs", all}};
   std::ofstream(out / "summary.json") << meta.dump(2) << "\n";
@@ -488,6 +504,196 @@ int cmd_simulate(const Args& args, const char* argv0) {
     if (rc != 0)
       std::cerr << "edp-autoscale: plots skipped (needs python3 with matplotlib and " << script
                 << "; apt-get install python3-matplotlib)\n";
+  }
+  return 0;
+}
+
+// ---- simulate --compare-published ----------------------------------------------------------
+
+// Published average JCTs (s) of the Pollux paper's simulator study, 16 nodes x 4 GPUs, per
+// workload file 1..8 (petuum/adaptdl, branch osdi21-artifact, simulator/results*/ summaries;
+// docs/autoscaler.md cites them). 0 = not published.
+struct Published {
+  const char* policy;
+  double load;
+  double per_workload[8];
+  double mean;
+};
+const Published kPublished[] = {
+    {"pollux", 1.0, {2089, 3323, 2188, 2721, 2674, 2446, 3616, 2952}, 2751},
+    {"tiresias", 1.0, {2474, 5145, 3876, 3280, 3501, 3470, 5480, 5080}, 4038},
+    {"optimus", 1.0, {4087, 6914, 3944, 5968, 5656, 5302, 7291, 6294}, 5682},
+    {"pollux", 0.5, {0, 0, 0, 0, 0, 0, 0, 0}, 1534},
+    {"pollux", 1.5, {0, 0, 0, 0, 0, 0, 0, 0}, 3685},
+    {"pollux", 2.0, {0, 0, 0, 0, 0, 0, 0, 0}, 5289},
+    {"tiresias", 0.5, {1450.9, 2333.3, 1869.9, 1946.8, 1425.4, 1826.6, 3979.2, 1900.0}, 2091.5},
+    {"tiresias", 1.5, {5520.3, 6333.8, 6562.0, 5577.3, 6832.4, 5830.5, 5366.8, 7435.8}, 6182.3},
+};
+
+const Published* published(const std::string& policy, double load) {
+  for (const Published& p : kPublished)
+    if (p.policy == policy && std::abs(p.load - load) < 1e-9) return &p;
+  return nullptr;
+}
+
+int cmd_compare_published(const Args& args) {
+  fs::path wl = args.get("workloads");
+  fs::path prof = args.get("profiles");
+  if (wl.empty() && !prof.empty()) wl = prof.parent_path() / "pollux_workloads";
+  if (wl.empty()) wl = "../shared/data/pollux_workloads";
+  if (prof.empty()) prof = wl.parent_path() / "model_profiles";
+  if (!fs::exists(wl / "workloads" / "workload-1.csv"))
+    throw UsageError("--compare-published: no workloads/workload-1.csv under '" + wl.string() +
+                     "' (give --workloads DIR, the pollux_workloads folder)");
+  const ClusterProfiles profiles = ClusterProfiles::load(prof.string());
+  std::vector<std::string> policies =
+      args.given("policy") ? split(args.get("policy")) : std::vector<std::string>{"tiresias", "optimus", "goodput"};
+  for (const std::string& p : policies) make_cluster_policy(p);  // fail early on a bad name
+  std::vector<double> loads;
+  for (const std::string& x : split(args.get("job-loads"))) {
+    char* end = nullptr;
+    const double v = std::strtod(x.c_str(), &end);
+    if (*end || !(v > 0)) throw UsageError("--job-loads: expected positive numbers, got '" + x + "'");
+    loads.push_back(v);
+  }
+  ClusterSimConfig base;
+  base.interval_s = args.num("interval");
+  base.restart_s = args.num("pause");
+  // The node-level policies have their own default hysteresis (cluster_sim.h); the flag's
+  // default belongs to the pool simulator.
+  if (args.given("rescale-penalty")) base.policy_cfg.hysteresis = args.num("rescale-penalty");
+  struct Run {
+    double load;
+    int workload;
+    std::string policy;
+    ClusterSimResult r;
+    double wall_s = 0;
+  };
+  std::vector<Run> runs;
+  std::vector<std::vector<std::vector<ClusterJob>>> jobs(loads.size());
+  for (size_t l = 0; l < loads.size(); ++l) {
+    char dir[64];
+    if (std::abs(loads[l] - 1.0) < 1e-9) std::snprintf(dir, sizeof dir, "workloads");
+    else std::snprintf(dir, sizeof dir, "workloads-%.1f", loads[l]);
+    for (int w = 1; w <= 8; ++w) {
+      const fs::path f = wl / dir / ("workload-" + std::to_string(w) + ".csv");
+      if (!fs::exists(f)) throw UsageError("--compare-published: missing " + f.string());
+      jobs[l].push_back(load_cluster_workload(f.string()));
+      for (const std::string& p : policies) runs.push_back(Run{loads[l], w, p, {}, 0});
+    }
+  }
+  std::mutex mu;
+  std::atomic<size_t> next{0};
+  std::vector<std::string> errors;
+  auto worker = [&]() {
+    for (size_t i; (i = next++) < runs.size();) {
+      Run& run = runs[i];
+      ClusterSimConfig cfg = base;
+      cfg.policy = run.policy;
+      const size_t l = static_cast<size_t>(std::find(loads.begin(), loads.end(), run.load) - loads.begin());
+      try {
+        const auto t0 = std::chrono::steady_clock::now();
+        run.r = simulate_cluster(jobs[l][size_t(run.workload - 1)], profiles, cfg);
+        run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        errors.push_back(run.policy + " load " + std::to_string(run.load) + " workload-" +
+                         std::to_string(run.workload) + ": " + e.what());
+      }
+    }
+  };
+  const int threads = std::max(1, std::min<int>(args.integer("threads"), static_cast<int>(runs.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (!errors.empty()) {
+    for (const auto& e : errors) std::cerr << "edp-autoscale: " << e << "\n";
+    return 1;
+  }
+  auto find_run = [&](double load, int w, const std::string& p) -> const Run& {
+    for (const Run& r : runs)
+      if (r.load == load && r.workload == w && r.policy == p) return r;
+    throw edp::Error("internal: run not found");
+  };
+  json jl = json::array();
+  std::printf("node-level simulator: %d nodes x %d GPUs, %.0f s interval, %.0f s pause per allocation change\n",
+              base.nodes, base.gpus_per_node, base.interval_s, base.restart_s);
+  for (double load : loads) {
+    std::printf("\njob load %.1f: average JCT (s) per workload; [published; sim/published - 1]\n%-10s", load, "workload");
+    for (const std::string& p : policies) std::printf(" %24s", p.c_str());
+    std::printf(" %10s\n", "pollux(pub)");
+    json jw = json::array();
+    std::map<std::string, double> sum;
+    std::map<std::string, int> restarts, njobs;
+    std::map<std::string, double> plan_ms, plan_max, wall;
+    std::map<std::string, int> plans;
+    for (int w = 1; w <= 8; ++w) {
+      std::printf("%-10d", w);
+      json jr = {{"workload", w}};
+      for (const std::string& p : policies) {
+        const Run& r = find_run(load, w, p);
+        sum[p] += r.r.avg_jct_s;
+        restarts[p] += r.r.restarts;
+        njobs[p] += static_cast<int>(r.r.jobs.size());
+        plan_ms[p] += r.r.plan_ms_avg * r.r.plans;
+        plans[p] += r.r.plans;
+        plan_max[p] = std::max(plan_max[p], r.r.plan_ms_max);
+        wall[p] += r.wall_s;
+        const Published* pub = published(p, load);
+        char cell[64];
+        if (pub && pub->per_workload[w - 1] > 0)
+          std::snprintf(cell, sizeof cell, "%6.0f [%5.0f; %+5.1f%%]", r.r.avg_jct_s, pub->per_workload[w - 1],
+                        100 * (r.r.avg_jct_s / pub->per_workload[w - 1] - 1));
+        else
+          std::snprintf(cell, sizeof cell, "%6.0f", r.r.avg_jct_s);
+        std::printf(" %24s", cell);
+        jr[p] = {{"avg_jct_s", r.r.avg_jct_s}, {"finished", r.r.finished}, {"jobs", r.r.jobs.size()},
+                 {"restarts", r.r.restarts}, {"restarts_per_job", r.r.restarts_per_job},
+                 {"utilisation", r.r.utilisation}, {"makespan_s", r.r.makespan_s}};
+        if (pub && pub->per_workload[w - 1] > 0) jr[p]["published_s"] = pub->per_workload[w - 1];
+      }
+      const Published* pp = published("pollux", load);
+      if (pp && pp->per_workload[w - 1] > 0) std::printf(" %10.0f", pp->per_workload[w - 1]);
+      std::printf("\n");
+      jw.push_back(jr);
+    }
+    std::printf("%-10s", "mean");
+    json jm;
+    for (const std::string& p : policies) {
+      const double m = sum[p] / 8;
+      const Published* pub = published(p, load);
+      char cell[64];
+      if (pub) std::snprintf(cell, sizeof cell, "%6.0f [%5.0f; %+5.1f%%]", m, pub->mean, 100 * (m / pub->mean - 1));
+      else std::snprintf(cell, sizeof cell, "%6.0f", m);
+      std::printf(" %24s", cell);
+      jm[p] = {{"mean_avg_jct_s", m},
+               {"restarts_per_job", double(restarts[p]) / std::max(1, njobs[p])},
+               {"plan_ms_avg", plans[p] ? plan_ms[p] / plans[p] : 0.0},
+               {"plan_ms_max", plan_max[p]},
+               {"sim_wall_s", wall[p]}};
+      if (pub) jm[p]["published_mean_s"] = pub->mean;
+    }
+    const Published* pp = published("pollux", load);
+    if (pp) std::printf(" %10.0f", pp->mean);
+    std::printf("\n");
+    if (pp)
+      for (const std::string& p : policies)
+        std::printf("  %-14s vs Pollux (published %.0f s): %+.1f%%\n", p.c_str(), pp->mean,
+                    100 * (sum[p] / 8 / pp->mean - 1));
+    std::printf("%-14s %16s %14s %14s %12s\n", "policy", "restarts/job", "plan_ms_avg", "plan_ms_max", "sim_wall_s");
+    for (const std::string& p : policies)
+      std::printf("%-14s %16.2f %14.3f %14.3f %12.2f\n", p.c_str(), double(restarts[p]) / std::max(1, njobs[p]),
+                  plans[p] ? plan_ms[p] / plans[p] : 0.0, plan_max[p], wall[p]);
+    jl.push_back({{"load", load}, {"workloads", jw}, {"mean", jm},
+                  {"pollux_published_mean_s", pp ? pp->mean : 0.0}});
+  }
+  const json out = {{"nodes", base.nodes}, {"gpus_per_node", base.gpus_per_node}, {"interval_s", base.interval_s},
+                    {"pause_s", base.restart_s}, {"policies", policies}, {"loads", jl}};
+  std::printf("%s\n", out.dump().c_str());
+  if (args.has("out")) {
+    fs::create_directories(args.get("out"));
+    std::ofstream(fs::path(args.get("out")) / "compare_published.json") << out.dump(2) << "\n";
   }
   return 0;
 }

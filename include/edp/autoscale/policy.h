@@ -60,6 +60,11 @@ enum class Weighting { Equal, Remaining };
 struct PolicyConfig {
   double rescale_penalty = 0.05;  // value fraction an option other than the current one loses
   Weighting weighting = Weighting::Equal;
+  // Restart-aware values (elastic policies): an option is worth 1 / (the time the job still needs
+  // at it + `pause_s` if taking it restarts the job), so a change must pay for its pause over the
+  // job's remaining time (docs/autoscaler.md §7). Replaces the weighting when on.
+  bool restart_aware = false;
+  double pause_s = 30;
 };
 
 class Policy {

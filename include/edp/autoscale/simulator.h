@@ -75,6 +75,7 @@ struct SimConfig {
   int max_scale = 4;               // elastic max GPUs = min(64, max(gpus_per_node, max_scale * requested))
   OwnBatch own_batch = OwnBatch::Model;  // a trace job's own batch (above)
   bool statistical_efficiency = false;  // progress = samples/s x efficiency(batch) when true
+  bool restart_aware = false;      // elastic policies value 1 / (time left + pause if restarted)
   uint64_t seed = 1;               // model assignment
   bool record_timeline = true;
   bool record_allocations = false;  // every (GPUs, batch) change of every job, for per-job analysis

@@ -1,0 +1,834 @@
+// The node-level simulator (cluster_sim.h): measured tables, job progress in scale-invariant
+// iterations, 60-s scheduling intervals with a pause per allocation change, and the policies
+// it is calibrated with (Tiresias, Optimus) next to edp's restart-aware DP.
+#include "edp/autoscale/cluster_sim.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "csv.h"
+#include "edp/autoscale/optimizer.h"
+#include "edp/core/error.h"
+
+namespace edp::autoscale {
+
+// ---- placements and the measured tables --------------------------------------------------
+
+std::vector<int> placement_of(const std::vector<int>& alloc) {
+  std::vector<int> p;
+  for (size_t i = 0; i < alloc.size(); ++i) {
+    if (i == 0 || alloc[i] != alloc[i - 1]) p.push_back(1);
+    else ++p.back();
+  }
+  return p;
+}
+
+std::string placement_key(std::vector<int> placement) {
+  placement.erase(std::remove(placement.begin(), placement.end(), 0), placement.end());
+  std::vector<int> best = placement;
+  for (size_t r = 1; r < placement.size(); ++r) {
+    std::rotate(placement.begin(), placement.begin() + 1, placement.end());
+    if (placement < best) best = placement;
+  }
+  std::string k;
+  for (int d : best) k += std::to_string(d);
+  return k;
+}
+
+namespace {
+
+// Linear interpolation in the per-GPU batch over rows sorted by local_bsz; clamped at the ends
+// (the policies never ask outside the profiled range except by rounding).
+std::pair<double, double> interp_b(const std::vector<StepPoint>& rows, double b) {
+  EDP_CHECK(!rows.empty(), "interp_b: no rows");
+  if (b <= rows.front().local_bsz) return {rows.front().step_s, rows.front().sync_s};
+  if (b >= rows.back().local_bsz) return {rows.back().step_s, rows.back().sync_s};
+  auto it = std::upper_bound(rows.begin(), rows.end(), b,
+                             [](double x, const StepPoint& p) { return x < p.local_bsz; });
+  const StepPoint& hi = *it;
+  const StepPoint& lo = *(it - 1);
+  const double f = (b - lo.local_bsz) / (hi.local_bsz - lo.local_bsz);
+  return {lo.step_s + f * (hi.step_s - lo.step_s), lo.sync_s + f * (hi.sync_s - lo.sync_s)};
+}
+
+}  // namespace
+
+std::pair<double, double> ClusterApp::step_sync(const std::vector<int>& placement, double local_bsz) const {
+  const std::string key = placement_key(placement);
+  EDP_CHECK(!key.empty(), "step_sync: empty placement for model ", name);
+  if (auto it = placements.find(key); it != placements.end()) return interp_b(it->second, local_bsz);
+  // Not profiled (more than 4 nodes): interpolate between the measured node counts, and at each
+  // node count between its measured GPU counts (clamped to that level's range).
+  int n = 0, g = 0;
+  for (int x : placement)
+    if (x > 0) {
+      ++n;
+      g += x;
+    }
+  n = std::min(n, 16);
+  auto at_level = [&](int ln) {
+    const std::vector<StepPoint>* lo = nullptr;
+    const std::vector<StepPoint>* hi = nullptr;
+    int glo = 0, ghi = 0;
+    for (const auto& [ng, rows] : levels) {
+      if (ng.first != ln) continue;
+      if (ng.second <= g && (!lo || ng.second > glo)) {
+        lo = &rows;
+        glo = ng.second;
+      }
+      if (ng.second >= g && (!hi || ng.second < ghi)) {
+        hi = &rows;
+        ghi = ng.second;
+      }
+    }
+    if (!lo) return interp_b(*hi, local_bsz);
+    if (!hi || glo == ghi) return interp_b(*lo, local_bsz);
+    const auto a = interp_b(*lo, local_bsz), b = interp_b(*hi, local_bsz);
+    const double f = double(g - glo) / double(ghi - glo);
+    return std::pair<double, double>{a.first + f * (b.first - a.first), a.second + f * (b.second - a.second)};
+  };
+  int nlo = 0, nhi = 0;
+  for (const auto& [ng, rows] : levels) {
+    if (ng.first <= n) nlo = std::max(nlo, ng.first);
+    if (ng.first >= n && (nhi == 0 || ng.first < nhi)) nhi = ng.first;
+  }
+  EDP_CHECK(nlo > 0 || nhi > 0, "step_sync: model ", name, " has no throughput levels");
+  if (nlo == 0) return at_level(nhi);
+  if (nhi == 0 || nlo == nhi) return at_level(nlo);
+  const auto a = at_level(nlo), b = at_level(nhi);
+  const double f = double(n - nlo) / double(nhi - nlo);
+  return {a.first + f * (b.first - a.first), a.second + f * (b.second - a.second)};
+}
+
+std::pair<double, double> ClusterApp::grad_stats(double batch, int epoch) const {
+  EDP_CHECK(!validation.empty(), "grad_stats: model ", name, " has no convergence data");
+  epoch = std::clamp(epoch, 0, max_epochs - 1);
+  auto row = [&](const std::vector<EpochStats>& v) { return v[std::min<size_t>(size_t(epoch), v.size() - 1)]; };
+  auto hi = validation.lower_bound(static_cast<int>(std::ceil(batch - 1e-9)));
+  if (hi == validation.end()) {
+    const EpochStats& r = row(validation.rbegin()->second);
+    return {r.grad_sqr, r.grad_var};
+  }
+  if (hi == validation.begin() || hi->first == batch) {
+    const EpochStats& r = row(hi->second);
+    return {r.grad_sqr, r.grad_var};
+  }
+  auto lo = std::prev(hi);
+  const EpochStats &a = row(lo->second), &b = row(hi->second);
+  const double f = (batch - lo->first) / double(hi->first - lo->first);
+  return {a.grad_sqr + f * (b.grad_sqr - a.grad_sqr), a.grad_var + f * (b.grad_var - a.grad_var)};
+}
+
+double ClusterApp::gain(double batch, int epoch) const {
+  const auto [sqr, var] = grad_stats(batch, epoch);
+  const double s = batch / init_batch;
+  return (var + sqr) / (var / s + sqr);
+}
+
+double ClusterApp::iterations(double batch, int epoch) const {
+  epoch = std::clamp(epoch, 0, max_epochs - 1);
+  auto it_of = [&](const std::vector<EpochStats>& v) { return v[std::min<size_t>(size_t(epoch), v.size() - 1)].iteration; };
+  auto hi = validation.lower_bound(static_cast<int>(std::ceil(batch - 1e-9)));
+  if (hi == validation.end()) return it_of(validation.rbegin()->second);
+  if (hi == validation.begin() || hi->first == batch) return it_of(hi->second);
+  auto lo = std::prev(hi);
+  const double f = (batch - lo->first) / double(hi->first - lo->first);
+  return it_of(lo->second) + f * (it_of(hi->second) - it_of(lo->second));
+}
+
+ClusterProfiles ClusterProfiles::load(const std::string& dir) {
+  ClusterProfiles out;
+  {
+    detail::CsvFile f(dir + "/model_limits.csv");
+    const size_t cm = f.column("model"), ci = f.column("init_batch_size"), cx = f.column("max_batch_size"),
+                 cl = f.column("min_local_bsz"), ch = f.column("max_local_bsz"), ce = f.column("max_epochs");
+    for (size_t r = 0; r < f.rows(); ++r) {
+      ClusterApp a;
+      a.name = f.str(r, cm);
+      a.init_batch = static_cast<int>(f.integer(r, ci));
+      a.max_batch = static_cast<int>(f.integer(r, cx));
+      a.min_local = static_cast<int>(f.integer(r, cl));
+      a.max_local = static_cast<int>(f.integer(r, ch));
+      a.max_epochs = static_cast<int>(f.integer(r, ce));
+      if (a.init_batch < 1 || a.max_batch < a.init_batch || a.min_local < 1 || a.max_local < a.min_local ||
+          a.max_epochs < 1)
+        f.fail(r, ci, "inconsistent batch limits or epochs for model '" + a.name + "'");
+      out.apps_.push_back(std::move(a));
+    }
+  }
+  auto find = [&](const detail::CsvFile& f, size_t r, size_t c) -> ClusterApp& {
+    for (ClusterApp& a : out.apps_)
+      if (a.name == f.str(r, c)) return a;
+    f.fail(r, c, "model '" + f.str(r, c) + "' is not in model_limits.csv");
+  };
+  // Averages of the placement rows per (nodes, GPUs, batch), for the level interpolation.
+  std::map<std::tuple<std::string, int, int, double>, std::pair<StepPoint, int>> avg;
+  {
+    detail::CsvFile f(dir + "/throughput_placements.csv");
+    const size_t cm = f.column("model"), cp = f.column("placement"), cl = f.column("local_bsz"),
+                 ct = f.column("step_time_s"), cs = f.column("sync_time_s");
+    for (size_t r = 0; r < f.rows(); ++r) {
+      ClusterApp& a = find(f, r, cm);
+      const std::string key = f.str(r, cp);
+      std::vector<int> pl;
+      for (char c : key) {
+        if (c < '1' || c > '9') f.fail(r, cp, "expected a string of digits 1-9, got '" + key + "'");
+        pl.push_back(c - '0');
+      }
+      if (pl.empty()) f.fail(r, cp, "empty placement");
+      const StepPoint p{f.num(r, cl), f.num(r, ct), f.num(r, cs)};
+      if (!(p.step_s > 0) || p.sync_s < 0) f.fail(r, ct, "step time must be > 0 and sync time >= 0");
+      a.placements[placement_key(pl)].push_back(p);
+      const int g = std::accumulate(pl.begin(), pl.end(), 0);
+      auto& e = avg[{a.name, static_cast<int>(pl.size()), g, p.local_bsz}];
+      e.first.local_bsz = p.local_bsz;
+      e.first.step_s += p.step_s;
+      e.first.sync_s += p.sync_s;
+      ++e.second;
+    }
+  }
+  for (auto& [k, e] : avg) {
+    ClusterApp& a = const_cast<ClusterApp&>(out.app(std::get<0>(k)));
+    a.levels[{std::get<1>(k), std::get<2>(k)}].push_back(
+        StepPoint{e.first.local_bsz, e.first.step_s / e.second, e.first.sync_s / e.second});
+  }
+  {
+    detail::CsvFile f(dir + "/throughput_scalability.csv");
+    const size_t cm = f.column("model"), cn = f.column("num_nodes"), cg = f.column("num_gpus"),
+                 cl = f.column("local_bsz"), ct = f.column("step_time_s"), cs = f.column("sync_time_s");
+    for (size_t r = 0; r < f.rows(); ++r) {
+      ClusterApp& a = find(f, r, cm);
+      const int n = static_cast<int>(f.integer(r, cn)), g = static_cast<int>(f.integer(r, cg));
+      if (n < 1 || g < n) f.fail(r, cg, "needs num_gpus >= num_nodes >= 1");
+      a.levels[{n, g}].push_back(StepPoint{f.num(r, cl), f.num(r, ct), f.num(r, cs)});
+    }
+  }
+  {
+    detail::CsvFile f(dir + "/convergence_gradstats.csv");
+    const size_t cm = f.column("model"), cb = f.column("batch_size"), ce = f.column("epoch"),
+                 cp = f.column("progress"), ci = f.column("iteration"), cq = f.column("grad_sqr"),
+                 cv = f.column("grad_var");
+    for (size_t r = 0; r < f.rows(); ++r) {
+      ClusterApp& a = find(f, r, cm);
+      std::vector<EpochStats>& v = a.validation[static_cast<int>(f.integer(r, cb))];
+      if (f.integer(r, ce) != static_cast<int64_t>(v.size()) + 1)
+        f.fail(r, ce, "epochs of a (model, batch_size) must be 1, 2, 3, ... in order");
+      v.push_back(EpochStats{f.num(r, cp), f.num(r, ci), f.num(r, cq), f.num(r, cv)});
+    }
+  }
+  for (ClusterApp& a : out.apps_) {
+    // yolov3's job code caps the per-GPU batch at 8 although 11 and 16 were profiled.
+    if (a.name == "yolov3") a.max_local = std::min(a.max_local, 8);
+    auto by_b = [](const StepPoint& x, const StepPoint& y) { return x.local_bsz < y.local_bsz; };
+    std::set<int> grid;
+    for (auto& [k, rows] : a.placements) {
+      std::sort(rows.begin(), rows.end(), by_b);
+      for (const StepPoint& p : rows) grid.insert(static_cast<int>(std::lround(p.local_bsz)));
+    }
+    for (auto& [k, rows] : a.levels) std::sort(rows.begin(), rows.end(), by_b);
+    for (int b : grid)
+      if (b >= a.min_local && b <= a.max_local) a.local_grid.push_back(b);
+    EDP_CHECK(!a.placements.empty() && !a.validation.empty(), "model '", a.name,
+              "' has no placement rows or no convergence rows in ", dir);
+    a.epoch_progress.assign(1, 0.0);
+    for (int e = 1; e <= a.max_epochs; ++e) {
+      double m = std::numeric_limits<double>::infinity();
+      for (const auto& [b, v] : a.validation) {
+        EDP_CHECK(static_cast<int>(v.size()) >= e, "model '", a.name, "' batch ", b, ": only ", v.size(),
+                  " epochs of convergence data, max_epochs is ", a.max_epochs);
+        m = std::min(m, v[size_t(e - 1)].progress);
+      }
+      a.epoch_progress.push_back(m);
+    }
+  }
+  return out;
+}
+
+const ClusterApp& ClusterProfiles::app(const std::string& name) const {
+  for (const ClusterApp& a : apps_)
+    if (a.name == name) return a;
+  std::string known;
+  for (const ClusterApp& a : apps_) known += (known.empty() ? "" : ", ") + a.name;
+  throw Error("no model profile named '" + name + "' (known: " + known + ")");
+}
+
+BatchConfig fixed_batch_config(const ClusterApp& app, int replicas, int batch, bool force_single_gpu_accum) {
+  EDP_CHECK(replicas >= 1 && batch >= 1, "fixed_batch_config: replicas and batch must be >= 1");
+  const int local = static_cast<int>(std::ceil(double(batch) / replicas - 1e-8));
+  BatchConfig c;
+  c.accum = static_cast<int>(std::ceil(double(local) / app.max_local - 1e-8)) - 1;
+  if (replicas == 1 && force_single_gpu_accum) c.accum = std::max(1, c.accum);
+  c.atomic = static_cast<int>(std::ceil(double(local) / (c.accum + 1) - 1e-8));
+  const int count = replicas * (c.accum + 1);
+  c.atomic = std::max(1, std::min(c.atomic, app.max_batch / count));
+  return c;
+}
+
+AdaptiveChoice best_adaptive(const ClusterApp& app, const std::vector<int>& placement, int epoch, bool by_goodput) {
+  const int n = std::accumulate(placement.begin(), placement.end(), 0);
+  EDP_CHECK(n >= 1, "best_adaptive: empty placement");
+  auto eval = [&](int atomic, int accum) {
+    const auto [step, sync] = app.step_sync(placement, atomic);
+    const double total = step + accum * (step - sync);
+    const double M = double(n) * atomic * (accum + 1);
+    return AdaptiveChoice{atomic, accum, app.gain(M, epoch) / total, M / total};
+  };
+  if (app.name == "ncf") {  // the artifact fixes ncf's batch at 32768 for Pollux
+    const BatchConfig c = fixed_batch_config(app, n, 32768, 32768 > app.init_batch);
+    return eval(c.atomic, c.accum);
+  }
+  AdaptiveChoice best;
+  double best_v = -1;
+  const int min_batch = std::min(app.init_batch, app.max_batch);
+  for (int atomic : app.local_grid)
+    for (int accum = 0; accum < 16; ++accum) {
+      const int64_t M = int64_t{n} * atomic * (accum + 1);
+      if (M > app.max_batch) break;
+      if (M < min_batch && int64_t{n} * app.min_local <= min_batch) continue;
+      const AdaptiveChoice c = eval(atomic, accum);
+      const double v = by_goodput ? c.goodput : c.samples_per_s;
+      if (v > best_v) {
+        best_v = v;
+        best = c;
+      }
+    }
+  if (best_v < 0) {  // nothing in range (n x min_local > max_batch): the smallest micro-batch
+    return eval(std::max(1, std::min(app.min_local, app.max_batch / n)), 0);
+  }
+  return best;
+}
+
+std::vector<ClusterJob> load_cluster_workload(const std::string& path) {
+  detail::CsvFile f(path);
+  const size_t cn = f.column("name"), ct = f.column("time"), ca = f.column("application"),
+               cr = f.column("num_replicas"), cb = f.column("batch_size");
+  std::vector<ClusterJob> out;
+  for (size_t r = 0; r < f.rows(); ++r) {
+    ClusterJob j;
+    j.name = f.str(r, cn);
+    j.submit_s = f.num(r, ct);
+    j.app = f.str(r, ca);
+    const int64_t g = f.integer(r, cr), b = f.integer(r, cb);
+    if (j.submit_s < 0) f.fail(r, ct, "must be >= 0");
+    if (g < 1 || g > 4096) f.fail(r, cr, "must be in [1, 4096]");
+    if (b < 1 || b > (int64_t{1} << 30)) f.fail(r, cb, "must be a positive batch size");
+    j.replicas = static_cast<int>(g);
+    j.batch = static_cast<int>(b);
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// ---- policies -----------------------------------------------------------------------------
+
+namespace {
+
+// Greedy "most free GPUs first" node choice (ties: lowest node id), the placement of the
+// artifact's Tiresias and Optimus: fills the emptiest node, then the next.
+std::vector<int> most_free_alloc(std::vector<int>& free, int need) {
+  std::vector<int> a;
+  while (static_cast<int>(a.size()) < need) {
+    int best = 0;
+    for (int i = 1; i < static_cast<int>(free.size()); ++i)
+      if (free[size_t(i)] > free[size_t(best)]) best = i;
+    EDP_CHECK(free[size_t(best)] > 0, "most_free_alloc: not enough free GPUs");
+    const int take = std::min(free[size_t(best)], need - static_cast<int>(a.size()));
+    a.insert(a.end(), size_t(take), best);
+    free[size_t(best)] -= take;
+  }
+  return a;
+}
+
+std::vector<int> free_after(const std::vector<std::vector<int>>& allocs, int nodes, int gpn) {
+  std::vector<int> free(size_t(nodes), gpn);
+  for (const auto& a : allocs)
+    for (int n : a) {
+      EDP_CHECK(n >= 0 && n < nodes, "allocation names node ", n, " of ", nodes);
+      --free[size_t(n)];
+    }
+  return free;
+}
+
+// Tiresias (Gu et al., NSDI'19), discretised 2D-LAS as the artifact runs it: two queues, a job
+// moves from queue 0 to queue 1 once its executed time x its GPUs reaches the threshold (16
+// GPU-hours); within a queue first come first served; jobs are gang-scheduled at their own GPU
+// count, preempted when a job ahead needs the GPUs, and a job that does not fit is skipped
+// (later, smaller ones may run). Starvation promotion is off, as in the artifact.
+class TiresiasPolicy final : public ClusterPolicy {
+ public:
+  explicit TiresiasPolicy(const ClusterPolicyConfig& c) : cfg_(c) {}
+  std::string name() const override { return "tiresias"; }
+  bool fixed_replicas() const override { return true; }
+  int queue_of(int id) const override {
+    if (std::find(q0_.begin(), q0_.end(), id) != q0_.end()) return 0;
+    if (std::find(q1_.begin(), q1_.end(), id) != q1_.end()) return 1;
+    return -1;
+  }
+  std::vector<std::vector<int>> plan(const std::vector<ClusterJobView>& active, int nodes, int gpn,
+                                     double now) override {
+    const double t = std::floor(now);
+    std::map<int, size_t> pos;
+    for (size_t i = 0; i < active.size(); ++i) pos[active[i].id] = i;
+    auto gone = [&](int id) { return !pos.count(id); };
+    q0_.erase(std::remove_if(q0_.begin(), q0_.end(), gone), q0_.end());
+    q1_.erase(std::remove_if(q1_.begin(), q1_.end(), gone), q1_.end());
+    for (auto it = st_.begin(); it != st_.end();) it = gone(it->first) ? st_.erase(it) : std::next(it);
+    std::vector<std::vector<int>> out(active.size());
+    for (size_t i = 0; i < active.size(); ++i) {
+      out[i] = active[i].alloc;
+      if (!st_.count(active[i].id)) {
+        st_[active[i].id] = State{};
+        q0_.push_back(active[i].id);
+      }
+    }
+    for (const ClusterJobView& j : active) {
+      State& s = st_[j.id];
+      if (s.running) {
+        s.executed += t - s.last_check;
+        if (s.executed * j.target_replicas >= cfg_.tiresias_threshold_gpu_s) {
+          auto it = std::find(q0_.begin(), q0_.end(), j.id);
+          if (it != q0_.end()) {
+            q0_.erase(it);
+            q1_.push_back(j.id);
+          }
+        }
+      }
+      s.last_check = t;
+    }
+    int left = nodes * gpn;
+    for (const std::vector<int>* q : {&q0_, &q1_})
+      for (int id : *q) {
+        const size_t i = pos[id];
+        State& s = st_[id];
+        if (active[i].target_replicas <= left) {
+          s.running = true;
+          left -= active[i].target_replicas;
+        } else {
+          s.running = false;
+          out[i].clear();
+        }
+      }
+    std::vector<int> free = free_after(out, nodes, gpn);
+    for (const std::vector<int>* q : {&q0_, &q1_})
+      for (int id : *q) {
+        const size_t i = pos[id];
+        if (st_[id].running && out[i].empty()) out[i] = most_free_alloc(free, active[i].target_replicas);
+      }
+    return out;
+  }
+
+ private:
+  struct State {
+    bool running = false;
+    double executed = 0, last_check = 0;
+  };
+  ClusterPolicyConfig cfg_;
+  std::vector<int> q0_, q1_;
+  std::map<int, State> st_;
+};
+
+// Optimus (Peng et al., EuroSys'18) with oracle throughput, as the artifact runs it: the batch
+// is the workload's; every job first gets one GPU (in submission order while GPUs last), then
+// GPUs go one at a time to the job whose predicted remaining time drops most (step time at n
+// minus at n + 1, packed on nodes of 4, times its remaining optimizer steps). A job keeps its
+// nodes while its GPU count stays; the others are placed smallest first, most-free node first.
+class OptimusPolicy final : public ClusterPolicy {
+ public:
+  explicit OptimusPolicy(const ClusterPolicyConfig& c) : cfg_(c) {}
+  std::string name() const override { return "optimus"; }
+  std::vector<std::vector<int>> plan(const std::vector<ClusterJobView>& active, int nodes, int gpn,
+                                     double) override {
+    const size_t J = active.size();
+    std::vector<double> remaining(J);
+    std::vector<int> maxr(J), num(J, 0);
+    std::vector<double> gain(J, 0);
+    for (size_t i = 0; i < J; ++i) {
+      const ClusterJobView& j = active[i];
+      const int completion_epoch = j.app->max_epochs - 1;
+      remaining[i] = completion_epoch <= j.epoch
+                         ? 1.0
+                         : j.app->iterations(j.target_batch, completion_epoch) - j.app->iterations(j.target_batch, j.epoch);
+      maxr[i] = j.app->name == "ncf" ? 1 : std::max(1, j.target_batch / j.app->min_local);
+    }
+    int left = nodes * gpn;
+    auto marginal = [&](size_t i) {
+      if (num[i] + 1 > maxr[i] || left < 1) return 0.0;
+      return (predict(active[i], num[i]) - predict(active[i], num[i] + 1)) * remaining[i];
+    };
+    for (size_t i = 0; i < J; ++i) {
+      if (left < 1) break;
+      num[i] = 1;
+      --left;
+      gain[i] = marginal(i);
+    }
+    while (left > 0) {
+      size_t best = 0;
+      for (size_t i = 1; i < J; ++i)
+        if (gain[i] > gain[best]) best = i;
+      if (!(gain[best] > 0)) break;
+      ++num[best];
+      --left;
+      gain[best] = marginal(best);
+    }
+    last_num_ = num;
+    std::vector<std::vector<int>> out(J);
+    for (size_t i = 0; i < J; ++i)
+      if (static_cast<int>(active[i].alloc.size()) == num[i]) out[i] = active[i].alloc;
+    std::vector<int> free = free_after(out, nodes, gpn);
+    std::vector<size_t> order(J);
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return num[a] < num[b]; });
+    for (size_t i : order)
+      if (num[i] > 0 && out[i].empty()) out[i] = most_free_alloc(free, num[i]);
+    return out;
+  }
+
+  // Step time of one optimizer step at n GPUs packed 4 per node (accumulation included).
+  double predict(const ClusterJobView& j, int n) {
+    const auto key = std::make_tuple(j.app, j.target_batch, n);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    std::vector<int> pl;
+    for (int left = n; left > 0; left -= 4) pl.push_back(std::min(left, 4));
+    const BatchConfig c = fixed_batch_config(*j.app, n, j.target_batch, true);
+    const auto [step, sync] = j.app->step_sync(pl, c.atomic);
+    const double v = step + (step - sync) * c.accum;
+    cache_[key] = v;
+    return v;
+  }
+  std::vector<int> last_num_;
+
+ private:
+  ClusterPolicyConfig cfg_;
+  std::map<std::tuple<const ClusterApp*, int, int>, double> cache_;
+};
+
+// edp's DP in the node-level simulator. Each job's options are GPU counts that pack onto nodes
+// (1-4 on one node, then whole nodes), each with the best batch for that count; an option's
+// value is 1 / (the time the job would still need at it), the time including the restart pause
+// when the option changes the job's allocation (restart-aware) — so a change must pay for its
+// pause over the job's remaining time, and the sum favours short jobs (SRPT-like). The eager
+// variant values rate / remaining work with only the hysteresis (the formulation of policy.h).
+// Jobs whose GPU count stays keep their nodes; the others are placed whole-nodes first and
+// best-fit inside nodes, preferring the nodes they had.
+class EdpDpPolicy final : public ClusterPolicy {
+ public:
+  EdpDpPolicy(std::string name, bool by_goodput, bool restart_aware, const ClusterPolicyConfig& c)
+      : name_(std::move(name)), by_goodput_(by_goodput), restart_aware_(restart_aware), cfg_(c) {}
+  std::string name() const override { return name_; }
+  bool adaptive_batch() const override { return true; }
+
+  std::vector<std::vector<int>> plan(const std::vector<ClusterJobView>& active, int nodes, int gpn,
+                                     double) override {
+    const size_t J = active.size();
+    const int capacity = nodes * gpn;
+    problem_.resize(J);
+    for (size_t i = 0; i < J; ++i) {
+      const ClusterJobView& j = active[i];
+      JobOptions& jo = problem_[i];
+      jo.options.clear();
+      jo.may_wait = true;
+      const int cur = static_cast<int>(j.alloc.size());
+      jo.current_gpus = cur;
+      jo.current_batch = cur;  // the DP's "batch" slot carries the GPU count: the batch follows it
+      const double R = std::max(1e-9, j.app->total_progress() - j.progress);
+      for (const Rate& r : rates(*j.app, j.epoch, gpn, capacity)) {
+        double rate = r.rate;
+        if (r.gpus == cur && j.goodput > 0 && by_goodput_) rate = j.goodput;  // actual placement
+        if (!(rate > 0)) continue;
+        const bool change = r.gpus != cur;
+        double v;
+        if (restart_aware_) {
+          v = 1.0 / (R / rate + (change || cur == 0 ? cfg_.restart_s : 0.0));
+        } else {
+          v = rate / R;
+        }
+        if (change && cur > 0) v *= 1.0 - cfg_.hysteresis;
+        jo.options.push_back(Option{r.gpus, r.gpus, v});
+      }
+    }
+    const Solution s = solve(problem_, capacity);
+    // Placement: keep jobs whose count stays; place the rest largest first.
+    std::vector<std::vector<int>> out(J);
+    std::vector<size_t> todo;
+    for (size_t i = 0; i < J; ++i) {
+      const int n = s.choices[i].gpus;
+      if (n == static_cast<int>(active[i].alloc.size())) out[i] = active[i].alloc;
+      else if (n > 0) todo.push_back(i);
+    }
+    std::vector<int> free = free_after(out, nodes, gpn);
+    std::stable_sort(todo.begin(), todo.end(),
+                     [&](size_t a, size_t b) { return s.choices[a].gpus > s.choices[b].gpus; });
+    for (size_t i : todo) out[i] = place(free, s.choices[i].gpus, active[i].alloc, gpn);
+    return out;
+  }
+
+ private:
+  struct Rate {
+    int gpus;
+    double rate;  // progress per second (goodput) or init-batch samples per second (dp)
+  };
+  const std::vector<Rate>& rates(const ClusterApp& app, int epoch, int gpn, int capacity) {
+    const auto key = std::make_pair(&app, by_goodput_ ? epoch : 0);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    std::vector<Rate> v;
+    // Counts above the cluster are never chosen (solve() drops them), so the cache does not
+    // depend on the capacity.
+    (void)capacity;
+    const int maxg = app.name == "ncf" ? 1
+                                       : std::min({cfg_.max_gpus_per_job, 4096,
+                                                   std::max(1, app.max_batch / app.min_local)});
+    for (int n = 1; n <= maxg; ++n) {
+      if (n > gpn && n % gpn != 0) continue;  // only counts that pack onto whole nodes
+      std::vector<int> pl;
+      for (int left = n; left > 0; left -= gpn) pl.push_back(std::min(left, gpn));
+      const AdaptiveChoice c = best_adaptive(app, pl, epoch, by_goodput_);
+      v.push_back(Rate{n, by_goodput_ ? c.goodput : c.samples_per_s / app.init_batch});
+    }
+    return cache_.emplace(key, std::move(v)).first->second;
+  }
+
+  // Whole free nodes for multiples of a node (the job's old nodes first), best fit inside one
+  // node for smaller jobs; when neither exists, the most-free nodes (the step-time table then
+  // charges the spread placement).
+  static std::vector<int> place(std::vector<int>& free, int n, const std::vector<int>& old, int gpn) {
+    const int nodes = static_cast<int>(free.size());
+    std::set<int> had(old.begin(), old.end());
+    std::vector<int> a;
+    if (n >= gpn) {
+      std::vector<int> cand;
+      for (int i = 0; i < nodes; ++i)
+        if (free[size_t(i)] == gpn) cand.push_back(i);
+      std::stable_partition(cand.begin(), cand.end(), [&](int x) { return had.count(x) > 0; });
+      for (int x : cand) {
+        if (static_cast<int>(a.size()) + gpn > n) break;
+        a.insert(a.end(), size_t(gpn), x);
+        free[size_t(x)] = 0;
+      }
+    } else {
+      int best = -1;
+      for (int i = 0; i < nodes; ++i) {
+        const int f = free[size_t(i)];
+        if (f < n) continue;
+        const bool better = best < 0 || f < free[size_t(best)] ||
+                            (f == free[size_t(best)] && had.count(i) && !had.count(best));
+        if (better) best = i;
+      }
+      if (best >= 0) {
+        a.assign(size_t(n), best);
+        free[size_t(best)] -= n;
+      }
+    }
+    if (static_cast<int>(a.size()) < n) {
+      std::vector<int> rest = most_free_alloc(free, n - static_cast<int>(a.size()));
+      a.insert(a.end(), rest.begin(), rest.end());
+    }
+    return a;
+  }
+
+  std::string name_;
+  bool by_goodput_, restart_aware_;
+  ClusterPolicyConfig cfg_;
+  std::vector<JobOptions> problem_;
+  std::map<std::pair<const ClusterApp*, int>, std::vector<Rate>> cache_;
+};
+
+}  // namespace
+
+std::vector<std::string> cluster_policy_names() { return {"tiresias", "optimus", "goodput", "dp", "goodput-eager"}; }
+
+std::unique_ptr<ClusterPolicy> make_cluster_policy(const std::string& name, const ClusterPolicyConfig& cfg) {
+  if (name == "tiresias") return std::make_unique<TiresiasPolicy>(cfg);
+  if (name == "optimus") return std::make_unique<OptimusPolicy>(cfg);
+  if (name == "goodput") return std::make_unique<EdpDpPolicy>(name, true, cfg.restart_aware, cfg);
+  if (name == "dp") return std::make_unique<EdpDpPolicy>(name, false, cfg.restart_aware, cfg);
+  if (name == "goodput-eager") {
+    // The formulation before restart awareness: value rate / remaining work, the pool
+    // simulator's 5% hysteresis, no pause in the value.
+    ClusterPolicyConfig c = cfg;
+    c.hysteresis = 0.05;
+    return std::make_unique<EdpDpPolicy>(name, true, false, c);
+  }
+  std::string all;
+  for (const auto& n : cluster_policy_names()) all += (all.empty() ? "" : ", ") + n;
+  throw Error("unknown node-level policy '" + name + "' (known: " + all + ")");
+}
+
+// ---- the simulation -----------------------------------------------------------------------
+
+ClusterSimResult simulate_cluster(const std::vector<ClusterJob>& jobs, const ClusterProfiles& profiles,
+                                  const ClusterSimConfig& cfg) {
+  EDP_CHECK(cfg.nodes >= 1 && cfg.gpus_per_node >= 1, "simulate_cluster: nodes and gpus_per_node must be >= 1");
+  EDP_CHECK(cfg.interval_s > 0 && cfg.restart_s >= 0, "simulate_cluster: interval must be > 0, restart >= 0");
+  ClusterPolicyConfig pc = cfg.policy_cfg;
+  pc.restart_s = cfg.restart_s;
+  std::unique_ptr<ClusterPolicy> policy = make_cluster_policy(cfg.policy, pc);
+  const bool adaptive = policy->adaptive_batch();
+
+  struct Run {
+    const ClusterApp* app = nullptr;
+    std::vector<int> alloc, placement;
+    int atomic = 0, accum = 0;
+    double pause_left = 0, progress = 0;
+    int epoch = 0;
+    bool done = false, started = false;
+  };
+  const size_t N = jobs.size();
+  std::vector<Run> run(N);
+  ClusterSimResult res;
+  res.policy = cfg.policy;
+  res.jobs.resize(N);
+  for (size_t i = 0; i < N; ++i) {
+    run[i].app = &profiles.app(jobs[i].app);
+    res.jobs[i].name = jobs[i].name;
+    res.jobs[i].app = jobs[i].app;
+    res.jobs[i].submit_s = jobs[i].submit_s;
+    EDP_CHECK(!policy->fixed_replicas() || jobs[i].replicas <= cfg.nodes * cfg.gpus_per_node, "job ", jobs[i].name,
+              " needs ", jobs[i].replicas, " GPUs, the cluster has ", cfg.nodes * cfg.gpus_per_node);
+  }
+  auto configure = [&](size_t i) {
+    Run& r = run[i];
+    if (r.alloc.empty()) return;
+    if (adaptive) {
+      const AdaptiveChoice c = best_adaptive(*r.app, r.placement, r.epoch, cfg.policy != "dp");
+      r.atomic = c.atomic;
+      r.accum = c.accum;
+    } else {
+      const int n = static_cast<int>(r.alloc.size());
+      const BatchConfig c = fixed_batch_config(*r.app, n, jobs[i].batch, jobs[i].batch > r.app->init_batch);
+      r.atomic = c.atomic;
+      r.accum = c.accum;
+    }
+  };
+  auto goodput_of = [&](const Run& r) {
+    if (r.alloc.empty()) return 0.0;
+    const auto [step, sync] = r.app->step_sync(r.placement, r.atomic);
+    const double total = step + r.accum * (step - sync);
+    const double M = double(r.alloc.size()) * r.atomic * (r.accum + 1);
+    return r.app->gain(M, r.epoch) / total;
+  };
+  // One job over [t, t + seconds): the pause first, then epochs; the batch is re-tuned at every
+  // epoch boundary for adaptive jobs. Times of epoch ends are whole seconds (as in the artifact).
+  auto advance = [&](size_t i, double t, double seconds) {
+    Run& r = run[i];
+    if (r.alloc.empty() || r.done) return;
+    res.jobs[i].gpu_seconds += double(r.alloc.size()) * seconds;
+    const double delay = std::min(r.pause_left, seconds);
+    r.pause_left -= delay;
+    seconds -= delay;
+    t += delay;
+    while (seconds > 0 && !r.done) {
+      const double g = goodput_of(r);
+      EDP_CHECK(g > 0, "job ", jobs[i].name, ": non-positive goodput");
+      const double next = r.app->epoch_progress[size_t(r.epoch) + 1];
+      if (r.progress + g * seconds < next) {
+        r.progress += g * seconds;
+        break;
+      }
+      ++r.epoch;
+      const double delta = std::min(seconds, std::nearbyint((next - r.progress) / g));
+      r.progress = next;
+      t += delta;
+      seconds -= delta;
+      if (r.epoch >= r.app->max_epochs) {
+        r.done = true;
+        res.jobs[i].finish_s = t;
+      } else if (adaptive) {
+        configure(i);
+      }
+    }
+  };
+
+  std::vector<ClusterJobView> views;
+  std::vector<size_t> active;
+  double t = 0, plan_ms = 0;
+  size_t done = 0;
+  while (done < N && t < cfg.max_time_s) {
+    for (size_t i = 0; i < N; ++i) advance(i, t, cfg.interval_s);
+    t += cfg.interval_s;
+    active.clear();
+    views.clear();
+    done = 0;
+    for (size_t i = 0; i < N; ++i) {
+      if (run[i].done) {
+        ++done;
+        run[i].alloc.clear();
+        continue;
+      }
+      if (jobs[i].submit_s > t) continue;
+      active.push_back(i);
+      ClusterJobView v;
+      v.id = static_cast<int>(i);
+      v.app = run[i].app;
+      v.submit_s = jobs[i].submit_s;
+      v.target_replicas = jobs[i].replicas;
+      v.target_batch = jobs[i].batch;
+      v.epoch = run[i].epoch;
+      v.progress = run[i].progress;
+      v.alloc = run[i].alloc;
+      v.goodput = goodput_of(run[i]);
+      v.restarts = res.jobs[i].restarts;
+      views.push_back(std::move(v));
+    }
+    if (active.empty()) continue;
+    const auto p0 = std::chrono::steady_clock::now();
+    std::vector<std::vector<int>> plan = policy->plan(views, cfg.nodes, cfg.gpus_per_node, t);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
+    plan_ms += ms;
+    res.plan_ms_max = std::max(res.plan_ms_max, ms);
+    ++res.plans;
+    EDP_CHECK(plan.size() == active.size(), "policy ", cfg.policy, " returned ", plan.size(), " allocations for ",
+              active.size(), " jobs");
+    std::vector<int> used(size_t(cfg.nodes), 0);
+    for (const auto& a : plan)
+      for (int n : a) {
+        EDP_CHECK(n >= 0 && n < cfg.nodes, "policy ", cfg.policy, " used node ", n, " of ", cfg.nodes);
+        EDP_CHECK(++used[size_t(n)] <= cfg.gpus_per_node, "policy ", cfg.policy, " over-allocated node ", n);
+      }
+    for (size_t k = 0; k < active.size(); ++k) {
+      const size_t i = active[k];
+      Run& r = run[i];
+      if (plan[k] == r.alloc) continue;
+      EDP_CHECK(!policy->fixed_replicas() || plan[k].empty() || static_cast<int>(plan[k].size()) == jobs[i].replicas,
+                "policy ", cfg.policy, " changed the GPU count of a fixed job");
+      r.alloc = plan[k];
+      if (r.alloc.empty()) {
+        r.placement.clear();
+        r.pause_left = 0;
+        continue;
+      }
+      r.placement = placement_of(r.alloc);
+      r.pause_left = cfg.restart_s;
+      if (r.started) {
+        ++res.jobs[i].restarts;
+      } else {
+        r.started = true;
+        res.jobs[i].start_s = t;
+      }
+      configure(i);
+    }
+  }
+
+  double jct = 0, gpu_s = 0;
+  for (const ClusterJobResult& j : res.jobs) {
+    res.restarts += j.restarts;
+    gpu_s += j.gpu_seconds;
+    if (j.finished()) {
+      ++res.finished;
+      jct += j.finish_s - j.submit_s;
+      res.makespan_s = std::max(res.makespan_s, j.finish_s);
+    }
+  }
+  res.avg_jct_s = res.finished ? jct / res.finished : 0.0;
+  res.restarts_per_job = N ? double(res.restarts) / double(N) : 0.0;
+  res.utilisation = res.makespan_s > 0 ? gpu_s / (double(cfg.nodes * cfg.gpus_per_node) * res.makespan_s) : 0.0;
+  res.plan_ms_avg = res.plans ? plan_ms / res.plans : 0.0;
+  return res;
+}
+
+}  // namespace edp::autoscale
