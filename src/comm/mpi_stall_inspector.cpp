@@ -87,6 +87,7 @@ class Watchdog {
       if (stop_) break;
       lock.unlock();
       if (can_talk_) answer_queries(nullptr);
+      poll_device_ops();
       const double timeout = comm_timeout();
       if (timeout > 0) {
         if (const auto op = oldest_in_flight()) {
@@ -188,6 +189,7 @@ class Watchdog {
     report += "\n  ending the job with exit code " + std::to_string(kStallExitCode);
     log::error(report);
     std::fflush(stderr);
+    abort_device_ops();  // NCCL: ncclCommAbort, so that no kernel keeps waiting for a peer
     MPI_Abort(MPI_COMM_WORLD, kStallExitCode);
     std::_Exit(kStallExitCode);  // MPI_Abort does not return; if it did, still end this rank
   }

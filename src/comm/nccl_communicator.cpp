@@ -74,6 +74,7 @@ std::string duplicate_gpu_error(const std::vector<GpuIdentity>& ranks) {
 #include <exception>
 
 #include "kernels/kernels.h"
+#include "stall.h"
 #include "cuda/check.h"
 #include "comm/device_buffers.h"
 #include "edp/cuda/runtime.h"
@@ -152,6 +153,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   ~NcclCommunicator() override {
+    detail::forget_device_ops(this);
     try {
       DeviceGuard g(device_);
       if (std::uncaught_exceptions() > 0) {
@@ -198,7 +200,7 @@ class NcclCommunicator final : public Communicator {
   Request iallreduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
     check_count(count, "allreduce");
     const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
-    return run(send, bytes, recv, bytes, [&](const void* s, void* r) {
+    return run({"allreduce", count, dtype}, send, bytes, recv, bytes, [&](const void* s, void* r) {
       NCCL_CHECK(ncclAllReduce(s, r, static_cast<size_t>(count), nccl_type(dtype), nccl_op(op), comm_, stream_));
       if (op == ReduceOp::Avg && size_ > 1)
         cuda::kern::divide(r, static_cast<int>(dtype), count, size_, stream_);
@@ -209,7 +211,7 @@ class NcclCommunicator final : public Communicator {
     check_count(count, "broadcast");
     EDP_CHECK(root >= 0 && root < size_, "nccl broadcast: root ", root, " outside [0, ", size_, ")");
     const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
-    return run(buf, bytes, buf, bytes, [&](const void* s, void* r) {
+    return run({"broadcast", count, dtype}, buf, bytes, buf, bytes, [&](const void* s, void* r) {
       NCCL_CHECK(ncclBroadcast(s, r, static_cast<size_t>(count), nccl_type(dtype), root, comm_, stream_));
     });
   }
@@ -219,7 +221,7 @@ class NcclCommunicator final : public Communicator {
     const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
     // In place when send is this rank's block of recv: stage only recv in that case.
     const bool in_place = send == static_cast<const char*>(recv) + static_cast<size_t>(rank_) * bytes;
-    return run(in_place ? nullptr : send, bytes, recv, bytes * static_cast<size_t>(size_),
+    return run({"allgather", count, dtype}, in_place ? nullptr : send, bytes, recv, bytes * static_cast<size_t>(size_),
                [&](const void* s, void* r) {
                  const void* src = s ? s : static_cast<const char*>(r) + static_cast<size_t>(rank_) * bytes;
                  NCCL_CHECK(ncclAllGather(src, r, static_cast<size_t>(count), nccl_type(dtype), comm_, stream_));
@@ -258,8 +260,13 @@ class NcclCommunicator final : public Communicator {
   // Runs enqueue(send', recv') on the NCCL stream. Device buffers are used in place and the
   // returned Request orders the caller's stream after the collective. Host buffers are staged
   // through device memory and the call completes before returning. send may be null (in place).
+  struct What {
+    const char* op;
+    int64_t count;
+    DType dtype;
+  };
   template <typename F>
-  Request run(const void* send, size_t send_bytes, void* recv, size_t recv_bytes, F&& enqueue) {
+  Request run(What what, const void* send, size_t send_bytes, void* recv, size_t recv_bytes, F&& enqueue) {
     if (recv_bytes == 0) return Request();
     check_async();
     DeviceGuard g(device_);
@@ -274,6 +281,7 @@ class NcclCommunicator final : public Communicator {
       enqueue(send, recv);
       CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
       CUDA_CHECK(cudaEventRecord(done, stream_));
+      watch(what);
       return Request(std::make_unique<NcclRequest>(done, caller, comm_));
     }
     EDP_CHECK(!is_device_pointer(recv) && !(send && is_device_pointer(send)), "nccl: send and receive "
@@ -289,9 +297,35 @@ class NcclCommunicator final : public Communicator {
       CUDA_CHECK(cudaMemcpyAsync(drecv.raw(), recv, recv_bytes, cudaMemcpyHostToDevice, stream_));
     enqueue(send ? dsend.raw() : nullptr, drecv.raw());
     CUDA_CHECK(cudaMemcpyAsync(recv, drecv.raw(), recv_bytes, cudaMemcpyDeviceToHost, stream_));
+    watch(what);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     check_async();
     return Request();
+  }
+
+  // The stall inspector (comm/stall.h): an event recorded after the collective, polled by the
+  // watchdog thread; on a stall it aborts the communicator (ncclCommAbort) before the job ends.
+  // The watchdog owns its event (recorded on the NCCL stream after the collective), so the
+  // Request may destroy its own at any time.
+  void watch(const What& what) {
+    cudaEvent_t own;
+    CUDA_CHECK(cudaEventCreateWithFlags(&own, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(own, stream_));
+    auto ev = std::shared_ptr<CUevent_st>(own, [](cudaEvent_t e) { (void)cudaEventDestroy(e); });
+    const int dev = device_;
+    ncclComm_t c = comm_;
+    detail::watch_device_op(
+        this, what.op, "nccl", what.count, what.dtype,
+        [ev, dev] {
+          (void)cudaSetDevice(dev);
+          const cudaError_t e = cudaEventQuery(ev.get());
+          if (e == cudaErrorNotReady) {
+            (void)cudaGetLastError();
+            return false;
+          }
+          return true;  // done, or failed (the failure surfaces on the job's own threads)
+        },
+        [c] { (void)ncclCommAbort(c); });
   }
 
   std::unique_ptr<Communicator> boot_;

@@ -3,7 +3,9 @@
 
 #include <atomic>
 #include <cstdio>
+#include <algorithm>
 #include <map>
+#include <vector>
 #include <mutex>
 
 #include "edp/comm/stall.h"
@@ -40,10 +42,17 @@ void set_comm_timeout(double seconds) {
 namespace edp::comm::detail {
 
 namespace {
+struct DeviceOp {
+  const void* owner;
+  std::function<bool()> poll;
+  std::function<void()> abort;
+};
+
 struct Table {
   std::mutex mu;
   uint64_t next = 1;
   std::map<uint64_t, InFlight> ops;  // ids grow with time: begin() is the oldest
+  std::map<uint64_t, DeviceOp> device;  // the subset of ops that complete on a device
   Clock::time_point last_done{};
 };
 Table& table() {
@@ -91,6 +100,54 @@ void OpTicket::done() {
   t.ops.erase(id_);
   t.last_done = Clock::now();
   id_ = 0;
+}
+
+void watch_device_op(const void* owner, const char* op, const char* backend, int64_t count, DType dtype,
+                     std::function<bool()> poll, std::function<void()> abort) {
+  InFlight f{op, backend, count, dtype, stall_label(), stall_step(), Clock::now()};
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  const uint64_t id = t.next++;
+  t.ops.emplace(id, std::move(f));
+  t.device.emplace(id, DeviceOp{owner, std::move(poll), std::move(abort)});
+}
+
+void forget_device_ops(const void* owner) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (auto it = t.device.begin(); it != t.device.end();) {
+    if (it->second.owner == owner) {
+      t.ops.erase(it->first);
+      it = t.device.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void poll_device_ops() {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (auto it = t.device.begin(); it != t.device.end();) {
+    if (it->second.poll()) {
+      t.ops.erase(it->first);
+      t.last_done = Clock::now();
+      it = t.device.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void abort_device_ops() {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  std::vector<const void*> done;
+  for (auto& [id, d] : t.device) {
+    if (std::find(done.begin(), done.end(), d.owner) != done.end()) continue;
+    done.push_back(d.owner);
+    if (d.abort) d.abort();
+  }
 }
 
 std::optional<InFlight> oldest_in_flight() {

@@ -4,6 +4,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -40,6 +41,17 @@ class OpTicket {
  private:
   uint64_t id_ = 0;
 };
+
+// A collective that completes on a device (NCCL): in the table from now until the watchdog's
+// poll_device_ops() sees poll() return true. abort() cancels its communicator (ncclCommAbort)
+// when the job is ended for a stall. `owner` (the communicator) groups them for
+// forget_device_ops, which its destructor calls. poll and abort run on the watchdog thread.
+void watch_device_op(const void* owner, const char* op, const char* backend, int64_t count, DType dtype,
+                     std::function<bool()> poll, std::function<void()> abort);
+void forget_device_ops(const void* owner);
+void poll_device_ops();
+// Calls abort() once per owner with device collectives still in flight.
+void abort_device_ops();
 
 // The oldest collective in flight in this process, if any.
 std::optional<InFlight> oldest_in_flight();
