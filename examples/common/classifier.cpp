@@ -3,6 +3,7 @@
 // (DistributedSampler) and DistributedDataParallel averages the gradients; rank 0 reports.
 #include "common/classifier.h"
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -45,6 +46,20 @@ namespace {
 // Wall-clock seconds (for the rescale timestamps that bench/rescale.sh reads).
 double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The shortest text that reads back as `d`.
+std::string shortest(double d) {
+  char buf[40];
+  const auto r = std::to_chars(buf, buf + sizeof buf, d);
+  return std::string(buf, r.ptr);
+}
+// A number written another way ("0.05", "5e-2", "0.050000") compares equal.
+std::string canonical(const std::string& v) {
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || !end || *end != '\0') return v;
+  return shortest(d);
 }
 
 // Flags that must be numbers in range: refused before anything is loaded.
@@ -152,10 +167,10 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
     for (const auto& [k, v] : o.values())
       if (k != "threads" && k != "workers" && k != "data" && k != "device" && k != "control-file" &&
           k != "comm-timeout")
-        settings.emplace_back("--" + k, v);
+        settings.emplace_back("--" + k, canonical(v));
     settings.emplace_back("batch per rank", std::to_string(batch));
     settings.emplace_back("global batch", std::to_string(global_batch));
-    settings.emplace_back("learning rate after scaling", std::to_string(lr));
+    settings.emplace_back("learning rate after scaling", shortest(lr));
     settings.emplace_back("training samples", std::to_string(train_set->size()));
     settings.emplace_back("test samples", std::to_string(test_set->size()));
     settings.emplace_back("model parameters", std::to_string(model->num_parameters()));
