@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -270,6 +271,19 @@ PlanRequest parse_plan(const json& in, const Args& args) {
   return req;
 }
 
+// Runs fn(0..n-1) on up to `threads` threads (this one included), each index once.
+void run_parallel(size_t n, int threads, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next++) < n;) fn(i);
+  };
+  const int t = std::max(1, std::min<int>(threads, static_cast<int>(n)));
+  std::vector<std::thread> pool;
+  for (int k = 1; k < t; ++k) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+}
+
 int cmd_plan(const Args& args) {
   if (!args.has("input")) throw UsageError("plan needs --input FILE");
   const std::string path = args.get("input");
@@ -420,42 +434,34 @@ int cmd_simulate(const Args& args, const char* argv0) {
   for (int g : sizes)
     for (const std::string& p : policies) runs.push_back(Run{p, g, {}});
   std::mutex mu;
-  std::atomic<size_t> next{0};
   std::vector<std::string> errors;
-  auto worker = [&]() {
-    for (size_t i; (i = next++) < runs.size();) {
-      Run& run = runs[i];
-      SimConfig cfg = base;
-      cfg.gpus = run.gpus;
-      cfg.policy = run.policy;
-      const std::string tag = run.policy + "_" + std::to_string(run.gpus);
+  run_parallel(runs.size(), static_cast<int>(args.integer("threads")), [&](size_t i) {
+    Run& run = runs[i];
+    SimConfig cfg = base;
+    cfg.gpus = run.gpus;
+    cfg.policy = run.policy;
+    const std::string tag = run.policy + "_" + std::to_string(run.gpus);
+    if (!quiet)
+      cfg.progress = [&, tag](double t, int done, int total) {
+        std::lock_guard<std::mutex> lock(mu);
+        std::fprintf(stderr, "[%s] day %5.1f: %d/%d jobs done\n", tag.c_str(), t / 86400.0, done, total);
+      };
+    try {
+      const SimResult r = simulate(trace, profiles, cfg);
+      write_jobs_csv(r, (out / ("jobs_" + tag + ".csv")).string());
+      write_timeline_csv(r, (out / ("timeline_" + tag + ".csv")).string());
+      if (cfg.record_allocations) write_allocations_csv(r, (out / ("allocations_" + tag + ".csv")).string());
+      std::ofstream(out / ("summary_" + tag + ".json")) << summary_json(r.summary) << "\n";
+      std::lock_guard<std::mutex> lock(mu);
+      run.summary = r.summary;
       if (!quiet)
-        cfg.progress = [&, tag](double t, int done, int total) {
-          std::lock_guard<std::mutex> lock(mu);
-          std::fprintf(stderr, "[%s] day %5.1f: %d/%d jobs done\n", tag.c_str(), t / 86400.0, done, total);
-        };
-      try {
-        const SimResult r = simulate(trace, profiles, cfg);
-        write_jobs_csv(r, (out / ("jobs_" + tag + ".csv")).string());
-        write_timeline_csv(r, (out / ("timeline_" + tag + ".csv")).string());
-        if (cfg.record_allocations) write_allocations_csv(r, (out / ("allocations_" + tag + ".csv")).string());
-        std::ofstream(out / ("summary_" + tag + ".json")) << summary_json(r.summary) << "\n";
-        std::lock_guard<std::mutex> lock(mu);
-        run.summary = r.summary;
-        if (!quiet)
-          std::fprintf(stderr, "[%s] done in %.1f s: avg JCT %.0f s, %d/%d completed in window\n", tag.c_str(),
-                       r.summary.wall_s, r.summary.avg_jct_s, r.summary.completed_in_window, r.summary.jobs);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(tag + ": " + e.what());
-      }
+        std::fprintf(stderr, "[%s] done in %.1f s: avg JCT %.0f s, %d/%d completed in window\n", tag.c_str(),
+                     r.summary.wall_s, r.summary.avg_jct_s, r.summary.completed_in_window, r.summary.jobs);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      errors.push_back(tag + ": " + e.what());
     }
-  };
-  const int threads = std::max(1, std::min<int>(args.integer("threads"), static_cast<int>(runs.size())));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
+  });
   if (!errors.empty()) {
     for (const auto& e : errors) std::cerr << "edp-autoscale: " << e << "\n";
     return 1;
@@ -583,30 +589,22 @@ int cmd_compare_published(const Args& args) {
     }
   }
   std::mutex mu;
-  std::atomic<size_t> next{0};
   std::vector<std::string> errors;
-  auto worker = [&]() {
-    for (size_t i; (i = next++) < runs.size();) {
-      Run& run = runs[i];
-      ClusterSimConfig cfg = base;
-      cfg.policy = run.policy;
-      const size_t l = static_cast<size_t>(std::find(loads.begin(), loads.end(), run.load) - loads.begin());
-      try {
-        const auto t0 = std::chrono::steady_clock::now();
-        run.r = simulate_cluster(jobs[l][size_t(run.workload - 1)], profiles, cfg);
-        run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(run.policy + " load " + std::to_string(run.load) + " workload-" +
-                         std::to_string(run.workload) + ": " + e.what());
-      }
+  run_parallel(runs.size(), static_cast<int>(args.integer("threads")), [&](size_t i) {
+    Run& run = runs[i];
+    ClusterSimConfig cfg = base;
+    cfg.policy = run.policy;
+    const size_t l = static_cast<size_t>(std::find(loads.begin(), loads.end(), run.load) - loads.begin());
+    try {
+      const auto t0 = std::chrono::steady_clock::now();
+      run.r = simulate_cluster(jobs[l][size_t(run.workload - 1)], profiles, cfg);
+      run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      errors.push_back(run.policy + " load " + std::to_string(run.load) + " workload-" +
+                       std::to_string(run.workload) + ": " + e.what());
     }
-  };
-  const int threads = std::max(1, std::min<int>(args.integer("threads"), static_cast<int>(runs.size())));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
+  });
   if (!errors.empty()) {
     for (const auto& e : errors) std::cerr << "edp-autoscale: " << e << "\n";
     return 1;
