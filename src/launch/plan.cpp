@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "edp/core/error.h"
+#include "edp/elastic/allowed.h"
 
 namespace edp::launch {
 
@@ -568,6 +569,10 @@ Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus)
   if (req.allow_run_as_root) a.push_back("--allow-run-as-root");
   if (oversubscribed || cores_shared) a.push_back("--oversubscribe");
   a.insert(a.end(), {"-np", std::to_string(np)});
+  // Open MPI's session directory and shared-memory segments, job-private so that edprun can
+  // remove them after any mpirun exit, a SIGKILL included (docs/launch.md, "Cleanup").
+  if (!req.ompi_session_dir.empty()) a.insert(a.end(), {"--mca", "orte_tmpdir_base", req.ompi_session_dir});
+  if (!req.ompi_shm_dir.empty()) a.insert(a.end(), {"--mca", "btl_vader_backing_directory", req.ompi_shm_dir});
   if (req.host_source == HostSource::Hostfile) {
     std::vector<std::string> hs;
     for (const auto& hp : p.hosts)
@@ -583,6 +588,25 @@ Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus)
   a.insert(a.end(), {req.self_exe, "--rank-exec", "--"});
   a.insert(a.end(), req.program.begin(), req.program.end());
   return p;
+}
+
+std::vector<int> allowed_worker_counts(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus) {
+  const Plan base = make_plan(req, local_gpus);
+  int slots = 0;
+  for (const auto& h : base.hosts) slots += h.capacity;
+  const int bound = std::min(std::max(base.np, slots), elastic::kMaxAllowedWorkers);
+  std::vector<int> out;
+  LaunchRequest r = req;
+  for (int n = 1; n <= bound; ++n) {
+    r.np = n;
+    try {
+      make_plan(r, local_gpus);
+      out.push_back(n);
+    } catch (const Error&) {
+      // Not a size this launch can run (too many ranks for a host, an MPS limit, ...).
+    }
+  }
+  return out;
 }
 
 // ---- formatting -------------------------------------------------------------------------------
