@@ -252,7 +252,10 @@ struct Job {
     const int killed = kill_leftover_ranks(dir);
     if (!dir.empty()) empty_dir(dir + "/ompi");
     if (!shm_dir.empty()) empty_dir(shm_dir);
-    if (!dir.empty()) empty_dir(dir + "/ranks");  // the next start's ranks write their own
+    if (!dir.empty()) {
+      empty_dir(dir + "/ranks");  // the next start's ranks write their own
+      std::remove((dir + "/mpirun.pid").c_str());
+    }
     return killed;
   }
   ~Job() { cleanup(); }
@@ -362,9 +365,10 @@ int launcher(int argc, char** argv) {
       // Job directories of edprun processes that were killed (SIGKILL skips every cleanup).
       for (const StaleJob& st : clean_stale_job_dirs(tmp, mps_control))
         std::fprintf(stderr,
-                     "edprun: removed the job directory of a dead edprun (pid %ld): %s (killed %d rank(s) it left "
+                     "edprun: removed the job directory of a dead edprun (pid %ld): %s (killed %s%d rank(s) it left "
                      "running, stopped %d MPS daemon(s))\n",
-                     st.pid, st.dir.c_str(), st.ranks_killed, st.daemons_stopped);
+                     st.pid, st.dir.c_str(), st.mpirun_killed ? "its mpirun and " : "", st.ranks_killed,
+                     st.daemons_stopped);
       std::string templ = tmp + "/edprun.XXXXXX";
       if (!mkdtemp(templ.data())) throw Error("cannot create a job directory under " + tmp + ": " + std::strerror(errno));
       req.job_dir = templ;
@@ -477,6 +481,7 @@ int launcher(int argc, char** argv) {
     pid_t child = -1;
     try {
       child = spawn_mpirun(plan.mpirun_argv);
+      write_mpirun_record(job.dir, child);  // for the next edprun, should this one be SIGKILLed
     } catch (const std::exception& e) {
       std::fprintf(stderr, "edprun: error: %s\n", e.what());
       job.cleanup();
@@ -502,7 +507,8 @@ int launcher(int argc, char** argv) {
       if (w == child) {
         code = status_code(st);
         if (WIFSIGNALED(st) && !got_signal)
-          std::fprintf(stderr, "edprun: mpirun was killed by %s; stopping what it left behind\n", strsignal(WTERMSIG(st)));
+          std::fprintf(stderr, "edprun: mpirun was killed by signal %d (%s); removing what it left behind\n", WTERMSIG(st),
+                       strsignal(WTERMSIG(st)));
         break;
       }
       if (!killed && std::chrono::steady_clock::now() > deadline) {

@@ -112,6 +112,18 @@ int kill_leftover_ranks(const std::string& job_dir) {
   return killed;
 }
 
+void write_mpirun_record(const std::string& job_dir, long pid) {
+  std::ofstream(job_dir + "/mpirun.pid") << pid << " " << process_start_time(pid) << "\n";
+}
+
+bool kill_recorded_mpirun(const std::string& job_dir) {
+  std::ifstream f(job_dir + "/mpirun.pid");
+  long pid = 0;
+  unsigned long long start = 0;
+  if (!(f >> pid >> start) || pid <= 1 || start == 0 || process_start_time(pid) != start) return false;
+  return kill(static_cast<pid_t>(pid), SIGKILL) == 0;
+}
+
 bool empty_dir(const std::string& dir) {
   bool ok = true;
   DIR* d = opendir(dir.c_str());
@@ -146,6 +158,7 @@ std::vector<StaleJob> clean_stale_job_dirs(const std::string& parent, const std:
       StaleJob s;
       s.dir = dir;
       s.pid = o.pid;
+      s.mpirun_killed = kill_recorded_mpirun(dir);
       s.ranks_killed = kill_leftover_ranks(dir);
       // Its MPS daemons (one per GPU directory), which `-d` detached from the dead edprun.
       MpsController mps(mps_control.empty() ? "nvidia-cuda-mps-control" : mps_control);

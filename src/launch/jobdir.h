@@ -6,6 +6,7 @@
 // Layout of a job directory (mkdtemp'd under $TMPDIR as edprun.XXXXXX):
 //   owner.json     {"pid", "start_time", "host", "pid_ns", "shm_dir"}: written first
 //   ranks/<r>.pid  each rank of this host (the shim), to kill leftovers by pid
+//   mpirun.pid     "pid start_time" of the running mpirun
 //   ompi/          Open MPI's session directory (--mca orte_tmpdir_base), one job only
 //   mps/<gpu>/     MPS daemons' pipe and log directories (mps.h)
 //   rescale.json   written by the job's rank 0 before it exits with 75 (EDP_RESCALE_FILE)
@@ -44,6 +45,11 @@ bool owner_is_dead(const JobOwner& o);
 // pids are left alone). Returns how many were killed.
 int kill_leftover_ranks(const std::string& job_dir);
 
+// Records the running mpirun (pid and start time) in <job>/mpirun.pid.
+void write_mpirun_record(const std::string& job_dir, long pid);
+// Kills (SIGKILL) the mpirun recorded there if that very process still runs. Returns whether it did.
+bool kill_recorded_mpirun(const std::string& job_dir);
+
 // Empties a directory (keeps the directory itself). Returns false if something stayed.
 bool empty_dir(const std::string& dir);
 
@@ -52,10 +58,11 @@ struct StaleJob {
   std::string dir;
   long pid = 0;
   int ranks_killed = 0;
+  bool mpirun_killed = false;  // its mpirun still ran (it gets SIGTERM when edprun dies; this is the backstop)
   int daemons_stopped = 0;
 };
 // Scans `parent` for edprun.* directories of this user whose owner is dead (owner_is_dead) and
-// removes them: kills their leftover ranks, stops their MPS daemons (`quit` through mps_control),
+// removes them: kills their mpirun if it still runs and their leftover ranks, stops their MPS daemons (`quit` through mps_control),
 // removes their shared-memory directory and the directory. Directories without owner.json (being
 // created right now, or not edprun's) are left alone. Never throws.
 std::vector<StaleJob> clean_stale_job_dirs(const std::string& parent, const std::string& mps_control);

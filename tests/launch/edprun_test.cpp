@@ -540,7 +540,7 @@ TEST(EdprunCleanup, SigkillOfMpirunLeavesNothing) {
   if (ranks[0].shm_dir != "-") {
     EXPECT_FALSE(exists(ranks[0].shm_dir)) << ranks[0].shm_dir;
   }
-  EXPECT_NE(read_file(sc.root + "/edprun.log").find("edprun: mpirun was killed by Killed"), std::string::npos)
+  EXPECT_NE(read_file(sc.root + "/edprun.log").find("edprun: mpirun was killed by signal 9 (Killed); removing what it left behind"), std::string::npos)
       << read_file(sc.root + "/edprun.log");
 }
 
