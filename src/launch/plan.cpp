@@ -319,7 +319,11 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const RankCont
 
 // ---- the planner ------------------------------------------------------------------------------
 
-Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus) {
+namespace {
+
+// check_only: stop once every check has passed, before the per-rank part (O(np), and no check
+// there), so that allowed_worker_counts() can try thousands of sizes cheaply.
+Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus, bool check_only) {
   Plan p;
   const int K = req.ranks_per_gpu;
   if (K < 1) throw Error(concat("--ranks-per-gpu ", K, ": must be at least 1"));
@@ -516,6 +520,8 @@ Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus)
     p.mps_host_stop_argv.insert(p.mps_host_stop_argv.end(), {"stop", req.job_dir});
   }
 
+  if (check_only) return p;
+
   // Ranks.
   int rank = 0;
   for (int h = 0; h < H; ++h)
@@ -590,6 +596,12 @@ Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus)
   return p;
 }
 
+}  // namespace
+
+Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus) {
+  return plan_impl(req, local_gpus, false);
+}
+
 std::vector<int> allowed_worker_counts(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus) {
   const Plan base = make_plan(req, local_gpus);
   int slots = 0;
@@ -600,7 +612,7 @@ std::vector<int> allowed_worker_counts(const LaunchRequest& req, const std::vect
   for (int n = 1; n <= bound; ++n) {
     r.np = n;
     try {
-      make_plan(r, local_gpus);
+      plan_impl(r, local_gpus, true);
       out.push_back(n);
     } catch (const Error&) {
       // Not a size this launch can run (too many ranks for a host, an MPS limit, ...).
