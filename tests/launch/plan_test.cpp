@@ -1,18 +1,19 @@
 // The launch planner over fake inventories (1-8 GPUs, K = 1-8, hostfiles of 1-3 hosts, uneven
-// -np), its parsers, the per-rank environment and placement_from_env. Pure functions: no
-// process is started here.
+// -np), its parsers, the per-rank environment and placement_from_env; EDP_ALLOWED_WORKERS, the
+// rescale record and the stale-job-directory rule. No process is started here.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <set>
-
-#include <fstream>
 
 #include "edp/core/error.h"
 #include "edp/elastic/allowed.h"
 #include "edp/launch/placement.h"
 #include "launch/jobdir.h"
+#include "launch/mps.h"
 #include "launch/plan.h"
 #include "launch/system.h"
 
@@ -602,4 +603,40 @@ TEST(RescaleRecord, ReadAndReject) {
   } catch (const edp::Error& e) {
     EXPECT_EQ(std::string(e.what()), "rescale file " + path + " is missing");
   }
+}
+
+// A job directory is stale only when its owner is this host's and pid namespace's and that
+// very process (pid and start time) is gone; one without owner.json is never touched.
+TEST(JobDir, StaleOnlyWhenTheOwnerIsGone) {
+  std::string root = testing::TempDir() + "/edp-jobdir-test.XXXXXX";
+  ASSERT_NE(mkdtemp(root.data()), nullptr);
+  JobOwner me = current_owner("");
+  EXPECT_GT(me.start_time, 0u);
+  EXPECT_FALSE(owner_is_dead(me));
+  JobOwner reused = me;
+  reused.start_time += 1;  // the pid now names another process
+  EXPECT_TRUE(owner_is_dead(reused));
+  JobOwner elsewhere = reused;
+  elsewhere.host = me.host + "-other";
+  EXPECT_FALSE(owner_is_dead(elsewhere)) << "another host's pids mean nothing here";
+  elsewhere = reused;
+  elsewhere.pid_ns = "pid:[1]";
+  EXPECT_FALSE(owner_is_dead(elsewhere)) << "another pid namespace's pids mean nothing here";
+
+  for (const char* d : {"/edprun.live", "/edprun.dead", "/edprun.noowner", "/other.dead"})
+    ASSERT_EQ(mkdir((root + d).c_str(), 0700), 0);
+  write_owner(root + "/edprun.live", me);
+  write_owner(root + "/edprun.dead", reused);
+  write_owner(root + "/other.dead", reused);
+  EXPECT_EQ(read_owner(root + "/edprun.dead").start_time, reused.start_time);
+  const std::vector<StaleJob> removed = clean_stale_job_dirs(root, "/nonexistent/nvidia-cuda-mps-control");
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].dir, root + "/edprun.dead");
+  EXPECT_EQ(removed[0].pid, me.pid);
+  struct stat st {};
+  EXPECT_NE(stat((root + "/edprun.dead").c_str(), &st), 0);
+  EXPECT_EQ(stat((root + "/edprun.live").c_str(), &st), 0);
+  EXPECT_EQ(stat((root + "/edprun.noowner").c_str(), &st), 0);
+  EXPECT_EQ(stat((root + "/other.dead").c_str(), &st), 0) << "only edprun.* directories";
+  remove_tree(root);
 }
