@@ -45,5 +45,6 @@
 #include "edp/train/evaluate.h"
 #include "edp/train/options.h"
 #include "edp/train/progress.h"
+#include "edp/elastic/allowed.h"
 #include "edp/elastic/elastic.h"
 #include "edp/launch/placement.h"

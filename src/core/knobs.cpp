@@ -96,8 +96,9 @@ const std::vector<Knob> kKnobs = {
      "Elastic control file of the job (edprun --control-file; the examples' --control-file).", "launch", "",
      kNoMin, kNoMax, true},
     {"EDP_ALLOWED_WORKERS", Type::String, "",
-     "Worker counts the launcher can run this job at, comma-separated (edprun sets it; empty: any). A rescale "
-     "request for another count is refused before any rank acts on it.",
+     "Worker counts the launcher can run this job at: counts and inclusive ranges, comma-separated, e.g. "
+     "1-4,6,8 (edprun sets it; empty: any; edp/elastic/allowed.h parses it). A rescale request for another count "
+     "is refused before any rank acts on it.",
      "launch", "", kNoMin, kNoMax, true},
     {"EDP_RESCALE_FILE", Type::String, "",
      "Where rank 0 records, after committing the rescale checkpoint, the size the job is to be restarted at "

@@ -3,9 +3,16 @@
 // blocked from the start and taken synchronously (sigtimedwait), so there is no async handler:
 // a SIGINT/SIGTERM/SIGHUP is forwarded to mpirun, and after mpirun is gone (or after the grace
 // period, killed) the daemons are stopped and the job directory removed.
+//
+// What a SIGKILL cannot be allowed to leave behind (docs/launch.md, "Cleanup"): mpirun runs
+// with PR_SET_PDEATHSIG = SIGTERM (edprun killed -> mpirun stops the job the way it stops it on
+// Ctrl-C), every rank with PR_SET_PDEATHSIG = SIGKILL (its mpirun or orted killed -> the rank
+// dies), Open MPI's session directory and shared-memory segments are job-private and removed
+// after every mpirun exit, and a job directory whose edprun died is removed by the next edprun.
 #include "edp/launch/edprun.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,7 +31,10 @@
 
 #include "edp/core/error.h"
 #include "edp/core/knobs.h"
+#include "edp/comm/communicator.h"
+#include "edp/elastic/allowed.h"
 #include "edp/elastic/elastic.h"
+#include "launch/jobdir.h"
 #include "launch/mps.h"
 #include "launch/plan.h"
 #include "launch/system.h"
@@ -80,29 +90,18 @@ int pending_stop_signal() {
   return 0;
 }
 
-pid_t spawn(const std::vector<std::string>& argv) { return fork_exec(argv, "edprun"); }
-
 int status_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1; }
 
-// Ranks of this host write <job>/ranks/<rank>.pid. A rank still alive once mpirun is gone (it
-// was killed) is killed too; the job directory in its environment guards against reused pids.
-int kill_leftover_ranks(const std::string& job_dir) {
-  int killed = 0;
-  const std::string dir = job_dir + "/ranks";
-  DIR* d = opendir(dir.c_str());
-  if (!d) return 0;
-  while (dirent* e = readdir(d)) {
-    std::ifstream f(dir + "/" + e->d_name);
-    long pid = 0;
-    if (!(f >> pid) || pid <= 1) continue;
-    std::ifstream envf("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-    std::stringstream ss;
-    ss << envf.rdbuf();
-    if (ss.str().find("EDP_LAUNCH_JOB_DIR=" + job_dir + '\0') == std::string::npos) continue;
-    if (kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;
-  }
-  closedir(d);
-  return killed;
+// mpirun dies with edprun: PR_SET_PDEATHSIG survives exec, and the getppid() check closes the race
+// of edprun dying between fork and prctl. SIGTERM, not SIGKILL, so that mpirun still stops its
+// ranks and removes its session directory as on Ctrl-C (edprun is single-threaded: the "parent
+// thread" the kernel watches is edprun's only thread).
+pid_t spawn_mpirun(const std::vector<std::string>& argv) {
+  const pid_t parent = getpid();
+  return fork_exec(argv, "edprun", [parent] {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(128 + SIGTERM);
+  });
 }
 
 // ---- the per-rank shim ---------------------------------------------------------------------------
@@ -150,6 +149,12 @@ int rank_exec(int argc, char** argv) {
     c.bound = env_or("EDP_LAUNCH_BIND") == "core";
     c.cores = physical_cores();
     for (const auto& [k, v] : rank_environment(c)) setenv(k.c_str(), v.c_str(), 1);
+    // The rank dies with its parent (mpirun on edprun's host, orted elsewhere), so that no rank
+    // runs on when they are killed (SIGKILL leaves Open MPI no chance to stop it). Both start
+    // their ranks from their main thread, the thread the kernel watches. Survives exec.
+    const pid_t parent = getppid();
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) return 128 + SIGKILL;  // the parent died before prctl took effect
     if (!c.job_dir.empty()) {
       struct stat st{};
       if (stat((c.job_dir + "/ranks").c_str(), &st) == 0) {
@@ -214,6 +219,7 @@ int mps_host(int argc, char** argv) {
 
 struct Job {
   std::string dir;
+  std::string shm_dir;  // Open MPI's shared-memory segments (/dev/shm/edprun.*), "" if not ours
   MpsController* mps = nullptr;
   std::vector<std::string> remote_stop;  // `edprun --mps-host stop` through mpirun
   bool verbose = false;
@@ -230,10 +236,27 @@ struct Job {
                      r.status, r.out.c_str(), r.err.c_str());
       remote_stop.clear();
     }
+    if (!shm_dir.empty()) {
+      if (!remove_tree(shm_dir))
+        std::fprintf(stderr, "edprun: warning: could not remove Open MPI's shared-memory directory %s\n", shm_dir.c_str());
+      shm_dir.clear();
+    }
     if (!dir.empty()) {
       if (!remove_tree(dir)) std::fprintf(stderr, "edprun: warning: could not remove the job directory %s\n", dir.c_str());
       dir.clear();
     }
+  }
+  // After each mpirun exit, however it ended: ranks it left behind, its session directory and
+  // shared-memory segments (a SIGKILLed mpirun removes neither). Returns the ranks killed.
+  int after_mpirun() {
+    const int killed = kill_leftover_ranks(dir);
+    if (!dir.empty()) empty_dir(dir + "/ompi");
+    if (!shm_dir.empty()) empty_dir(shm_dir);
+    if (!dir.empty()) {
+      empty_dir(dir + "/ranks");  // the next start's ranks write their own
+      std::remove((dir + "/mpirun.pid").c_str());
+    }
+    return killed;
   }
   ~Job() { cleanup(); }
 };
@@ -264,9 +287,10 @@ int launcher(int argc, char** argv) {
       .add("mpirun", "mpirun", "the mpirun to use (Open MPI)")
       .add("mpirun-args", "", "extra arguments for mpirun, space-separated (e.g. \"--mca btl ^openib\")")
       .add("kill-grace", "10", "seconds mpirun gets to stop the ranks after a signal before it is killed")
-      .add("control-file", "", "elastic: the job's control file (EDP_CONTROL_FILE for the ranks); when the job exits "
-           "with 75 (a rescale) it is started again with the control file's \"workers\" ranks")
-      .add("max-restarts", "0", "start a job that failed again, up to N times (it resumes from its checkpoint)")
+      .add("control-file", "", "elastic: the job's control file, given to the ranks as EDP_CONTROL_FILE (edprun never "
+           "reads it: after exit code 75 it restarts the job at the size the job committed, EDP_RESCALE_FILE)")
+      .add("max-restarts", "0", "start a job that failed (a crash, a stall: exit 76) again, up to N times (it resumes "
+           "from its checkpoint)")
       .add("restart-backoff", "5", "seconds before the first restart after a failure, doubling each time")
       .add_flag("dry-run", "print the plan (ranks, GPUs, cores, environment, daemons, mpirun command) and exit")
       .add_flag("verbose", "print what edprun does")
@@ -328,17 +352,52 @@ int launcher(int argc, char** argv) {
     req.gpu_source = disc.source;
 
     const std::string tmp = sys_env_or("TMPDIR", "/tmp");
+    // Open MPI's shared-memory segments go to a job-private directory on tmpfs (/dev/shm), its
+    // session directory into the job directory; both are then removed after every mpirun exit.
+    // Only on one host: the directories would not exist on the others.
+    const bool private_ompi = req.host_source == HostSource::Local;
+    struct stat shm_st{};
+    const bool have_shm = stat("/dev/shm", &shm_st) == 0 && S_ISDIR(shm_st.st_mode) && access("/dev/shm", W_OK) == 0;
     if (dry) {
       req.job_dir = tmp + "/edprun.XXXXXX";
+      if (private_ompi && have_shm) req.ompi_shm_dir = "/dev/shm/edprun.XXXXXX";
     } else {
+      // Job directories of edprun processes that were killed (SIGKILL skips every cleanup).
+      for (const StaleJob& st : clean_stale_job_dirs(tmp, mps_control))
+        std::fprintf(stderr,
+                     "edprun: removed the job directory of a dead edprun (pid %ld): %s (killed %s%d rank(s) it left "
+                     "running, stopped %d MPS daemon(s))\n",
+                     st.pid, st.dir.c_str(), st.mpirun_killed ? "its mpirun and " : "", st.ranks_killed,
+                     st.daemons_stopped);
       std::string templ = tmp + "/edprun.XXXXXX";
       if (!mkdtemp(templ.data())) throw Error("cannot create a job directory under " + tmp + ": " + std::strerror(errno));
       req.job_dir = templ;
+      if (private_ompi && have_shm) {
+        std::string shm = "/dev/shm/edprun.XXXXXX";
+        if (mkdtemp(shm.data())) req.ompi_shm_dir = shm;
+      }
     }
+    if (private_ompi) req.ompi_session_dir = req.job_dir + "/ompi";
+    // Rank 0 records there the size it committed before exiting with 75; edprun restarts at it.
+    req.extra_env.emplace_back("EDP_RESCALE_FILE", req.job_dir + "/rescale.json");
     try {
+      if (!dry) {
+        write_owner(req.job_dir, current_owner(req.ompi_shm_dir));
+        mkdir((req.job_dir + "/ranks").c_str(), 0700);
+        if (private_ompi) mkdir(req.ompi_session_dir.c_str(), 0700);
+      }
+      // The sizes a rescale may ask for: the ranks refuse any other before acting on it.
+      const std::vector<int> allowed = allowed_worker_counts(req, disc.gpus);
+      req.extra_env.emplace_back("EDP_ALLOWED_WORKERS", elastic::format_allowed_workers(allowed));
       plan = make_plan(req, disc.gpus);
+      plan.notes.push_back("elastic: the job can run at " + elastic::format_allowed_workers(allowed) +
+                           " worker(s) (EDP_ALLOWED_WORKERS); after exit code 75 edprun restarts it at the size "
+                           "recorded in EDP_RESCALE_FILE");
     } catch (...) {
-      if (!dry) remove_tree(req.job_dir);
+      if (!dry) {
+        remove_tree(req.job_dir);
+        if (!req.ompi_shm_dir.empty()) remove_tree(req.ompi_shm_dir);
+      }
       throw;
     }
     if (dry) {
@@ -354,8 +413,8 @@ int launcher(int argc, char** argv) {
   MpsController mps(mps_control.empty() ? "nvidia-cuda-mps-control" : mps_control, verbose);
   Job job;
   job.dir = req.job_dir;
+  job.shm_dir = req.ompi_shm_dir;
   job.verbose = verbose;
-  mkdir((job.dir + "/ranks").c_str(), 0700);
   job.mps = &mps;
 
   for (const auto& n : plan.notes)
@@ -406,13 +465,23 @@ int launcher(int argc, char** argv) {
   const double grace = static_cast<double>(o.i64("kill-grace"));
   const int max_restarts = static_cast<int>(o.i64("max-restarts"));
   double backoff = static_cast<double>(o.i64("restart-backoff"));
-  const std::string control_file = o.str("control-file");
-  int restarts = 0, rescales = 0;
+  const std::string rescale_file = req.job_dir + "/rescale.json";
+  int restarts = 0, rescales = 0, stalls = 0;
+  // The last line of a job that was restarted or rescaled: how it went, in one place.
+  auto finish = [&](int code) {
+    if (restarts + rescales > 0)
+      std::fprintf(stderr, "edprun: the job ended with exit code %d after %d rescale(s) and %d restart(s) (%d after a stall)\n",
+                   code, rescales, restarts, stalls);
+    job.cleanup();
+    return code;
+  };
   for (;;) {
     if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(plan.mpirun_argv).c_str());
+    std::remove(rescale_file.c_str());  // only this start's rank 0 may tell edprun a size
     pid_t child = -1;
     try {
-      child = spawn(plan.mpirun_argv);
+      child = spawn_mpirun(plan.mpirun_argv);
+      write_mpirun_record(job.dir, child);  // for the next edprun, should this one be SIGKILLed
     } catch (const std::exception& e) {
       std::fprintf(stderr, "edprun: error: %s\n", e.what());
       job.cleanup();
@@ -437,6 +506,9 @@ int launcher(int argc, char** argv) {
       const pid_t w = waitpid(child, &st, WNOHANG);
       if (w == child) {
         code = status_code(st);
+        if (WIFSIGNALED(st) && !got_signal)
+          std::fprintf(stderr, "edprun: mpirun was killed by signal %d (%s); removing what it left behind\n", WTERMSIG(st),
+                       strsignal(WTERMSIG(st)));
         break;
       }
       if (!killed && std::chrono::steady_clock::now() > deadline) {
@@ -445,7 +517,7 @@ int launcher(int argc, char** argv) {
         killed = true;
       }
     }
-    const int leftovers = kill_leftover_ranks(job.dir);
+    const int leftovers = job.after_mpirun();
     if (leftovers > 0) std::fprintf(stderr, "edprun: killed %d rank(s) left behind by mpirun\n", leftovers);
     if (got_signal) {
       job.cleanup();
@@ -453,13 +525,23 @@ int launcher(int argc, char** argv) {
     }
     if (verbose) std::fprintf(stderr, "edprun: mpirun exited with %d\n", code);
 
-    if (code == elastic::kRescaleExitCode && !control_file.empty()) {
-      // The job stopped at a step boundary, its checkpoint naming the new size: start it again.
-      int workers = 0;
+    // Why the job ended, when it did not succeed: the words of the restart message.
+    std::string failure;
+    if (code == elastic::kRescaleExitCode) {
+      // The job stopped at a step boundary after committing a checkpoint, and rank 0 recorded the
+      // size it committed. That record, not the control file (which a controller may have changed
+      // or broken since), is the size to continue at.
       try {
-        workers = elastic::read_control_file(control_file).workers;
+        RescaleRecord rec;
+        try {
+          rec = read_rescale_record(rescale_file);
+        } catch (...) {
+          std::remove(rescale_file.c_str());
+          throw;
+        }
+        std::remove(rescale_file.c_str());
         LaunchRequest next = req;
-        next.np = workers;
+        next.np = rec.workers;
         Plan p2 = make_plan(next, disc.gpus);
         if (!plan.mps_host_start_argv.empty() || !p2.mps_host_start_argv.empty())
           throw Error("rescaling a job whose MPS daemons run on several hosts is not supported yet");
@@ -472,32 +554,43 @@ int launcher(int argc, char** argv) {
           mps.stop_all();
           for (const auto& d : p2.daemons) mps.start(d);
         }
-        std::fprintf(stderr, "edprun: rescale %d: %d -> %d rank(s)\n", ++rescales, plan.np, p2.np);
+        std::fprintf(stderr, "edprun: rescale %d: %d -> %d rank(s) (global batch %lld, committed at step %lld: %s)\n",
+                     ++rescales, plan.np, p2.np, static_cast<long long>(rec.global_batch),
+                     static_cast<long long>(rec.step), rec.checkpoint.c_str());
         req = next;
         plan = std::move(p2);
+        continue;
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "edprun: error: the job stopped for a rescale but it cannot be restarted: %s\n", e.what());
-        job.cleanup();
-        return code;
+        std::fprintf(stderr,
+                     "edprun: error: the job exited with 75 (stopped for a rescale) but cannot be restarted at the size "
+                     "it committed: %s. Rank 0 records that size in EDP_RESCALE_FILE after committing its checkpoint, "
+                     "before exiting with 75 (docs/elastic.md); without it this is a bug of the job, treated as a crash\n",
+                     e.what());
+        failure = "the job stopped for a rescale without a usable rescale file (exit 75)";
       }
-      continue;
+    } else if (code == comm::kStallExitCode) {
+      failure = "the job stalled (a collective timed out, exit 76)";
+    } else if (code != 0) {
+      failure = concat("the job failed (exit code ", code, ")");
     }
-    if (code != 0 && restarts < max_restarts) {
-      ++restarts;
-      std::fprintf(stderr, "edprun: the job failed (exit code %d); restart %d of %d in %.0f s\n", code, restarts,
-                   max_restarts, backoff);
-      timespec wait{static_cast<time_t>(backoff), static_cast<long>((backoff - std::floor(backoff)) * 1e9)};
-      const int s = sigtimedwait(&sigs, nullptr, &wait);
-      if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
-        std::fprintf(stderr, "edprun: got %s while waiting to restart; stopping\n", strsignal(s));
-        job.cleanup();
-        return 128 + s;
-      }
-      backoff *= 2;
-      continue;
+    if (failure.empty()) return finish(code);
+    if (restarts >= max_restarts) {
+      if (max_restarts > 0 || code == comm::kStallExitCode)
+        std::fprintf(stderr, "edprun: %s; no restart left (--max-restarts %d)\n", failure.c_str(), max_restarts);
+      return finish(code);
     }
-    job.cleanup();
-    return code;
+    ++restarts;
+    if (code == comm::kStallExitCode) ++stalls;
+    std::fprintf(stderr, "edprun: %s; restart %d of %d at %d rank(s) in %.0f s\n", failure.c_str(), restarts,
+                 max_restarts, plan.np, backoff);
+    timespec wait{static_cast<time_t>(backoff), static_cast<long>((backoff - std::floor(backoff)) * 1e9)};
+    const int s = sigtimedwait(&sigs, nullptr, &wait);
+    if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
+      std::fprintf(stderr, "edprun: got %s while waiting to restart; stopping\n", strsignal(s));
+      job.cleanup();
+      return 128 + s;
+    }
+    backoff *= 2;
   }
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "edp/core/error.h"
+#include "edp/elastic/allowed.h"
 
 namespace edp::launch {
 
@@ -318,7 +319,11 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const RankCont
 
 // ---- the planner ------------------------------------------------------------------------------
 
-Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus) {
+namespace {
+
+// check_only: stop once every check has passed, before the per-rank part (O(np), and no check
+// there), so that allowed_worker_counts() can try thousands of sizes cheaply.
+Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus, bool check_only) {
   Plan p;
   const int K = req.ranks_per_gpu;
   if (K < 1) throw Error(concat("--ranks-per-gpu ", K, ": must be at least 1"));
@@ -515,6 +520,8 @@ Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus)
     p.mps_host_stop_argv.insert(p.mps_host_stop_argv.end(), {"stop", req.job_dir});
   }
 
+  if (check_only) return p;
+
   // Ranks.
   int rank = 0;
   for (int h = 0; h < H; ++h)
@@ -568,6 +575,10 @@ Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus)
   if (req.allow_run_as_root) a.push_back("--allow-run-as-root");
   if (oversubscribed || cores_shared) a.push_back("--oversubscribe");
   a.insert(a.end(), {"-np", std::to_string(np)});
+  // Open MPI's session directory and shared-memory segments, job-private so that edprun can
+  // remove them after any mpirun exit, a SIGKILL included (docs/launch.md, "Cleanup").
+  if (!req.ompi_session_dir.empty()) a.insert(a.end(), {"--mca", "orte_tmpdir_base", req.ompi_session_dir});
+  if (!req.ompi_shm_dir.empty()) a.insert(a.end(), {"--mca", "btl_vader_backing_directory", req.ompi_shm_dir});
   if (req.host_source == HostSource::Hostfile) {
     std::vector<std::string> hs;
     for (const auto& hp : p.hosts)
@@ -583,6 +594,31 @@ Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus)
   a.insert(a.end(), {req.self_exe, "--rank-exec", "--"});
   a.insert(a.end(), req.program.begin(), req.program.end());
   return p;
+}
+
+}  // namespace
+
+Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus) {
+  return plan_impl(req, local_gpus, false);
+}
+
+std::vector<int> allowed_worker_counts(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus) {
+  const Plan base = make_plan(req, local_gpus);
+  int slots = 0;
+  for (const auto& h : base.hosts) slots += h.capacity;
+  const int bound = std::min(std::max(base.np, slots), elastic::kMaxAllowedWorkers);
+  std::vector<int> out;
+  LaunchRequest r = req;
+  for (int n = 1; n <= bound; ++n) {
+    r.np = n;
+    try {
+      plan_impl(r, local_gpus, true);
+      out.push_back(n);
+    } catch (const Error&) {
+      // Not a size this launch can run (too many ranks for a host, an MPS limit, ...).
+    }
+  }
+  return out;
 }
 
 // ---- formatting -------------------------------------------------------------------------------

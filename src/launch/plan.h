@@ -67,6 +67,8 @@ struct LaunchRequest {
   int local_cores = 1;              // physical cores edprun may use on this host
   std::string gpu_source;           // "NVML", "nvidia-smi" or why none was found (for the plan)
   std::string job_dir;              // job-private directory (MPS pipes, logs, rank pid files)
+  std::string ompi_session_dir;     // "" or Open MPI's orte_tmpdir_base (one host: <job>/ompi)
+  std::string ompi_shm_dir;         // "" or btl_vader_backing_directory (one host: /dev/shm/edprun.*)
   std::string self_exe = "edprun";  // absolute path of edprun (the per-rank shim)
   std::vector<std::string> program; // program and its arguments
 };
@@ -127,6 +129,13 @@ struct Plan {
 
 // Throws edp::Error with a message saying what is impossible and what to change.
 Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus);
+
+// The worker counts this request can be started at (elastic rescales): every np in
+// 1..bound for which make_plan succeeds, bound being the larger of the request's own size and
+// the slots of its hosts (GPUs x K, hostfile slots or cores), at most
+// elastic::kMaxAllowedWorkers. With --oversubscribe a CPU job may grow past its cores only up
+// to the size it was started at. Throws what make_plan throws for the request itself.
+std::vector<int> allowed_worker_counts(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus);
 
 // The placement rule inside one host (see the file comment).
 struct LocalSlot {

@@ -1,9 +1,15 @@
 // edprun end to end on a CPU machine: the --dry-run output (golden files), the MPS lifecycle
 // against a fake nvidia-cuda-mps-control and a fake nvidia-smi (tests/launch/fake/, which record
-// their calls), CPU mode running real MPI programs, exit codes, and a SIGTERM to edprun.
+// their calls), CPU mode running real MPI programs, exit codes, and a SIGTERM to edprun; the
+// elastic restarts (exit 75 at the size the job committed, exit 76 after a stall) and what a
+// SIGKILL of mpirun or of edprun may leave behind.
 // Each test gets its own TMPDIR and checks that nothing is left in it.
+// EDPRUN_TEST_EXE=/path/to/edprun runs the tests against another edprun (an installed one, or
+// an older build to show that a test fails without the change it covers).
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,9 +78,87 @@ class Scratch {
   std::string root, tmp, out, log;
 };
 
+std::string edprun_exe() {
+  const char* e = std::getenv("EDPRUN_TEST_EXE");
+  return e && *e ? e : EDPRUN_EXE;
+}
+
 std::vector<std::string> edprun(std::vector<std::string> args) {
-  args.insert(args.begin(), {EDPRUN_EXE, "--allow-run-as-root"});
+  args.insert(args.begin(), {edprun_exe(), "--allow-run-as-root"});
   return args;
+}
+
+// edprun in the background, its stdout and stderr into files of the scratch root.
+pid_t start_edprun(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
+                   const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> a;
+    for (const auto& x : args) a.push_back(const_cast<char*>(x.c_str()));
+    a.push_back(nullptr);
+    execv(a[0], a.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// A process that still runs (a zombie awaiting its reaper counts as gone).
+bool alive(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  return !stat.empty() && stat.find(") Z") == std::string::npos;
+}
+
+// Polls cond every 50 ms for up to `seconds` (generous: the machine may be busy).
+template <class F>
+bool eventually(F cond, double seconds = 60) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// waitpid with a deadline; the exit status as status_code() in edprun, -1 if it did not end.
+int wait_exit(pid_t pid, double seconds = 120) {
+  int st = 0;
+  if (!eventually([&] { return waitpid(pid, &st, WNOHANG) == pid; }, seconds)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// What each rank of a `rank_probe sleep|mpi-sleep` job wrote once it ran.
+struct ReadyRank {
+  pid_t pid = 0, parent = 0;
+  std::string session_dir, shm_dir;  // Open MPI's, as the rank's environment names them ("-": unset)
+};
+std::vector<ReadyRank> wait_ready(const Scratch& sc, int ranks) {
+  std::vector<ReadyRank> out;
+  const bool all = eventually([&] {
+    for (int i = 0; i < ranks; ++i)
+      if (read_file(sc.out + "/ready." + std::to_string(i)).find('\n') == std::string::npos) return false;
+    return true;
+  });
+  if (!all) return out;
+  for (int i = 0; i < ranks; ++i) {
+    std::istringstream is(read_file(sc.out + "/ready." + std::to_string(i)));
+    ReadyRank r;
+    is >> r.pid >> r.parent >> r.session_dir >> r.shm_dir;
+    out.push_back(r);
+  }
+  return out;
+}
+
+bool exists(const std::string& path) {
+  struct stat st{};
+  return !path.empty() && stat(path.c_str(), &st) == 0;
 }
 
 // Replaces what differs between machines and runs with placeholders.
@@ -174,7 +258,7 @@ TEST(EdprunErrors, ExitCodeTwo) {
     EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
   }
   if (geteuid() == 0) {  // root needs the explicit flag
-    const RunResult r = run_capture({EDPRUN_EXE, "--", "true"}, sc.env());
+    const RunResult r = run_capture({edprun_exe(), "--", "true"}, sc.env());
     EXPECT_EQ(r.status, 2);
     EXPECT_NE(r.err.find("--allow-run-as-root"), std::string::npos) << r.err;
   }
@@ -322,3 +406,179 @@ TEST(EdprunCpu, CnnExampleTwoRanks) {
   EXPECT_TRUE(list_dir(sc.tmp).empty());
 }
 #endif
+
+// ---- elastic restarts -------------------------------------------------------------------------
+
+// After exit 75 the job restarts at the size it committed (EDP_RESCALE_FILE), whatever happened to
+// the control file in between: deleted, garbled, changed to a size the batch does not divide.
+// Without --control-file too: the ranks may have been told the size another way.
+TEST(EdprunElastic, RestartsAtTheCommittedSizeWhateverTheControlFileSays) {
+  for (const std::string how : {"delete", "garble", "indivisible", "no-control-file"}) {
+    SCOPED_TRACE(how);
+    Scratch sc;
+    const std::string ctl = sc.root + "/control.json";
+    std::ofstream(ctl) << "{\"workers\": 1, \"global_batch\": 8}";
+    std::vector<std::string> args = {"-np", "2", "--oversubscribe", "--gpu-discovery", "none"};
+    if (how != "no-control-file") args.insert(args.end(), {"--control-file", ctl});
+    args.insert(args.end(), {"--", RANK_PROBE_EXE, "rescale", "1", ctl, how});
+    const RunResult r = run_capture(edprun(args), sc.env(false));
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("edprun: rescale 1: 2 -> 1 rank(s) (global batch 8, committed at step 5: "
+                         "ckpt/ckpt-000000000005.edp)"),
+              std::string::npos)
+        << r.err;
+    // The second start ran one rank, which was told where to record a size.
+    const std::string line = read_file(sc.out + "/rank.0");
+    EXPECT_NE(line.find("rank 0/1 "), std::string::npos) << line;
+    EXPECT_NE(line.find("rescale_file=" + sc.tmp + "/edprun."), std::string::npos) << line;
+    EXPECT_TRUE(list_dir(sc.tmp).empty()) << "left behind in TMPDIR: " << list_dir(sc.tmp).front();
+  }
+}
+
+// Exit 75 without a rescale file is the job's bug: edprun says so, names the file, and treats it
+// as a crash (a restart at the current size when --max-restarts allows, else exit 75).
+TEST(EdprunElastic, Exit75WithoutRescaleFileIsAJobBug) {
+  Scratch sc;
+  RunResult r = run_capture(edprun({"-np", "2", "--oversubscribe", "--gpu-discovery", "none", "--", RANK_PROBE_EXE,
+                                    "exit75"}),
+                            sc.env(false));
+  EXPECT_EQ(r.status, 75) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("edprun: error: the job exited with 75 \\(stopped for a rescale\\) but "
+                                                  "cannot be restarted at the size it committed: rescale file " +
+                                                  sc.tmp + "/edprun\\.\\w+/rescale\\.json is missing")))
+      << r.err;
+  EXPECT_NE(r.err.find("bug of the job"), std::string::npos) << r.err;
+  r = run_capture(edprun({"-np", "2", "--oversubscribe", "--gpu-discovery", "none", "--max-restarts", "1",
+                          "--restart-backoff", "0", "--", RANK_PROBE_EXE, "exit75"}),
+                  sc.env(false));
+  EXPECT_EQ(r.status, 75) << r.err;
+  EXPECT_NE(r.err.find("without a usable rescale file (exit 75); restart 1 of 1 at 2 rank(s)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("no restart left (--max-restarts 1)"), std::string::npos) << r.err;
+  EXPECT_TRUE(list_dir(sc.tmp).empty());
+}
+
+// Exit 76 (a collective timed out) is restarted like a crash, and said to be a stall.
+TEST(EdprunElastic, StallExit76IsRestarted) {
+  Scratch sc;
+  RunResult r = run_capture(edprun({"-np", "2", "--oversubscribe", "--gpu-discovery", "none", "--max-restarts", "2",
+                                    "--restart-backoff", "0", "--", RANK_PROBE_EXE, "fail-once", "1", "76"}),
+                            sc.env(false));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("edprun: the job stalled (a collective timed out, exit 76); restart 1 of 2 at 2 rank(s)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("edprun: the job ended with exit code 0 after 0 rescale(s) and 1 restart(s) (1 after a stall)"),
+            std::string::npos)
+      << r.err;
+  r = run_capture(edprun({"-np", "2", "--oversubscribe", "--gpu-discovery", "none", "--", RANK_PROBE_EXE, "fail", "1",
+                          "76"}),
+                  sc.env(false));
+  EXPECT_EQ(r.status, 76) << r.err;
+  EXPECT_NE(r.err.find("the job stalled (a collective timed out, exit 76); no restart left (--max-restarts 0)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(list_dir(sc.tmp).empty());
+}
+
+// Every rank is told the sizes the launch can run (what make_plan accepts), ranges shortened.
+TEST(EdprunElastic, AllowedWorkersAreTheSizesThePlanAccepts) {
+  Scratch sc;
+  // (4 cores planned on a machine that may have fewer: no binding, which mpirun would refuse.)
+  RunResult r = run_capture(edprun({"-np", "2", "--cores-per-host", "4", "--bind-to", "none", "--gpu-discovery", "none",
+                                    "--", RANK_PROBE_EXE, "ok"}),
+                            sc.env(false));
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(read_file(sc.out + "/rank." + std::to_string(rank)).find("allowed=1-4 "), std::string::npos)
+        << read_file(sc.out + "/rank." + std::to_string(rank));
+  // Two (fake) GPUs x 2 ranks per GPU: 1..4.
+  r = run_capture(edprun({"-np", "3", "--ranks-per-gpu", "2", "--mps", "off", "--gpu-discovery", "nvidia-smi",
+                          "--oversubscribe", "--", RANK_PROBE_EXE, "ok"}),
+                  sc.env());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(read_file(sc.out + "/rank.2").find("allowed=1-4 "), std::string::npos) << read_file(sc.out + "/rank.2");
+  // Two hosts of 3 slots: 1..6, shown by the dry run.
+  std::ofstream(sc.root + "/hosts") << "nodeA slots=3\nnodeB slots=3\n";
+  r = run_capture(edprun({"--dry-run", "--np", "2", "--hostfile", sc.root + "/hosts", "--cores-per-host", "6", "--gpus",
+                          "none", "--", "./train"}),
+                  sc.env());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("  EDP_ALLOWED_WORKERS=1-6\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("elastic: the job can run at 1-6 worker(s)"), std::string::npos) << r.out;
+  EXPECT_TRUE(list_dir(sc.tmp).empty());
+}
+
+// ---- SIGKILL: nothing of the job may outlive it -----------------------------------------------
+
+// mpirun killed: edprun ends, and no rank, job directory, Open MPI session directory or
+// shared-memory segment is left.
+TEST(EdprunCleanup, SigkillOfMpirunLeavesNothing) {
+  Scratch sc;
+  const pid_t pid = start_edprun(edprun({"-np", "2", "--oversubscribe", "--gpu-discovery", "none", "--", RANK_PROBE_EXE,
+                                         "mpi-sleep"}),
+                                 sc.env(false), sc.root + "/edprun.log");
+  const std::vector<ReadyRank> ranks = wait_ready(sc, 2);
+  ASSERT_EQ(ranks.size(), 2u) << "the ranks did not start\n" << read_file(sc.root + "/edprun.log");
+  const pid_t mpirun = ranks[0].parent;
+  EXPECT_EQ(ranks[1].parent, mpirun);
+  // Open MPI's files are the job's own: its session directory and a private shared-memory one.
+  EXPECT_EQ(ranks[0].session_dir.rfind(sc.tmp + "/edprun.", 0), 0u) << ranks[0].session_dir;
+  EXPECT_EQ(ranks[0].shm_dir.rfind("/dev/shm/edprun.", 0), 0u) << ranks[0].shm_dir;
+  const auto segments = list_dir(ranks[0].shm_dir);
+  EXPECT_TRUE(std::any_of(segments.begin(), segments.end(),
+                          [](const std::string& f) { return f.rfind("vader_segment.", 0) == 0; }))
+      << "no shared-memory segment in " << ranks[0].shm_dir;
+  ASSERT_EQ(kill(mpirun, SIGKILL), 0);
+  EXPECT_EQ(wait_exit(pid), 128 + SIGKILL) << read_file(sc.root + "/edprun.log");
+  for (const auto& r : ranks) {
+    EXPECT_TRUE(eventually([&] { return !alive(r.pid); }, 30)) << "rank pid " << r.pid << " still runs";
+    if (alive(r.pid)) kill(r.pid, SIGKILL);
+  }
+  EXPECT_TRUE(list_dir(sc.tmp).empty()) << "left behind in TMPDIR: " << list_dir(sc.tmp).front();
+  EXPECT_FALSE(exists(ranks[0].session_dir)) << ranks[0].session_dir;
+  if (ranks[0].shm_dir != "-") {
+    EXPECT_FALSE(exists(ranks[0].shm_dir)) << ranks[0].shm_dir;
+  }
+  EXPECT_NE(read_file(sc.root + "/edprun.log").find("edprun: mpirun was killed by signal 9 (Killed); removing what it left behind"), std::string::npos)
+      << read_file(sc.root + "/edprun.log");
+}
+
+// edprun killed: its mpirun and ranks die with it (no rank runs on), and the next edprun removes
+// the dead job's directory and stops its MPS daemons.
+TEST(EdprunCleanup, SigkillOfEdprunStopsTheJobAndTheNextEdprunCleansUp) {
+  Scratch sc;
+  const pid_t pid = start_edprun(edprun({"-np", "2", "--ranks-per-gpu", "2", "--gpu-discovery", "nvidia-smi",
+                                         "--oversubscribe", "--", RANK_PROBE_EXE, "sleep"}),
+                                 sc.env(), sc.root + "/edprun.log");
+  const std::vector<ReadyRank> ranks = wait_ready(sc, 2);
+  ASSERT_EQ(ranks.size(), 2u) << "the ranks did not start\n" << read_file(sc.root + "/edprun.log");
+  const pid_t mpirun = ranks[0].parent;
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  EXPECT_EQ(wait_exit(pid), 128 + SIGKILL);
+  EXPECT_TRUE(eventually([&] { return !alive(mpirun); }, 30)) << "mpirun pid " << mpirun << " still runs";
+  for (const auto& r : ranks) {
+    EXPECT_TRUE(eventually([&] { return !alive(r.pid); }, 30)) << "rank pid " << r.pid << " still runs";
+    if (alive(r.pid)) kill(r.pid, SIGKILL);
+  }
+  if (alive(mpirun)) kill(mpirun, SIGKILL);
+  const auto stale = list_dir(sc.tmp);
+  ASSERT_EQ(stale.size(), 1u) << "expected the dead edprun's job directory";
+  const std::string owner = read_file(sc.tmp + "/" + stale[0] + "/owner.json");
+  std::smatch m;
+  const bool has_shm = std::regex_search(owner, m, std::regex("\"shm_dir\":\"([^\"]*)\""));
+  EXPECT_TRUE(has_shm) << owner;
+  const std::string shm = has_shm ? m[1].str() : "";
+
+  // The next edprun (CPU mode: it starts no daemon of its own) removes it and quits its daemon.
+  const RunResult r = run_capture(edprun({"-np", "1", "--gpus", "none", "--", RANK_PROBE_EXE, "ok"}), sc.env());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("edprun: removed the job directory of a dead edprun (pid " + std::to_string(pid) + "): " + sc.tmp +
+                       "/" + stale[0] + " (killed 0 rank(s) it left running, stopped 1 MPS daemon(s))"),
+            std::string::npos)
+      << r.err;
+  expect_daemons_started_and_stopped(sc, 1);
+  if (!shm.empty()) {
+    EXPECT_FALSE(exists(shm)) << shm;
+  }
+}

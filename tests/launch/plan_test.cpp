@@ -1,14 +1,19 @@
 // The launch planner over fake inventories (1-8 GPUs, K = 1-8, hostfiles of 1-3 hosts, uneven
-// -np), its parsers, the per-rank environment and placement_from_env. Pure functions: no
-// process is started here.
+// -np), its parsers, the per-rank environment and placement_from_env; EDP_ALLOWED_WORKERS, the
+// rescale record and the stale-job-directory rule. No process is started here.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <set>
 
 #include "edp/core/error.h"
+#include "edp/elastic/allowed.h"
 #include "edp/launch/placement.h"
+#include "launch/jobdir.h"
+#include "launch/mps.h"
 #include "launch/plan.h"
 #include "launch/system.h"
 
@@ -510,4 +515,128 @@ TEST(Placement, FromEnvironment) {
                         "OMPI_COMM_WORLD_LOCAL_SIZE", "EDP_LAUNCHER", "EDP_RANK", "EDP_WORLD_SIZE", "EDP_LOCAL_GPU",
                         "EDP_GPU_UUID", "EDP_GPU_RANK", "EDP_GPU_RANKS", "EDP_MPS_ACTIVE"})
     unsetenv(v);
+}
+
+// ---- elastic: the sizes a job may be rescaled to, and the size it committed ------------------
+
+TEST(AllowedWorkers, ParseAndFormat) {
+  using edp::elastic::format_allowed_workers;
+  using edp::elastic::parse_allowed_workers;
+  EXPECT_EQ(parse_allowed_workers(""), std::vector<int>{});
+  EXPECT_EQ(parse_allowed_workers("1-4,6,8"), (std::vector<int>{1, 2, 3, 4, 6, 8}));
+  EXPECT_EQ(parse_allowed_workers(" 8, 2 ,2,3-3"), (std::vector<int>{2, 3, 8}));
+  EXPECT_EQ(format_allowed_workers({1, 2, 3, 4, 6, 8}), "1-4,6,8");
+  EXPECT_EQ(format_allowed_workers({4, 2, 1, 2}), "1,2,4");
+  EXPECT_EQ(format_allowed_workers({}), "");
+  for (const std::vector<int>& v : {std::vector<int>{1}, {1, 2}, {1, 2, 3}, {2, 4, 5, 6, 9, 10}})
+    EXPECT_EQ(parse_allowed_workers(format_allowed_workers(v)), v);
+  for (const char* bad : {"x", "1,,2", "0", "-1", "4-2", "1-", "2.5", "1-99999", "1;2"}) {
+    try {
+      parse_allowed_workers(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const edp::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("EDP_ALLOWED_WORKERS '"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(edp::elastic::workers_allowed({}, 7));
+  EXPECT_TRUE(edp::elastic::workers_allowed({1, 2, 4}, 4));
+  EXPECT_FALSE(edp::elastic::workers_allowed({1, 2, 4}, 3));
+}
+
+TEST(AllowedWorkers, TheCountsMakePlanAccepts) {
+  // GPU mode: 2 GPUs x K = 2 on one host.
+  EXPECT_EQ(allowed_worker_counts(base(3, 2), fake_gpus(2)), (std::vector<int>{1, 2, 3, 4}));
+  // Hostfile slots bound the counts (2 hosts x 2 GPUs x K = 4, but slots=3 on each).
+  LaunchRequest r = base(0, 4);
+  r.host_source = HostSource::Hostfile;
+  r.hosts = {{"a", 3, 0}, {"b", 3, 0}};
+  EXPECT_EQ(allowed_worker_counts(r, fake_gpus(2)), (std::vector<int>{1, 2, 3, 4, 5, 6}));
+  // CPU mode: the cores; with --oversubscribe also up to the size the job was started at.
+  r = base(2, 1);
+  r.local_cores = 4;
+  EXPECT_EQ(allowed_worker_counts(r, {}), (std::vector<int>{1, 2, 3, 4}));
+  r.np = 6;
+  r.oversubscribe = true;
+  EXPECT_EQ(allowed_worker_counts(r, {}), (std::vector<int>{1, 2, 3, 4, 5, 6}));
+  // --bind-to core refuses more ranks than cores.
+  r.np = 2;
+  r.bind = BindMode::Core;
+  r.oversubscribe = false;
+  EXPECT_EQ(allowed_worker_counts(r, {}), (std::vector<int>{1, 2, 3, 4}));
+}
+
+TEST(RescaleRecord, ReadAndReject) {
+  const std::string path = testing::TempDir() + "/edp_rescale_record_test.json";
+  auto with = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    return path;
+  };
+  const RescaleRecord r =
+      read_rescale_record(with(R"({"workers": 2, "global_batch": 64, "step": 5, "checkpoint": "c/ckpt-5.edp", "new": 1})"));
+  EXPECT_EQ(r.workers, 2);
+  EXPECT_EQ(r.global_batch, 64);
+  EXPECT_EQ(r.step, 5);
+  EXPECT_EQ(r.checkpoint, "c/ckpt-5.edp");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"workers": 2, "glob)", "malformed JSON"},
+      {R"([2])", "expected a JSON object"},
+      {R"({"global_batch": 64, "step": 5, "checkpoint": "c"})", "'workers' is missing"},
+      {R"({"workers": "2", "global_batch": 64, "step": 5, "checkpoint": "c"})", "'workers' must be an integer"},
+      {R"({"workers": 0, "global_batch": 64, "step": 5, "checkpoint": "c"})", "'workers' must be >= 1"},
+      {R"({"workers": 3, "global_batch": 64, "step": 5, "checkpoint": "c"})", "is not divisible by 'workers' 3"},
+      {R"({"workers": 2, "global_batch": 64, "step": -1, "checkpoint": "c"})", "'step' must be >= 0"},
+      {R"({"workers": 2, "global_batch": 64, "step": 5})", "'checkpoint' must be"},
+  };
+  for (const auto& [text, message] : bad) {
+    try {
+      read_rescale_record(with(text));
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const edp::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rescale file " + path + ": " ), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  std::remove(path.c_str());
+  try {
+    read_rescale_record(path);
+    ADD_FAILURE() << "a missing file was accepted";
+  } catch (const edp::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "rescale file " + path + " is missing");
+  }
+}
+
+// A job directory is stale only when its owner is this host's and pid namespace's and that
+// very process (pid and start time) is gone; one without owner.json is never touched.
+TEST(JobDir, StaleOnlyWhenTheOwnerIsGone) {
+  std::string root = testing::TempDir() + "/edp-jobdir-test.XXXXXX";
+  ASSERT_NE(mkdtemp(root.data()), nullptr);
+  JobOwner me = current_owner("");
+  EXPECT_GT(me.start_time, 0u);
+  EXPECT_FALSE(owner_is_dead(me));
+  JobOwner reused = me;
+  reused.start_time += 1;  // the pid now names another process
+  EXPECT_TRUE(owner_is_dead(reused));
+  JobOwner elsewhere = reused;
+  elsewhere.host = me.host + "-other";
+  EXPECT_FALSE(owner_is_dead(elsewhere)) << "another host's pids mean nothing here";
+  elsewhere = reused;
+  elsewhere.pid_ns = "pid:[1]";
+  EXPECT_FALSE(owner_is_dead(elsewhere)) << "another pid namespace's pids mean nothing here";
+
+  for (const char* d : {"/edprun.live", "/edprun.dead", "/edprun.noowner", "/other.dead"})
+    ASSERT_EQ(mkdir((root + d).c_str(), 0700), 0);
+  write_owner(root + "/edprun.live", me);
+  write_owner(root + "/edprun.dead", reused);
+  write_owner(root + "/other.dead", reused);
+  EXPECT_EQ(read_owner(root + "/edprun.dead").start_time, reused.start_time);
+  const std::vector<StaleJob> removed = clean_stale_job_dirs(root, "/nonexistent/nvidia-cuda-mps-control");
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].dir, root + "/edprun.dead");
+  EXPECT_EQ(removed[0].pid, me.pid);
+  struct stat st {};
+  EXPECT_NE(stat((root + "/edprun.dead").c_str(), &st), 0);
+  EXPECT_EQ(stat((root + "/edprun.live").c_str(), &st), 0);
+  EXPECT_EQ(stat((root + "/edprun.noowner").c_str(), &st), 0);
+  EXPECT_EQ(stat((root + "/other.dead").c_str(), &st), 0) << "only edprun.* directories";
+  remove_tree(root);
 }

@@ -1,0 +1,223 @@
+// Job directories, their owners, leftovers and the rescale record (jobdir.h).
+#include "launch/jobdir.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "edp/core/error.h"
+#include "launch/mps.h"
+#include "launch/plan.h"
+#include "launch/system.h"
+
+namespace edp::launch {
+
+namespace {
+
+std::string slurp(const std::string& path, bool binary = false) {
+  std::ifstream f(path, binary ? std::ios::binary : std::ios::in);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string pid_namespace() {
+  char buf[128] = {0};
+  const ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+}  // namespace
+
+unsigned long long process_start_time(long pid) {
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  // "pid (comm) state ppid ...": comm may hold spaces and ')', so count fields after the last ')'.
+  const size_t rp = stat.rfind(')');
+  if (rp == std::string::npos) return 0;
+  std::istringstream is(stat.substr(rp + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i)  // field 3 (state) .. field 22 (starttime)
+    if (!(is >> field)) return 0;
+  if (stat.substr(rp + 2, 1) == "Z") return 0;  // a zombie has finished; only its parent's wait is missing
+  return std::strtoull(field.c_str(), nullptr, 10);
+}
+
+JobOwner current_owner(const std::string& shm_dir) {
+  JobOwner o;
+  o.pid = getpid();
+  o.start_time = process_start_time(o.pid);
+  o.host = host_name();
+  o.pid_ns = pid_namespace();
+  o.shm_dir = shm_dir;
+  return o;
+}
+
+void write_owner(const std::string& job_dir, const JobOwner& o) {
+  const nlohmann::json j = {{"pid", o.pid},       {"start_time", o.start_time}, {"host", o.host},
+                            {"pid_ns", o.pid_ns}, {"shm_dir", o.shm_dir}};
+  const std::string tmp = job_dir + "/owner.json.tmp", path = job_dir + "/owner.json";
+  {
+    std::ofstream f(tmp);
+    f << j.dump() << "\n";
+    if (!f) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot rename " + tmp + ": " + std::strerror(errno));
+}
+
+JobOwner read_owner(const std::string& job_dir) {
+  const std::string path = job_dir + "/owner.json";
+  std::ifstream f(path);
+  if (!f) throw Error(path + ": cannot open");
+  JobOwner o;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(slurp(path));
+    o.pid = j.at("pid").get<long>();
+    o.start_time = j.at("start_time").get<unsigned long long>();
+    o.host = j.at("host").get<std::string>();
+    o.pid_ns = j.at("pid_ns").get<std::string>();
+    o.shm_dir = j.at("shm_dir").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": " + e.what());
+  }
+  return o;
+}
+
+bool owner_is_dead(const JobOwner& o) {
+  if (o.host != host_name() || o.pid_ns != pid_namespace() || o.pid <= 1) return false;
+  return process_start_time(o.pid) != o.start_time;  // gone (0), or the pid now names another process
+}
+
+int kill_leftover_ranks(const std::string& job_dir) {
+  int killed = 0;
+  const std::string dir = job_dir + "/ranks";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return 0;
+  while (dirent* e = readdir(d)) {
+    std::ifstream f(dir + "/" + e->d_name);
+    long pid = 0;
+    if (!(f >> pid) || pid <= 1) continue;
+    const std::string env = slurp("/proc/" + std::to_string(pid) + "/environ", true);
+    if (env.find("EDP_LAUNCH_JOB_DIR=" + job_dir + '\0') == std::string::npos) continue;
+    if (process_start_time(pid) == 0) continue;  // already a zombie
+    if (kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;
+  }
+  closedir(d);
+  return killed;
+}
+
+void write_mpirun_record(const std::string& job_dir, long pid) {
+  std::ofstream(job_dir + "/mpirun.pid") << pid << " " << process_start_time(pid) << "\n";
+}
+
+bool kill_recorded_mpirun(const std::string& job_dir) {
+  std::ifstream f(job_dir + "/mpirun.pid");
+  long pid = 0;
+  unsigned long long start = 0;
+  if (!(f >> pid >> start) || pid <= 1 || start == 0 || process_start_time(pid) != start) return false;
+  return kill(static_cast<pid_t>(pid), SIGKILL) == 0;
+}
+
+bool empty_dir(const std::string& dir) {
+  bool ok = true;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return true;
+  while (dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    ok = remove_tree(dir + "/" + n) && ok;
+  }
+  closedir(d);
+  return ok;
+}
+
+std::vector<StaleJob> clean_stale_job_dirs(const std::string& parent, const std::string& mps_control) {
+  std::vector<StaleJob> out;
+  DIR* d = opendir(parent.c_str());
+  if (!d) return out;
+  std::vector<std::string> candidates;
+  while (dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.rfind("edprun.", 0) != 0) continue;
+    const std::string dir = parent + "/" + n;
+    struct stat st{};
+    if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
+    candidates.push_back(dir);
+  }
+  closedir(d);
+  for (const auto& dir : candidates) {
+    try {
+      const JobOwner o = read_owner(dir);
+      if (!owner_is_dead(o)) continue;
+      StaleJob s;
+      s.dir = dir;
+      s.pid = o.pid;
+      s.mpirun_killed = kill_recorded_mpirun(dir);
+      s.ranks_killed = kill_leftover_ranks(dir);
+      // Its MPS daemons (one per GPU directory), which `-d` detached from the dead edprun.
+      MpsController mps(mps_control.empty() ? "nvidia-cuda-mps-control" : mps_control);
+      if (DIR* m = opendir((dir + "/mps").c_str())) {
+        while (dirent* e = readdir(m)) {
+          const std::string g = e->d_name;
+          if (g == "." || g == "..") continue;
+          const int gpu = std::atoi(g.c_str());
+          if (access((mps_pipe_dir(dir, gpu) + "/control").c_str(), F_OK) != 0) continue;
+          mps.adopt({0, gpu, "", mps_pipe_dir(dir, gpu), mps_log_dir(dir, gpu)});
+          ++s.daemons_stopped;
+        }
+        closedir(m);
+      }
+      mps.stop_all();
+      if (!o.shm_dir.empty() && o.shm_dir.rfind("/dev/shm/edprun.", 0) == 0) remove_tree(o.shm_dir);
+      remove_tree(dir);
+      out.push_back(s);
+    } catch (const std::exception&) {
+      // No (whole) owner record: a directory being created right now, or not ours to judge.
+    }
+  }
+  return out;
+}
+
+RescaleRecord read_rescale_record(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Error("rescale file " + path + " is missing");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(slurp(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error("rescale file " + path + ": malformed JSON: " + e.what());
+  }
+  if (!j.is_object())
+    throw Error("rescale file " + path + ": expected a JSON object {\"workers\", \"global_batch\", \"step\", \"checkpoint\"}");
+  auto integer = [&](const char* k, int64_t min) {
+    if (!j.contains(k)) throw Error(std::string("rescale file ") + path + ": '" + k + "' is missing");
+    if (!j[k].is_number_integer())
+      throw Error(std::string("rescale file ") + path + ": '" + k + "' must be an integer, got " + j[k].dump());
+    const int64_t v = j[k].get<int64_t>();
+    if (v < min)
+      throw Error(std::string("rescale file ") + path + ": '" + k + "' must be >= " + std::to_string(min) + ", got " +
+                  std::to_string(v));
+    return v;
+  };
+  RescaleRecord r;
+  const int64_t w = integer("workers", 1);
+  if (w > 1 << 20) throw Error("rescale file " + path + ": 'workers' " + std::to_string(w) + " is not a job size");
+  r.workers = static_cast<int>(w);
+  r.global_batch = integer("global_batch", 1);
+  if (r.global_batch % r.workers != 0)
+    throw Error("rescale file " + path + ": 'global_batch' " + std::to_string(r.global_batch) +
+                " is not divisible by 'workers' " + std::to_string(r.workers));
+  r.step = integer("step", 0);
+  if (!j.contains("checkpoint") || !j["checkpoint"].is_string() || j["checkpoint"].get<std::string>().empty())
+    throw Error("rescale file " + path + ": 'checkpoint' must be the path of the committed checkpoint (a non-empty string)");
+  r.checkpoint = j["checkpoint"].get<std::string>();
+  return r;
+}
+
+}  // namespace edp::launch
