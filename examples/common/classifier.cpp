@@ -310,11 +310,12 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
             std::fprintf(stderr, "%s: rescale requested at step %lld: %d -> %d worker(s), global batch %lld -> %lld (t=%.3f)\n",
                          spec.name.c_str(), static_cast<long long>(step), W, next->workers,
                          static_cast<long long>(global_batch), static_cast<long long>(next->global_batch), wall_seconds());
-          const std::string written = commit(&*next);
-          world.barrier();  // the checkpoint is whole before any rank exits
           // edprun restarts the job at the size recorded here, not at what the control file says
-          // by then (the file may have changed in between).
+          // by then (the file may have changed in between). Both are written before the barrier:
+          // mpirun ends the other ranks as soon as one exits with 75.
+          const std::string written = commit(&*next);
           if (root) elastic::record_rescale(*next, step, written);
+          world.barrier();
           return elastic::kRescaleExitCode;
         }
       }

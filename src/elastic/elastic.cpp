@@ -1,5 +1,6 @@
 // The elastic control file and its polling (elastic.h).
 #include "edp/elastic/elastic.h"
+#include "edp/elastic/allowed.h"
 
 #include <sys/stat.h>
 
@@ -54,43 +55,12 @@ RescaleRequest read_control_file(const std::string& path) {
   return r;
 }
 
-std::vector<int> parse_worker_list(const std::string& text) {
-  std::vector<int> out;
-  auto bad = [&](const std::string& why) {
-    return Error("worker list '" + text + "': " + why + " (expected counts or ranges, e.g. 1-4,6,8)");
-  };
-  auto number = [&](const std::string& t) {
-    if (t.empty() || t.size() > 7 || t.find_first_not_of("0123456789") != std::string::npos)
-      throw bad("'" + t + "' is not a count");
-    const int v = std::stoi(t);
-    if (v < 1) throw bad("counts must be >= 1");
-    return v;
-  };
-  if (text.empty()) throw bad("it is empty");
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const auto dash = item.find('-');
-    if (dash == std::string::npos) {
-      out.push_back(number(item));
-    } else {
-      const int a = number(item.substr(0, dash)), b = number(item.substr(dash + 1));
-      if (b < a) throw bad("range '" + item + "' is reversed");
-      if (b - a > 1 << 16) throw bad("range '" + item + "' is too long");
-      for (int v = a; v <= b; ++v) out.push_back(v);
-    }
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
 ControlLimits ControlLimits::from_env() {
   ControlLimits l;
   const std::string text = knobs::get_string("EDP_ALLOWED_WORKERS");
   if (!text.empty()) {
     try {
-      l.allowed_workers = parse_worker_list(text);
+      l.allowed_workers = parse_allowed_workers(text);
     } catch (const Error& e) {
       throw Error(std::string("EDP_ALLOWED_WORKERS: ") + e.what());
     }
@@ -100,15 +70,9 @@ ControlLimits ControlLimits::from_env() {
 
 std::string refusal_reason(const RescaleRequest& want, const ControlLimits& limits) {
   const auto& a = limits.allowed_workers;
-  if (!a.empty() && !std::binary_search(a.begin(), a.end(), want.workers)) {
-    std::string list;
-    for (size_t i = 0; i < a.size() && i < 16; ++i) {
-      if (i) list += ',';
-      list += std::to_string(a[i]);
-    }
-    if (a.size() > 16) list += ",...";
-    return "the launcher cannot run " + std::to_string(want.workers) + " worker(s) (it can run " + list + ")";
-  }
+  if (!workers_allowed(a, want.workers))
+    return "the launcher cannot run " + std::to_string(want.workers) + " worker(s) (it can run " +
+           format_allowed_workers(a) + ")";
   if (want.global_batch < want.workers || want.global_batch % want.workers != 0)
     return "a global batch of " + std::to_string(want.global_batch) + " does not split evenly over " +
            std::to_string(want.workers) + " worker(s)";

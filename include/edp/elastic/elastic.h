@@ -46,13 +46,9 @@ struct ControlLimits {
   int64_t max_global_batch = 0;
   // The largest per-worker batch (memory); 0: no limit.
   int64_t max_worker_batch = 0;
-  // allowed_workers from EDP_ALLOWED_WORKERS ("1,2,4" or ranges "1-8,12"); the rest unset.
+  // allowed_workers from EDP_ALLOWED_WORKERS (elastic/allowed.h: "1-4,6,8"); the rest unset.
   static ControlLimits from_env();
 };
-
-// Parses a worker-count list: comma-separated counts or ranges "a-b" (e.g. "1-4,6,8"). Throws
-// edp::Error naming the text for garbage, counts < 1 or reversed ranges.
-std::vector<int> parse_worker_list(const std::string& text);
 
 // Why `want` cannot run under `limits` (empty when it can). `want.global_batch` must be set.
 std::string refusal_reason(const RescaleRequest& want, const ControlLimits& limits);
