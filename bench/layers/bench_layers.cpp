@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
   Rng rng(3);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.normal());
   const size_t L = model->size();
+  // Layers are called one by one here, not through Sequential::backward, which is what tells
+  // the first layer that nobody needs its input gradient: tell it, as training does.
+  (*model)[0].set_input_grad(false);
   std::vector<double> fwd(L, 0), bwd(L, 0);
   for (int64_t it = -3; it < iters; ++it) {
     std::vector<Tensor> acts{x};
