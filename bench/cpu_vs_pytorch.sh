@@ -36,7 +36,7 @@ done
 BUILD=${EDP_BUILD_DIR:-build}
 OUT=${OUT:-bench-results/cpu_vs_pytorch.jsonl}
 TORCH2_VERSION=${TORCH2_VERSION:-2.15.0}
-VENV=${TORCH2_VENV:-.cache/venv-torch2}
+VENV=$(realpath -m "${TORCH2_VENV:-.cache/venv-torch2}")  # absolute: torch is imported from /tmp
 
 # ---- the PyTorch 2.x environment (once) ------------------------------------------------------
 # Smallest working set first: the CPU-only wheel from PyTorch's own index when that is reachable.
@@ -59,7 +59,7 @@ if ! torch2_ok; then
     "${pip[@]}" --no-deps "torch==$TORCH2_VERSION"
     meta=$(ls -d "$VENV"/lib/python3*/site-packages/torch-"$TORCH2_VERSION"*.dist-info)/METADATA
     pins() { sed -n "s/^Requires-Dist: \($1[^;]*\).*/\1/p" "$meta" | tr -d ' '; }
-    "${pip[@]}" filelock typing-extensions sympy networkx jinja2 fsspec numpy
+    "${pip[@]}" filelock typing-extensions sympy networkx jinja2 fsspec numpy "setuptools>=77.0.3"
     "${pip[@]}" --no-deps nvidia-cufile $(pins nvidia-cusparselt) $(pins nvidia-nccl) $(pins nvidia-nvshmem)
     if ! torch2_ok; then
       echo "cpu_vs_pytorch: torch does not import with the minimal set; installing all its requirements" >&2
@@ -71,7 +71,7 @@ fi
 PY2="$VENV/bin/python" PY1=/usr/bin/python3
 
 mkdir -p "$(dirname "$OUT")"; : > "$OUT"
-tv() { (cd /tmp && "$1" -c 'import torch; print(torch.__version__, "oneDNN", torch.backends.mkldnn.version() if hasattr(torch.backends.mkldnn, "version") else "?")' 2>/dev/null); }
+tv() { (cd /tmp && "$1" -c 'import re, torch; m = re.search(r"MKL-DNN v([0-9.]+)", torch.__config__.show()); print(torch.__version__, "(oneDNN", (m.group(1) if m else "?") + ")")' 2>/dev/null); }
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "# cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|fma|f16c|amx)' | sort | tr '\n' ' ')"
 echo "# edp $(git rev-parse --short HEAD 2>/dev/null || echo '?') ($BUILD, $(grep -o 'EDP_CPU_ARCH "[^"]*"' "$BUILD/include/edp/config.h" | cut -d'"' -f2), oneDNN $(grep -q 'EDP_HAVE_DNNL 1' "$BUILD/include/edp/config.h" && echo on || echo off))"
