@@ -26,9 +26,11 @@
 //   stay NCHW between layers: each call reorders its operands into the blocked layouts oneDNN
 //   chose ("any") and the result back, which costs a few percent of the convolution. Primitives
 //   are cached per shape. oneDNN's CPU convolutions are run-to-run deterministic for a fixed
-//   thread count and ISA (each output and each weight-gradient partial has one owner thread,
-//   and partials are reduced in a fixed order); tests/backend/conv2d_test.cpp checks repeated
-//   calls bitwise and both implementations against each other.
+//   thread count and ISA (its documentation: "for most primitives, oneDNN provides a run-to-run
+//   deterministic execution for a fixed environment"; the JIT convolutions used here give each
+//   output and each weight-gradient partial one owner thread and reduce the partials in a fixed
+//   order, no atomics); tests/backend/conv2d_test.cpp checks repeated calls bitwise and both
+//   implementations against each other. The ISA is capped at the build's (cap_isa below).
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -163,8 +165,35 @@ using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
+// oneDNN generates its kernels at run time for the best ISA of the host, so the same build would
+// compute other bits on an AVX-512 node than on an AVX2 node (other register blockings, other
+// summation orders). edp's contract is that a portable build runs the same instructions on every
+// host (docs/architecture.md, "Portable builds"), so oneDNN is capped at the ISA this build was
+// compiled for (EDP_CPU_FEATURES: x86-64-v3 -> AVX2, x86-64-v4 or an AVX-512 native build ->
+// AVX-512). DNNL_MAX_CPU_ISA, oneDNN's own variable, overrides the cap when set.
+void cap_isa() {
+  if (std::getenv("DNNL_MAX_CPU_ISA")) return;
+  const std::string f = std::string(",") + EDP_CPU_FEATURES + ",";
+  auto has = [&](const char* x) { return f.find(std::string(",") + x + ",") != std::string::npos; };
+  dnnl::cpu_isa isa = dnnl::cpu_isa::sse41;
+  if (has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq"))
+    isa = dnnl::cpu_isa::avx512_core;
+  else if (has("avx2"))
+    isa = dnnl::cpu_isa::avx2;
+  else if (has("avx"))
+    isa = dnnl::cpu_isa::avx;
+  try {
+    dnnl::set_max_cpu_isa(isa);
+  } catch (const dnnl::error& e) {  // only possible once a kernel was generated: too late, say so
+    log::warn("oneDNN: cannot cap the CPU ISA to the build's (", e.what(), "); convolution bits may differ between hosts");
+  }
+}
+
 dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine e = [] {
+    cap_isa();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
 }
 
@@ -642,7 +671,7 @@ void set_cpu_conv(CpuConv c) {
 bool cpu_conv_has_dnnl() { return EDP_HAVE_DNNL; }
 
 const char* cpu_conv_name() {
-  const ConvDims probe{1, 1, 3, 3, 1, 3, 1, 1, 1, 0};
+  const ConvDims probe{1, 16, 3, 3, 1, 3, 1, 1, 1, 0};  // a layer past the first
   return use_dnnl(probe, DType::F32) ? "dnnl" : "eigen";
 }
 
