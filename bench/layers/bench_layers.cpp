@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
       Stopwatch sw;
       g = (*model)[l].backward(g);
       if (it >= 0) bwd[l] += sw.seconds();
+      if (!g.defined()) break;  // nothing below needs a gradient
     }
   }
   double tf = 0, tb = 0;
