@@ -447,6 +447,7 @@ bool use_dnnl(const ConvDims& d, DType t) {
 #else
   (void)d;
   (void)t;
+  if (conv_override() == CpuConv::automatic) from_knob();  // EDP_CPU_CONV=dnnl: say it is missing
   return false;
 #endif
 }
