@@ -1,69 +1,165 @@
 #!/usr/bin/env bash
-# edp vs PyTorch (Debian python3-torch on OpenBLAS) on the CPU, side by side in one run: the same
-# model, per-rank batch, thread count and data; training throughput and peak RSS. With
-# --ranks "2", edp runs under mpirun (DistributedDataParallel) and PyTorch under
-# torch.distributed.run with DDP on gloo. Prints a table and writes JSON lines to $OUT
-# (default bench-results/cpu_vs_pytorch.jsonl).
-#   bench/cpu_vs_pytorch.sh [--limit N] [--epochs E] [--threads "1 2"] [--ranks "1"] [--models "mlp cnn"]
+# edp vs PyTorch on the CPU, side by side in one run: the same model, per-rank batch, thread
+# count and data; training throughput and peak RSS. Two peers:
+#   torch2  a current PyTorch 2.x from PyPI, as a user has it (pip; MKL and oneDNN inside), in a
+#           virtual environment made once and cached (.cache/venv-torch2, git-ignored);
+#   torch1  Debian 12's python3-torch 1.13 on OpenBLAS (the peer of the earlier comparisons).
+# Each configuration (ranks x threads) runs --reps times, edp and the peers interleaved; the table
+# shows the median samples/s and the range, the JSON lines every run and a summary per
+# configuration. With 2 ranks, edp runs under mpirun (DistributedDataParallel) and PyTorch as two
+# processes with DDP on gloo (started the way torch.distributed.run would).
+# Threads, as each framework documents them: edp --threads (EDP_NUM_THREADS: its OpenMP pool, which
+# also runs Eigen and oneDNN); PyTorch torch.set_num_threads(t) in the script plus
+# OMP_NUM_THREADS=t, MKL_NUM_THREADS=t (2.x) and OPENBLAS_NUM_THREADS=t (1.13).
+# Both sides time the training loop only and evaluate the test set once at the end in chunks of
+# 256 samples (edp's train::evaluate default), so peak RSS compares like with like.
+#   bench/cpu_vs_pytorch.sh [--limit N] [--epochs E] [--configs "1x1 1x2 2x1"] [--reps 3]
+#                           [--models "mlp cnn"] [--batch 64] [--no-torch1]
+# TORCH2_VERSION (default 2.15.0) and TORCH2_VENV choose the PyTorch 2.x environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LIMIT=20000 EPOCHS=1 THREADS="1 2" RANKS="1" MODELS="mlp cnn" BATCH=64
+LIMIT=20000 EPOCHS=1 CONFIGS="1x1 1x2 2x1" MODELS="mlp cnn" BATCH=64 REPS=3 TORCH1=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --limit) LIMIT=$2; shift 2 ;;
     --epochs) EPOCHS=$2; shift 2 ;;
-    --threads) THREADS=$2; shift 2 ;;
+    --configs) CONFIGS=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
-    --ranks) RANKS=$2; shift 2 ;;
     --batch) BATCH=$2; shift 2 ;;
+    --reps) REPS=$2; shift 2 ;;
+    --no-torch1) TORCH1=0; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-./scripts/setup.sh python3-torch libopenblas0-pthread >&2
+./scripts/setup.sh python3-torch libopenblas0-pthread python3-venv >&2
 ./scripts/build.sh >&2
 BUILD=${EDP_BUILD_DIR:-build}
 OUT=${OUT:-bench-results/cpu_vs_pytorch.jsonl}
+TORCH2_VERSION=${TORCH2_VERSION:-2.15.0}
+VENV=$(realpath -m "${TORCH2_VENV:-.cache/venv-torch2}")  # absolute: torch is imported from /tmp
+
+# ---- the PyTorch 2.x environment (once) ------------------------------------------------------
+# Smallest working set first: the CPU-only wheel from PyTorch's own index when that is reachable.
+# Else PyPI's wheel, which is built with CUDA and loads its CUDA libraries at import even without
+# a GPU: the wheel without dependencies, its pure-Python requirements, and those NVIDIA wheels
+# that a CUDA 13 toolkit in /usr/local/cuda does not supply (cuFile, cuSPARSELt, NVSHMEM, and an
+# NCCL >= 2.30: the system's 2.28 lacks a symbol torch needs), at the versions torch pins. Where
+# even that does not import (no toolkit), everything torch requires is installed.
+torch2_ok() { [ -x "$VENV/bin/python" ] && (cd /tmp && "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1); }
+if ! torch2_ok; then
+  echo "cpu_vs_pytorch: creating $VENV with torch $TORCH2_VERSION (once; cached)" >&2
+  /usr/bin/python3 -m venv "$VENV"
+  pip=("$VENV/bin/pip" install -q)
+  if curl -sfI --max-time 10 https://download.pytorch.org/whl/cpu/ >/dev/null 2>&1; then
+    echo "cpu_vs_pytorch: download.pytorch.org reachable: CPU-only wheel" >&2
+    "${pip[@]}" "torch==$TORCH2_VERSION" numpy --index-url https://download.pytorch.org/whl/cpu \
+      --extra-index-url https://pypi.org/simple
+  else
+    echo "cpu_vs_pytorch: download.pytorch.org not reachable: PyPI wheel with the NVIDIA libraries it needs" >&2
+    "${pip[@]}" --no-deps "torch==$TORCH2_VERSION"
+    meta=$(ls -d "$VENV"/lib/python3*/site-packages/torch-"$TORCH2_VERSION"*.dist-info)/METADATA
+    pins() { sed -n "s/^Requires-Dist: \($1[^;]*\).*/\1/p" "$meta" | tr -d ' '; }
+    "${pip[@]}" filelock typing-extensions sympy networkx jinja2 fsspec numpy "setuptools>=77.0.3"
+    "${pip[@]}" --no-deps nvidia-cufile $(pins nvidia-cusparselt) $(pins nvidia-nccl) $(pins nvidia-nvshmem)
+    if ! torch2_ok; then
+      echo "cpu_vs_pytorch: torch does not import with the minimal set; installing all its requirements" >&2
+      "${pip[@]}" "torch==$TORCH2_VERSION"
+    fi
+  fi
+  torch2_ok || { echo "cpu_vs_pytorch: torch $TORCH2_VERSION in $VENV does not import" >&2; exit 1; }
+fi
+PY2="$VENV/bin/python" PY1=/usr/bin/python3
+
 mkdir -p "$(dirname "$OUT")"; : > "$OUT"
+tv() { (cd /tmp && "$1" -c 'import re, torch; m = re.search(r"MKL-DNN v([0-9.]+)", torch.__config__.show()); print(torch.__version__, "(oneDNN", (m.group(1) if m else "?") + ")")' 2>/dev/null); }
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "# torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), edp $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-echo "# limit $LIMIT samples, $EPOCHS epoch(s), batch $BATCH"
-printf "%-18s %5s %7s %14s %15s %7s %10s %12s %9s %9s\n" model ranks threads edp_samples/s torch_samples/s ratio edp_rss_mb torch_rss_mb edp_acc torch_acc
+echo "# cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|fma|f16c|amx)' | sort | tr '\n' ' ')"
+echo "# edp $(git rev-parse --short HEAD 2>/dev/null || echo '?') ($BUILD, $(grep -o 'EDP_CPU_ARCH "[^"]*"' "$BUILD/include/edp/config.h" | cut -d'"' -f2), oneDNN $(grep -q 'EDP_HAVE_DNNL 1' "$BUILD/include/edp/config.h" && echo on || echo off))"
+echo "# torch2: $(tv "$PY2") ($VENV); torch1: $( [ $TORCH1 = 1 ] && tv "$PY1" || echo skipped)"
+echo "# threads: edp --threads t; torch torch.set_num_threads(t), OMP_NUM_THREADS=t, MKL_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t"
+echo "# limit $LIMIT samples, $EPOCHS epoch(s), batch $BATCH per rank, $REPS interleaved runs each; load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+
 mpi_flags=(--oversubscribe --bind-to none)
 if [ "$(id -u)" = 0 ]; then mpi_flags+=(--allow-run-as-root); fi
 port=29500
+run_edp() {  # model ranks threads -> JSON line
+  local common=(--threads "$3" --batch "$BATCH" --epochs "$EPOCHS" --limit "$LIMIT" --no-eval)
+  if [ "$2" = 1 ]; then
+    "$BUILD/examples/fashion_mnist_$1" "${common[@]}" 2>/dev/null | tail -1
+  else
+    mpirun "${mpi_flags[@]}" -np "$2" "$BUILD/examples/fashion_mnist_$1" "${common[@]}" 2>/dev/null | tail -1
+  fi
+}
+run_torch() {  # python model ranks threads -> JSON line
+  local py=$1 common=(--model "$2" --threads "$4" --batch "$BATCH" --epochs "$EPOCHS" --limit "$LIMIT" --eval-batch 256)
+  local envs=(OMP_NUM_THREADS="$4" MKL_NUM_THREADS="$4" OPENBLAS_NUM_THREADS="$4")
+  if [ "$3" = 1 ]; then
+    env "${envs[@]}" "$py" bench/pytorch/train_fashion_mnist.py "${common[@]}" | tail -1
+  else
+    port=$((port + 1))
+    local tmp r
+    tmp=$(mktemp -d)
+    for r in $(seq 0 $(($3 - 1))); do
+      env "${envs[@]}" RANK="$r" WORLD_SIZE="$3" MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        "$py" bench/pytorch/train_fashion_mnist.py --ddp "${common[@]}" > "$tmp/$r.out" 2> "$tmp/$r.err" &
+    done
+    wait
+    tail -1 "$tmp/0.out"
+    rm -rf "$tmp"
+  fi
+}
+
 for model in $MODELS; do
-  for n in $RANKS; do
-    for t in $THREADS; do
-      common=(--threads "$t" --batch "$BATCH" --epochs "$EPOCHS" --limit "$LIMIT")
-      if [ "$n" = 1 ]; then
-        e=$(OMP_NUM_THREADS=$t "$BUILD/examples/fashion_mnist_$model" "${common[@]}" --no-eval 2>/dev/null | tail -1)
-        p=$(OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t /usr/bin/python3 bench/pytorch/train_fashion_mnist.py \
-              --model "$model" "${common[@]}" | tail -1)
-      else
-        e=$(OMP_NUM_THREADS=$t mpirun "${mpi_flags[@]}" -np "$n" -x OMP_NUM_THREADS \
-              "$BUILD/examples/fashion_mnist_$model" "${common[@]}" --no-eval 2>/dev/null | tail -1)
-        port=$((port + 1))
-        # torch.distributed.run of Debian's torch 1.13 fails on Python 3.11; start the
-        # workers the way it would (env:// rendezvous on loopback).
-        tmp=$(mktemp -d)
-        for r in $(seq 0 $((n - 1))); do
-          RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-            OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t /usr/bin/python3 bench/pytorch/train_fashion_mnist.py \
-            --ddp --model "$model" "${common[@]}" > "$tmp/$r.out" 2> "$tmp/$r.err" &
-        done
-        wait
-        p=$(tail -1 "$tmp/0.out")
-        rm -rf "$tmp"
-      fi
-      echo "{\"bench\": \"cpu_vs_pytorch\", \"edp\": $e, \"pytorch\": $p}" >> "$OUT"
-      /usr/bin/python3 - "$model" "$n" "$t" "$e" "$p" <<'PY'
-import json, sys
-m, n, t, e, p = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), json.loads(sys.argv[5])
-print(f"{'fashion_mnist_'+m:<18} {n:>5} {t:>7} {e['samples_per_s']:>14.0f} {p['samples_per_s']:>15.0f} "
-      f"{e['samples_per_s']/p['samples_per_s']:>7.2f} {e['peak_rss_mb_per_rank']:>10.0f} {p['peak_rss_mb']:>12.0f} "
-      f"{e['test_acc']:>9.4f} {p['test_acc']:>9.4f}")
-PY
+  for cfg in $CONFIGS; do
+    n=${cfg%x*} t=${cfg#*x}
+    for rep in $(seq 1 "$REPS"); do
+      e=$(run_edp "$model" "$n" "$t")
+      p2=$(run_torch "$PY2" "$model" "$n" "$t")
+      p1=null
+      if [ $TORCH1 = 1 ]; then p1=$(run_torch "$PY1" "$model" "$n" "$t"); fi
+      echo "{\"bench\": \"cpu_vs_pytorch\", \"model\": \"fashion_mnist_$model\", \"ranks\": $n, \"threads\": $t, \"rep\": $rep, \"edp\": $e, \"torch2\": $p2, \"torch1\": $p1}" >> "$OUT"
     done
   done
 done
-echo "# JSON lines: $OUT"
+
+/usr/bin/python3 - "$OUT" "$REPS" <<'PY'
+import json, statistics, sys
+path, reps = sys.argv[1], int(sys.argv[2])
+runs = [json.loads(l) for l in open(path) if '"rep"' in l]
+groups = {}
+for r in runs:
+    groups.setdefault((r["model"], r["ranks"], r["threads"]), []).append(r)
+def med(xs): return statistics.median(xs) if xs else float("nan")
+def rng(xs): return f"{min(xs):.0f}-{max(xs):.0f}" if xs else "-"
+print(f"{'model':<18} {'ranks':>5} {'thr':>3}  {'edp samples/s':>19}  {'torch2 samples/s':>19}  {'torch1 samples/s':>19}"
+      f"  {'edp/t2':>6} {'edp/t1':>6}  {'rss edp':>7} {'t2':>5} {'t1':>5} {'edp/t2':>6}  {'comm_exp':>8}  {'acc edp':>7} {'t2':>6} {'t1':>6}")
+summary = []
+for (m, n, t), rs in groups.items():
+    e = [r["edp"]["samples_per_s"] for r in rs]
+    p2 = [r["torch2"]["samples_per_s"] for r in rs]
+    p1 = [r["torch1"]["samples_per_s"] for r in rs if r["torch1"]]
+    re = max(r["edp"]["peak_rss_mb_per_rank"] for r in rs)
+    r2 = max(r["torch2"]["peak_rss_mb"] for r in rs)
+    r1 = max((r["torch1"]["peak_rss_mb"] for r in rs if r["torch1"]), default=float("nan"))
+    share = med([r["edp"]["comm_exposed_share"] for r in rs])
+    ratio2 = med(e) / med(p2)
+    ratio1 = med(e) / med(p1) if p1 else float("nan")
+    a = (rs[-1]["edp"]["test_acc"], rs[-1]["torch2"]["test_acc"], rs[-1]["torch1"]["test_acc"] if rs[-1]["torch1"] else float("nan"))
+    print(f"{m:<18} {n:>5} {t:>3}  {med(e):>7.0f} ({rng(e):>11})  {med(p2):>7.0f} ({rng(p2):>11})  "
+          f"{med(p1):>7.0f} ({rng(p1):>11})  {ratio2:>6.2f} {ratio1:>6.2f}  {re:>7.0f} {r2:>5.0f} {r1:>5.0f} {re / r2:>6.2f}  "
+          f"{share:>8.3f}  {a[0]:>7.4f} {a[1]:>6.4f} {a[2]:>6.4f}")
+    summary.append({"bench": "cpu_vs_pytorch_summary", "model": m, "ranks": n, "threads": t, "reps": len(rs),
+                    "edp_samples_per_s_median": med(e), "edp_samples_per_s_range": [min(e), max(e)],
+                    "torch2_samples_per_s_median": med(p2), "torch2_samples_per_s_range": [min(p2), max(p2)],
+                    "torch1_samples_per_s_median": med(p1) if p1 else None,
+                    "edp_over_torch2": round(ratio2, 3), "edp_over_torch1": round(ratio1, 3) if p1 else None,
+                    "edp_rss_mb": re, "torch2_rss_mb": r2, "torch1_rss_mb": r1 if p1 else None,
+                    "rss_edp_over_torch2": round(re / r2, 3), "edp_comm_exposed_share_median": share,
+                    "edp_cpu_conv": rs[-1]["edp"].get("cpu_conv"), "torch2": rs[-1]["torch2"]["torch"]})
+with open(path, "a") as f:
+    for s in summary:
+        f.write(json.dumps(s) + "\n")
+print("# samples/s: median of the runs (range); rss: peak resident set per process, MiB, the largest of the runs;")
+print("# comm_exp: edp's comm_exposed_share (time waiting for gradient buckets after backward / step time)")
+PY
+echo "# load at end: $(cut -d' ' -f1-3 /proc/loadavg); JSON lines: $OUT"

@@ -8,6 +8,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev
   libeigen3-dev zlib1g-dev libgtest-dev nlohmann-json3-dev
   libspdlog-dev libfmt-dev libcli11-dev
+  libdnnl-dev  # oneDNN 2.x: the CPU convolutions (optional at build time: -DEDP_DNNL=OFF)
   dataset-fashion-mnist
   python3-matplotlib
 )

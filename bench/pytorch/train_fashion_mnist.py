@@ -5,8 +5,10 @@ cosine), timed the same way (training loop only, evaluation excluded). Prints on
 the examples' format. Optionally data-parallel with torch.distributed (gloo) when launched with
 --ddp under torchrun-style environment variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 
-Run with Debian's interpreter (/usr/bin/python3) and python3-torch; set OPENBLAS_NUM_THREADS to
-the same thread count so that PyTorch's generic BLAS uses OpenBLAS with those threads.
+Runs with Debian's python3-torch 1.13 (/usr/bin/python3) and with a PyTorch 2.x from PyPI (the
+virtual environment bench/cpu_vs_pytorch.sh makes). Threads: torch.set_num_threads(--threads), and
+the caller sets OMP_NUM_THREADS / MKL_NUM_THREADS / OPENBLAS_NUM_THREADS to the same count. The test
+set is evaluated once at the end in chunks of --eval-batch samples (256, as edp's train::evaluate).
 
 --device cuda trains on the GPU. --bench-steps S times S steps (after --bench-warmup steps) on
 synthetic batches uploaded from pinned host memory every step, reading the loss once per step:
@@ -120,6 +122,7 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--warmup-steps", type=int, default=100)
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--eval-batch", type=int, default=256, help="test-set evaluation chunk")
     ap.add_argument("--ddp", action="store_true")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--tf32", type=int, default=1, help="TF32 matmul/conv on the GPU (edp's default)")
@@ -191,12 +194,14 @@ def main():
     model.eval()
     correct = 0
     with torch.no_grad():
-        for i in range(0, xte.shape[0], 1000):
-            correct += (model(xte[i:i + 1000].to(device)).argmax(1).cpu() == yte[i:i + 1000]).sum().item()
+        for i in range(0, xte.shape[0], a.eval_batch):
+            chunk = slice(i, i + a.eval_batch)
+            correct += (model(xte[chunk].to(device)).argmax(1).cpu() == yte[chunk]).sum().item()
     if rank == 0:
         print(json.dumps({
             "model": f"fashion_mnist_{a.model}", "impl": "pytorch", "torch": torch.__version__,
-            "world_size": world, "threads": a.threads, "batch": a.batch, "epochs": a.epochs,
+            "world_size": world, "threads": a.threads, "intra_op_threads": torch.get_num_threads(),
+            "batch": a.batch, "epochs": a.epochs,
             "samples_per_s": round(seen * world / train_s, 1), "test_acc": round(correct / xte.shape[0], 4),
             "final_loss": round(last_loss, 4), "train_seconds": round(train_s, 2),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))

@@ -352,11 +352,12 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
         "\"global_batch\": %lld, \"epochs\": %lld, \"lr\": %.4g, \"samples_per_s\": %.1f, "
         "\"test_acc\": %.4f, \"final_loss\": %.4f, \"train_seconds\": %.2f, "
         "\"step_ms\": %.3f, \"comm_exposed_ms\": %.3f, \"comm_exposed_share\": %.4f, "
-        "\"comm_ms\": %.3f, \"peak_rss_mb_per_rank\": %.1f}\n",
+        "\"comm_ms\": %.3f, \"peak_rss_mb_per_rank\": %.1f, \"cpu_conv\": \"%s\"}\n",
         spec.name.c_str(), W, threads, static_cast<long long>(batch),
         static_cast<long long>(global_batch), static_cast<long long>(epochs), lr,
         train_seconds > 0 ? samples_seen / train_seconds : 0.0, test.accuracy, last_epoch_loss, train_seconds, 1e3 * step_s,
-        1e3 * exposed, step_s > 0 ? exposed / step_s : 0.0, 1e3 * st.comm_s / std::max<int64_t>(1, st.steps), rss);
+        1e3 * exposed, step_s > 0 ? exposed / step_s : 0.0, 1e3 * st.comm_s / std::max<int64_t>(1, st.steps), rss,
+        ops::cpu_conv_name());
   Timeline::get().close();
   return 0;
 }

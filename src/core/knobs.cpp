@@ -45,6 +45,10 @@ const std::vector<Knob> kKnobs = {
      "backend", ""},
     {"EDP_CUDNN_VERBOSE", Type::Bool, "0",
      "Log each cuDNN convolution algorithm chosen (shape, pass, algorithm, workspace, time).", "backend", ""},
+    {"EDP_CPU_CONV", Type::Enum, "auto",
+     "CPU float32 convolution: oneDNN's direct convolutions (`dnnl`, the default where the build "
+     "has oneDNN) or im2col + Eigen GEMMs (`eigen`, the reference; always used for float64).",
+     "backend", "auto|dnnl|eigen"},
     {"EDP_CONV_GROUP", Type::Int, "0",
      "CPU convolution: images per im2col group (0: chosen from the cache size, 1 to 4). A tuning knob.",
      "backend", "", 0, kNoMax},

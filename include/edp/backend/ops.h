@@ -43,6 +43,16 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dG
 Tensor conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
                        Conv2dGeometry g, bool want_dx, const Tensor* col = nullptr,
                        const Tensor* relu_out = nullptr);
+// The CPU convolution's implementation (src/backend/cpu/conv2d.cpp): oneDNN's direct
+// convolutions for float32 where this build has oneDNN (EDP_DNNL), else im2col + Eigen GEMMs,
+// which are also the reference the oneDNN path is tested against. `automatic` follows the
+// EDP_CPU_CONV knob (default: oneDNN when built in). set_cpu_conv overrides it for the process
+// (tests, benchmarks); asking for dnnl in a build without it throws.
+enum class CpuConv { automatic, dnnl, eigen };
+void set_cpu_conv(CpuConv c);
+bool cpu_conv_has_dnnl();
+// What a float32 convolution runs on now: "dnnl" or "eigen" (for logs and benchmark JSON).
+const char* cpu_conv_name();
 
 // ---- pool -----------------------------------------------------------------------------------
 // Max over k×k windows with the given stride (no padding); argmax (int32, per output element,
