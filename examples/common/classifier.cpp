@@ -277,7 +277,11 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
       // Numerical guard: a non-finite loss on this rank, or a non-finite reduced gradient (the
       // same on every rank, so every rank decides alike), stops the job naming the step and the
       // first parameter affected — or, with --on-nonfinite skip, skips the update.
-      const nn::Parameter* bad = nn::first_nonfinite_grad(model->parameters());
+      // The scan is one pass over the gradients on the CPU, but one host-device sync per
+      // parameter on a GPU: there it runs every 50 steps (and on a non-finite loss) unless
+      // skipping was asked for, which must see every step.
+      const bool scan = device.is_cpu() || on_nonfinite == "skip" || step % 50 == 0 || !std::isfinite(loss);
+      const nn::Parameter* bad = scan ? nn::first_nonfinite_grad(model->parameters()) : nullptr;
       if (on_nonfinite == "stop") {
         EDP_CHECK(std::isfinite(loss), "the loss is ", loss, " at step ", step + 1, " (epoch ", epoch + 1,
                   "): the training diverged; lower --lr or use --on-nonfinite skip");
