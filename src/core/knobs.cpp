@@ -108,6 +108,25 @@ const std::vector<Knob> kKnobs = {
      "Where rank 0 records, after committing the rescale checkpoint, the size the job is to be restarted at "
      "(JSON {workers, global_batch, step, checkpoint}; edprun sets it and reads it when the job exits with 75).",
      "launch", "", kNoMin, kNoMax, true},
+    {"EDP_EVENTS_FILE", Type::String, "",
+     "Where rank 0 of an elastic job appends one JSON line per membership event: a start, and each rescale "
+     "(in place or by restart) with the pause it cost (edp/elastic/events.h). edprun sets it to "
+     "<job dir>/events.jsonl and reads it for the job's current size and its summary.",
+     "launch", "", kNoMin, kNoMax, true},
+    {"EDP_RESCALE_MODE", Type::Enum, "auto",
+     "How an elastic job changes size: in-place (shrink by splitting the communicator, grow by MPI_Comm_spawn; "
+     "an error when that fails), restart (checkpoint, exit 75, edprun restarts the job), auto (in place, the "
+     "restart path when spawning new ranks fails).",
+     "elastic", "auto|in-place|restart", kNoMin, kNoMax, false},
+    {"EDP_SPAWN_WRAPPER", Type::String, "",
+     "A command the new ranks of an in-place grow are started through, words separated by spaces, followed by "
+     "the program and its arguments (edprun sets its rank shim, `edprun --rank-exec --`; empty: the program "
+     "itself). The new ranks also get EDP_SPAWN_RANK_BASE, their first rank in the grown job.",
+     "launch", "", kNoMin, kNoMax, true},
+    {"EDP_SPAWN_RANK_BASE", Type::Int, "0",
+     "Set by an in-place grow on the ranks it starts: the rank in the grown job of the first new rank (rank = "
+     "base + OMPI_COMM_WORLD_RANK). The rank shim places them by it.",
+     "launch", "", 0, kNoMax, true},
     {"EDP_LAUNCH_MODE", Type::Enum, "cpu", "edprun's rank shim: the job's mode.", "launch", "cpu|gpu", kNoMin,
      kNoMax, true},
     {"EDP_LAUNCH_HOST", Type::String, "", "edprun's rank shim: the host edprun ran on.", "launch", "", kNoMin,
