@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "edp/comm/communicator.h"
 #include "edp/config.h"
@@ -26,8 +27,13 @@ void mpi_finalize();
 void mpi_abort(int code);
 // The stall inspector's watchdog thread (mpi_stall_inspector.cpp): started by mpi_init once the
 // world exists (collective: it duplicates MPI_COMM_WORLD), stopped by mpi_finalize.
-void mpi_start_stall_inspector(ThreadLevel granted);
+// `comm` is the communicator to watch (an MPI_Comm, passed as void* to keep mpi.h out of here).
+void mpi_start_stall_inspector(ThreadLevel granted, void* comm);
 void mpi_stop_stall_inspector();
+// edp/comm/membership.h, MPI side.
+bool mpi_spawned();
+std::unique_ptr<Communicator> mpi_spawn(Communicator& current, int count, const std::vector<std::string>& env);
+void mpi_watch(Communicator* c);
 // World rank/size from MPI when it is up, else (-1, -1).
 void mpi_world_position(int& rank, int& size);
 #endif

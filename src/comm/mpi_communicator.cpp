@@ -3,14 +3,22 @@
 // INT_MAX elements (MPI counts are int); Avg is MPI_SUM followed by a division in place.
 #include "mpi_check.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <fstream>
+#include <sstream>
+#include <thread>
 #include <cstdio>
 #include <functional>
 #include <mutex>
 #include <vector>
 
 #include "backend.h"
+#include "edp/comm/membership.h"
+#include "edp/core/knobs.h"
 #include "stall.h"
 
 namespace edp::comm::detail {
@@ -314,9 +322,105 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   int64_t max_chunk_ = INT_MAX;
+
+ public:
+  MPI_Comm handle() const { return comm_; }
 };
 
+// The processes mpirun (or one MPI_Comm_spawn) started together; every one of them takes part in
+// the exit lobby (see mpi_finalize).
+MPI_Comm g_exit_comm = MPI_COMM_NULL;
+bool g_spawned = false;
+
+// This program's command line, from /proc/self/cmdline (what the rank shim exec'd).
+std::vector<std::string> own_command_line() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> out;
+  std::string arg;
+  while (std::getline(f, arg, '\0')) out.push_back(arg);
+  return out;
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
 }  // namespace
+
+bool mpi_spawned() { return g_spawned; }
+
+std::unique_ptr<Communicator> mpi_spawn(Communicator& current, int count, const std::vector<std::string>& env) {
+  auto* cur = dynamic_cast<MpiCommunicator*>(&current);
+  if (!cur) throw SpawnError("cannot start new ranks on a '" + current.backend() + "' communicator: only MPI spawns");
+  // What to start: [EDP_SPAWN_WRAPPER words...] <this executable> <this program's arguments>.
+  std::vector<std::string> cmd;
+  {
+    std::istringstream w(knobs::get_string("EDP_SPAWN_WRAPPER"));
+    for (std::string word; w >> word;) cmd.push_back(word);
+  }
+  const std::vector<std::string> line = own_command_line();
+  cmd.push_back(self_exe());
+  for (size_t i = 1; i < line.size(); ++i) cmd.push_back(line[i]);
+  std::vector<char*> args;
+  for (size_t i = 1; i < cmd.size(); ++i) args.push_back(cmd[i].data());
+  args.push_back(nullptr);
+  std::string envs = "EDP_SPAWN_RANK_BASE=" + std::to_string(current.size()) + "\n";
+  for (const auto& e : env) envs += e + "\n";
+  char cwd[4096];
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "env", envs.c_str());
+  if (getcwd(cwd, sizeof cwd)) MPI_Info_set(info, "wdir", cwd);
+  MPI_Comm inter = MPI_COMM_NULL;
+  std::vector<int> errcodes(static_cast<size_t>(count), MPI_SUCCESS);
+  int rc = MPI_SUCCESS;
+  {
+    EntryGuard g("spawn");
+    OpTicket t("spawning new ranks", "mpi", 0, DType::U8);
+    rc = MPI_Comm_spawn(cmd[0].c_str(), args.data(), count, info, 0, cur->handle(), &inter, errcodes.data());
+  }
+  MPI_Info_free(&info);
+  // Every rank of `current` decides alike, whatever each one's MPI said.
+  int ok = (rc == MPI_SUCCESS && inter != MPI_COMM_NULL) ? 1 : 0;
+  for (int e : errcodes) ok = ok && e == MPI_SUCCESS;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, cur->handle()));
+  if (!ok) {
+    if (inter != MPI_COMM_NULL) MPI_Comm_free(&inter);
+    char msg[MPI_MAX_ERROR_STRING + 1] = {0};
+    int len = 0;
+    if (rc != MPI_SUCCESS) MPI_Error_string(rc, msg, &len);
+    throw SpawnError(::edp::detail::concat(
+        "MPI_Comm_spawn could not start ", count, " rank(s) of ", cmd[0], rc != MPI_SUCCESS ? ": " : "",
+        msg, " (under plain mpirun: no free slot — give mpirun more slots, e.g. --oversubscribe, or use edprun)"));
+  }
+  MPI_CHECK(MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN));
+  MPI_Comm merged = MPI_COMM_NULL;
+  {
+    EntryGuard g("merge");
+    OpTicket t("merging the new ranks", "mpi", 0, DType::U8);
+    MPI_CHECK(MPI_Intercomm_merge(inter, 0, &merged));  // 0: the existing ranks come first
+  }
+  MPI_Comm_free(&inter);
+  auto grown = std::make_unique<MpiCommunicator>(merged);
+  // Watch the grown job now: the new ranks start their inspector on it in mpi_init, in the
+  // same order of collectives (merge, the communicator's construction, the inspector's dup).
+  mpi_start_stall_inspector(g_granted, &merged);
+  return grown;
+}
+
+void mpi_watch(Communicator* c) {
+  if (!c) {
+    mpi_stop_stall_inspector();
+    return;
+  }
+  auto* m = dynamic_cast<MpiCommunicator*>(c);
+  EDP_CHECK(m, "comm::watch_communicator: the stall inspector watches MPI communicators, not '", c->backend(), "'");
+  MPI_Comm h = m->handle();
+  mpi_start_stall_inspector(g_granted, &h);
+}
 
 BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options) {
   int inited = 0, fin = 0;
@@ -349,11 +453,28 @@ BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options)
     throw Error(msg);
   }
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-  out.world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
-  mpi_start_stall_inspector(out.granted);
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm));
+  // A process started by spawn_ranks joins the running job now (the others wait in
+  // MPI_Intercomm_merge): its world is the grown job, not the group spawned with it.
+  MPI_Comm parent = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_get_parent(&parent));
+  g_spawned = parent != MPI_COMM_NULL;
+  if (g_spawned) {
+    MPI_CHECK(MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN));
+    MPI_Comm merged = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Intercomm_merge(parent, 1, &merged));  // 1: after the ranks that spawned it
+    MPI_Comm_free(&parent);
+    out.world = std::make_unique<MpiCommunicator>(merged);
+  } else {
+    out.world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+  }
+  {
+    MPI_Comm watched = static_cast<MpiCommunicator*>(out.world.get())->handle();
+    mpi_start_stall_inspector(out.granted, &watched);
+  }
 
   const LaunchInfo li = launch_info();
-  if (li.launched_by_mpirun && (li.size != out.world->size() || li.rank != out.world->rank())) {
+  if (!g_spawned && li.launched_by_mpirun && (li.size != out.world->size() || li.rank != out.world->rank())) {
     const std::string msg = ::edp::detail::concat(
         "mpirun started this process as rank ", li.rank, " of ", li.size,
         " (OMPI_COMM_WORLD_*), but MPI_Init reports rank ", out.world->rank(), " of ",
@@ -371,6 +492,17 @@ void mpi_finalize() {
   MPI_Finalized(&fin);
   if (fin) return;
   mpi_stop_stall_inspector();
+  // The exit lobby: Open MPI 4.1's MPI_Finalize waits (spinning) for every process started
+  // together with this one. A rank that left an elastic job early waits here instead, in a
+  // non-blocking barrier polled every 50 ms, which costs no CPU; the others pass it at once.
+  if (g_exit_comm != MPI_COMM_NULL) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (MPI_Ibarrier(g_exit_comm, &r) == MPI_SUCCESS) {
+      for (int done = 0; MPI_Test(&r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done;)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    MPI_Comm_free(&g_exit_comm);
+  }
   MPI_Finalize();
 }
 

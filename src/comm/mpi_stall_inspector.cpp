@@ -1,9 +1,10 @@
 // The stall inspector's watchdog for MPI jobs (edp/comm/stall.h says what it does).
 //
-// One thread per process, started by mpi_init and stopped before MPI_Finalize. Every 200 ms it
+// One thread per process, started by mpi_init (and again by comm::watch_communicator after an
+// elastic job's membership changed) and stopped before MPI_Finalize. Every 200 ms it
 // answers the other ranks' queries and looks at the oldest collective of this process. When
 // that one has waited longer than comm_timeout(), it sends its own position to every other
-// rank (tag kQuery, on a private duplicate of MPI_COMM_WORLD, so the job's own traffic is never
+// rank (tag kQuery, on a private duplicate of the job's communicator, so the job's own traffic is never
 // matched), gathers their answers for a grace period, prints the report and calls
 // MPI_Abort(MPI_COMM_WORLD, kStallExitCode). A rank that is computing answers from its own
 // watchdog thread; a stopped or frozen rank cannot, and is reported as not answering.
@@ -52,11 +53,11 @@ Position my_position(int rank) {
 
 class Watchdog {
  public:
-  Watchdog(bool can_talk) : can_talk_(can_talk) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  Watchdog(bool can_talk, MPI_Comm watched) : can_talk_(can_talk) {
+    MPI_Comm_rank(watched, &rank_);
+    MPI_Comm_size(watched, &size_);
     if (can_talk_) {
-      MPI_Comm_dup(MPI_COMM_WORLD, &comm_);  // collective: every rank runs mpi_init
+      MPI_Comm_dup(watched, &comm_);  // collective over the watched communicator
       MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     }
     thread_ = std::thread([this] { loop(); });
@@ -209,12 +210,14 @@ class Watchdog {
 };
 
 std::unique_ptr<Watchdog> g_watchdog;
+ThreadLevel g_level = ThreadLevel::Single;
 
 }  // namespace
 
-void mpi_start_stall_inspector(ThreadLevel granted) {
-  if (g_watchdog) return;
-  g_watchdog = std::make_unique<Watchdog>(granted >= ThreadLevel::Multiple);
+void mpi_start_stall_inspector(ThreadLevel granted, void* comm) {
+  g_watchdog.reset();  // a membership change: watch the new communicator
+  g_level = granted;
+  g_watchdog = std::make_unique<Watchdog>(granted >= ThreadLevel::Multiple, *static_cast<MPI_Comm*>(comm));
 }
 
 void mpi_stop_stall_inspector() { g_watchdog.reset(); }

@@ -144,7 +144,7 @@ int64_t Checkpoint::int_at(const std::string& key) const {
   return x;
 }
 
-void write_checkpoint(const std::string& path, const Checkpoint& c) {
+std::vector<char> encode_checkpoint(const Checkpoint& c) {
   Writer w;
   w.bytes(kMagic, sizeof kMagic);
   w.pod(kVersion);
@@ -172,13 +172,17 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   const uint32_t sum = crc(w.buf().data(), w.buf().size());
   w.pod(sum);
   w.bytes(kEndMagic, sizeof kEndMagic);
+  return std::move(w.buf());
+}
 
+void write_checkpoint(const std::string& path, const Checkpoint& c) {
+  const std::vector<char> buf = encode_checkpoint(c);
   const fs::path target(path);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) sys_fail("cannot create", tmp);
-  const char* p = w.buf().data();
-  size_t left = w.buf().size();
+  const char* p = buf.data();
+  size_t left = buf.size();
   while (left > 0) {
     const ssize_t n = ::write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
@@ -212,7 +216,11 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
 Checkpoint read_checkpoint(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw DataError("checkpoint " + path + ": cannot open: " + std::strerror(errno));
-  std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return decode_checkpoint(b, path);
+}
+
+Checkpoint decode_checkpoint(const std::vector<char>& b, const std::string& path) {
   const size_t trailer = sizeof(uint32_t) + sizeof kEndMagic;
   if (b.size() < sizeof kMagic || std::memcmp(b.data(), kMagic, sizeof kMagic) != 0)
     throw DataError("checkpoint " + path + ": not an edp checkpoint (the file does not start with \"EDPCKPT1\")");

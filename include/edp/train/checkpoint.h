@@ -55,6 +55,10 @@ struct Checkpoint {
 
 void write_checkpoint(const std::string& path, const Checkpoint& c);
 Checkpoint read_checkpoint(const std::string& path);
+// The same format in memory (an elastic job sends its state to new ranks this way); `name` is
+// what decode errors call the bytes.
+std::vector<char> encode_checkpoint(const Checkpoint& c);
+Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& name);
 
 // Collects the job's state (see the file comment). Any of opt / sampler may be null. Tensors are
 // named "model.<parameter>", "buffer.<buffer>", "optim.<i>"; counters, the optimizer's step

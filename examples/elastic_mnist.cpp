@@ -1,0 +1,49 @@
+// An elastic data-parallel training program: Fashion-MNIST, a small MLP. Run it with
+//   mpirun -np 2 ./elastic_mnist [checkpoint-dir]   or   edprun -np 2 --control-file F -- ./elastic_mnist DIR
+// It resumes from the newest checkpoint at any world size, and changes size on request (the
+// control file): in place, or by a restart that edprun carries out.
+#include <cstdio>
+#include <string>
+
+#include "edp/edp.h"
+
+using namespace edp;
+
+int main(int argc, char** argv) {
+  return comm::run_main(argc, argv, [&](comm::Communicator& world) {
+    const auto train = data::load_fashion_mnist(data::kFashionMnistDir, "train");
+    const auto test = data::load_fashion_mnist(data::kFashionMnistDir, "test");
+    manual_seed(1);
+    auto model = nn::make<nn::Sequential>();
+    model->add(nn::make<nn::Flatten>(), "flatten");
+    model->add(nn::make<nn::Linear>(784, 128), "fc1");
+    model->add(nn::make<nn::ReLU>(), "relu");
+    model->add(nn::make<nn::Linear>(128, 10), "fc2");
+    optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+
+    elastic::JobOptions o;
+    o.name = "elastic_mnist";
+    o.epochs = 2;
+    o.global_batch = 128;  // the LR follows it (linear rule from 64)
+    o.lr = 0.1;
+    o.warmup_steps = 50;
+    o.checkpoint_dir = argc > 1 ? argv[1] : "";
+    elastic::Job job(world, model, opt, train, o);
+
+    nn::SoftmaxCrossEntropy loss_fn;
+    data::Batch b;
+    while (job.next_epoch()) {
+      while (job.next_batch(b)) {
+        const double loss = loss_fn.forward(job.forward(b.x), b.y);
+        job.backward(loss_fn.backward());
+        job.step(loss);
+      }
+      if (!job.active()) break;  // this rank left the job, or the job restarts at another size
+      const train::EvalResult r = train::evaluate(*model, *test, job.world());
+      if (job.is_root())
+        std::printf("epoch %lld: %d worker(s), train loss %.4f, test accuracy %.4f\n",
+                    static_cast<long long>(job.epoch() + 1), job.size(), job.last_epoch().train_loss, r.accuracy);
+    }
+    return job.exit_code();
+  });
+}

@@ -1,0 +1,183 @@
+// elastic::Job — a data-parallel training job that survives restarts and changes size while it
+// runs. It owns everything the elastic protocol touches, so that a user's training loop holds
+// only the model's forward and backward:
+//
+//   the job's communicator (it changes: ranks leave, new ranks join), the gradient reduction
+//   (DistributedDataParallel over the CPU world, NCCL or the colocated communicator on GPUs),
+//   the data position (a DistributedLoader: which samples of the epoch are left), the batch-size
+//   and learning-rate rules, checkpoints (commit, resume at any world size), the control file
+//   (a request for another size) and the numerical guard (a non-finite loss or gradient).
+//
+//   elastic::Job job(world, model, opt, train_set, {.epochs = 5, .global_batch = 128, ...});
+//   data::Batch b;
+//   while (job.next_epoch())
+//     while (job.next_batch(b)) {
+//       const double loss = ce.forward(job.forward(b.x), b.y);
+//       job.backward(ce.backward());
+//       job.step(loss);
+//     }
+//   return job.exit_code();
+//
+// A rescale (docs/elastic.md). Every `control_every` steps rank 0 reads the control file; a valid
+// request for another size is broadcast and carried out by every rank at the same step boundary:
+//   in place (the default): a shrink splits the communicator — the leaving ranks see
+//     next_batch() and next_epoch() return false and end their program with exit code 0 — and a
+//     grow starts the new ranks with MPI_Comm_spawn (edp/comm/membership.h). They run the same
+//     program; their Job receives the state (parameters, optimizer, data position, step) from
+//     rank 0 by broadcast and continues the same epoch. The rest of the epoch is re-sharded:
+//     every sample is still seen exactly once.
+//   by restart (EDP_RESCALE_MODE=restart, or when spawning fails under auto): rank 0 commits a
+//     checkpoint naming the new size, every rank stops (exit_code() = kRescaleExitCode, 75) and
+//     edprun starts the job again at that size; the new Job resumes from the checkpoint.
+// Either way the global batch follows the request (or keeps the per-rank batch), the learning
+// rate follows the batch rule, the LR schedule keeps its position in samples, and after the
+// change every rank checks that the replicas are bitwise identical.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "edp/comm/agree.h"
+#include "edp/core/tensor.h"
+#include "edp/data/loader.h"
+#include "edp/ddp/ddp.h"
+#include "edp/elastic/elastic.h"
+
+namespace edp::comm {
+class Communicator;
+}
+namespace edp::nn {
+class Module;
+}
+namespace edp::optim {
+class Optimizer;
+}
+namespace edp::data {
+class DistributedLoader;
+}
+
+namespace edp::elastic {
+
+struct JobOptions {
+  std::string name = "job";  // in messages, and the checkpoints' "model"
+  int64_t epochs = 1;
+  // The global batch at a fresh start (a checkpoint that names the size to continue at, or a
+  // rescale, changes it); the world size must divide it.
+  int64_t global_batch = 64;
+  // The learning rate for a global batch of lr_base_batch, scaled to the actual global batch by
+  // lr_scaling ("none", "linear", "sqrt"); linear warmup over warmup_steps (counted at the
+  // starting global batch), then cosine decay to 0 at the end of the last epoch.
+  double lr = 0.1;
+  int64_t lr_base_batch = 64;
+  std::string lr_scaling = "linear";
+  int64_t warmup_steps = 0;
+  uint64_t seed = 42;           // the data order (the model's initialisation is the caller's)
+  int loader_workers = 1;       // threads assembling batches
+  // Checkpoints: the newest one in checkpoint_dir is resumed from; one is committed every
+  // checkpoint_every steps (0: at the end of every epoch). Empty dir: no checkpoints (then a
+  // rescale can only happen in place).
+  std::string checkpoint_dir;
+  int keep_checkpoints = 2;
+  int64_t checkpoint_every = 0;
+  // The control file (empty: EDP_CONTROL_FILE, set by edprun --control-file; both empty: the
+  // job never rescales) and how often rank 0 looks at it.
+  std::string control_file;
+  int64_t control_every = 1;
+  int64_t max_worker_batch = 0;  // refuse requests above this per-rank batch (memory); 0: no limit
+  std::string rescale_mode;      // "auto", "in-place", "restart"; empty: EDP_RESCALE_MODE
+  Device device = Device::cpu();
+  int64_t bucket_cap_bytes = 0;   // DistributedDataParallel's cap (0: EDP_BUCKET_CAP_MB)
+  std::string on_nonfinite = "stop";  // "stop" (an error naming the step and parameter) or "skip"
+  bool progress = true;               // a progress line on rank 0
+  // More settings every rank must agree on (the program's flags), checked with the job's own.
+  std::vector<comm::Setting> settings;
+};
+
+// What a reset callback learns after the job's membership or batch changed in place.
+struct ResetInfo {
+  int from_workers = 0, workers = 0;
+  int64_t from_global_batch = 0, global_batch = 0;
+  bool joined = false;  // this rank has just been started and joined the job
+};
+
+struct EpochSummary {
+  int64_t epoch = -1;     // 0-based
+  double train_loss = 0;  // mean over the epoch's samples (every rank's)
+  int64_t samples = 0;
+  double seconds = 0;
+};
+
+class Job {
+ public:
+  // Collective over `world` (comm::world(): on a rank started by a grow it is already the grown
+  // job). Restores the newest checkpoint in options.checkpoint_dir, or — on a new rank —
+  // receives the state from the running ones; checks that every rank runs the same
+  // configuration. The model must already be on options.device; `opt` must optimise its
+  // parameters.
+  Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Optimizer& opt,
+      std::shared_ptr<const data::Dataset> train_set, JobOptions options);
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  // ---- the training loop ----
+  // Starts the next epoch; false when the training is over: every epoch done, this rank left
+  // the job (a shrink), or the job stops to be restarted at another size (see exit_code()).
+  bool next_epoch();
+  // This rank's next batch of the epoch (on the job's device); false at the end of the epoch or
+  // when next_epoch() would return false. A step in which this rank has no sample (the uneven
+  // last step) is taken inside, without the caller.
+  bool next_batch(data::Batch& b);
+  Tensor forward(const Tensor& x);
+  void backward(const Tensor& grad_out);
+  // Ends the step: the numerical guard, the optimizer step, checkpoints, the control file (which
+  // may change the job's size here, in place or by stopping). `loss` is this rank's mean loss.
+  void step(double loss);
+
+  // ---- where the job stands ----
+  comm::Communicator& world();  // the job's communicator now (it changes at a rescale)
+  int rank() const;
+  int size() const;
+  bool is_root() const { return rank() == 0; }
+  int64_t epoch() const { return epoch_; }  // 0-based, the current or the last epoch
+  int64_t steps() const { return step_; }   // optimizer steps since the start of the training
+  int64_t global_batch() const { return global_batch_; }
+  int64_t batch_per_rank() const;
+  double lr() const { return lr_; }  // after scaling to the current global batch
+  const EpochSummary& last_epoch() const { return summary_; }
+  bool left() const { return left_; }
+  // Still training: not left, not stopping for a restart. After next_batch() returned false,
+  // true means the epoch ended (evaluate, report) and false that the program should end.
+  bool active() const { return !left_ && exit_code_ == 0; }
+  // 0, or kRescaleExitCode when the job stopped to be restarted at another size: return it from
+  // main, so that edprun restarts the job.
+  int exit_code() const { return exit_code_; }
+  const ddp::DDPStats& ddp_stats() const;
+  size_t gradient_buckets() const;
+  nn::Module& model() { return *model_; }
+
+  // ---- Horovod-style state handling ----
+  // Rank 0 writes a checkpoint now (in checkpoint_dir) and returns its path; the other ranks
+  // return "" at once (the replicas are identical).
+  std::string commit();
+  // Collective: every rank takes rank 0's state (parameters, buffers, optimizer, data position).
+  void sync();
+  // Called on every rank after the job's size or global batch changed in place.
+  void on_reset(std::function<void(const ResetInfo&)> callback);
+
+ private:
+  int64_t loader_position() const;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<nn::Module> model_;
+  int64_t epoch_ = 0, step_ = 0, global_batch_ = 0;
+  double lr_ = 0;
+  bool left_ = false;
+  int exit_code_ = 0;
+  EpochSummary summary_;
+};
+
+}  // namespace edp::elastic

@@ -1,0 +1,162 @@
+// A test program for elastic::Job: trains the Fashion-MNIST MLP and changes its size at given
+// steps, recording which samples every rank trained on.
+//
+//   elastic_sequence --plan 4:4,8:1,12:3 --record DIR [--ckpt DIR] [--limit N] [--epochs N]
+//                    [--batch B]
+//
+// --plan STEP:W[:GB],...  before step STEP, rank 0 writes {"workers": W, "global_batch": GB} to
+//   DIR/control.json (GB absent: B per worker), which the job reads in that step.
+// --record DIR  every process appends "epoch index" lines for the samples it trained on to
+//   DIR/seen.<pid>; at the end, rank 0 checks that every sample of every epoch was seen exactly
+//   once by the job as a whole (all processes, present or gone) and prints
+//   "coverage: E epoch(s) x N samples, each seen once".
+// --die-at N  rank 1 dies by SIGKILL before step N (once), for the crash-and-restart test.
+// The last line is JSON: {"workers", "global_batch", "steps", "test_acc", "digest"}.
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "edp/edp.h"
+
+using namespace edp;
+
+namespace {
+struct Change {
+  int64_t step;
+  int workers;
+  int64_t global_batch;
+};
+
+std::vector<Change> parse_plan(const std::string& s, int64_t batch) {
+  std::vector<Change> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    Change c{};
+    long long gb = 0;
+    const int n = std::sscanf(item.c_str(), "%" SCNd64 ":%d:%lld", &c.step, &c.workers, &gb);
+    EDP_CHECK(n >= 2 && c.step >= 1 && c.workers >= 1, "--plan: bad item '", item, "' (STEP:W[:GB])");
+    c.global_batch = n == 3 ? gb : batch * c.workers;
+    out.push_back(c);
+  }
+  return out;
+}
+
+void write_control(const std::string& path, const Change& c) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << "{\"workers\": " << c.workers << ", \"global_batch\": " << c.global_batch << "}\n";
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+// Every sample of every epoch exactly once, over all the processes' records.
+std::string check_coverage(const std::string& dir, int64_t epochs, int64_t n) {
+  std::vector<std::vector<int>> seen(static_cast<size_t>(epochs), std::vector<int>(static_cast<size_t>(n), 0));
+  DIR* d = opendir(dir.c_str());
+  EDP_CHECK(d, "cannot read ", dir);
+  int files = 0;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("seen.", 0) != 0) continue;
+    ++files;
+    std::ifstream f(dir + "/" + name);
+    int64_t ep, idx;
+    while (f >> ep >> idx) {
+      EDP_CHECK(ep >= 0 && ep < epochs && idx >= 0 && idx < n, "bad record ", ep, " ", idx, " in ", name);
+      ++seen[static_cast<size_t>(ep)][static_cast<size_t>(idx)];
+    }
+  }
+  closedir(d);
+  for (int64_t ep = 0; ep < epochs; ++ep)
+    for (int64_t i = 0; i < n; ++i) {
+      const int k = seen[static_cast<size_t>(ep)][static_cast<size_t>(i)];
+      EDP_CHECK(k == 1, "coverage: sample ", i, " of epoch ", ep + 1, " was seen ", k, " time(s) (", files,
+                " record file(s))");
+    }
+  return std::to_string(epochs) + " epoch(s) x " + std::to_string(n) + " samples, each seen once (" +
+         std::to_string(files) + " processes)";
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  train::Options o("elastic_sequence", "elastic::Job under planned size changes (a test program)");
+  o.add("plan", "", "STEP:W[:GB],... size changes").add("record", "", "record directory (required)");
+  o.add("ckpt", "", "checkpoint directory").add("limit", "3000", "training samples");
+  o.add("epochs", "2", "epochs").add("batch", "32", "batch per worker at the start");
+  o.add("ckpt-every", "0", "commit a checkpoint every N steps (0: every epoch)");
+  o.add("die-at", "0", "rank 1 kills itself (SIGKILL) before step N, once (a marker in --record)");
+  o.add_flag("no-coverage", "do not check the coverage (a crash repeats the steps since the last checkpoint)");
+  o.parse(argc, argv);
+  return comm::run_main(argc, argv, [&](comm::Communicator& world) {
+    set_num_threads(1);
+    const std::string record = o.str("record");
+    EDP_CHECK(!record.empty(), "--record is required");
+    const auto plan = parse_plan(o.str("plan"), o.i64("batch"));
+    auto train = data::load_fashion_mnist(data::kFashionMnistDir, "train")->head(o.i64("limit"));
+    auto test = data::load_fashion_mnist(data::kFashionMnistDir, "test");
+    manual_seed(7);
+    auto model = nn::make<nn::Sequential>();
+    model->add(nn::make<nn::Flatten>(), "flatten");
+    model->add(nn::make<nn::Linear>(784, 64), "fc1");
+    model->add(nn::make<nn::ReLU>(), "relu");
+    model->add(nn::make<nn::Linear>(64, 10), "fc2");
+    optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9, .nesterov = true});
+    elastic::JobOptions jo;
+    jo.name = "elastic_sequence";
+    jo.epochs = o.i64("epochs");
+    jo.global_batch = o.i64("batch") * world.size();
+    jo.lr = 0.05;
+    jo.lr_base_batch = 32;
+    jo.warmup_steps = 10;
+    jo.checkpoint_dir = o.str("ckpt");
+    jo.checkpoint_every = o.i64("ckpt-every");
+    jo.control_file = record + "/control.json";
+    jo.progress = false;
+    elastic::Job job(world, model, opt, train, jo);
+    std::ofstream seen(record + "/seen." + std::to_string(getpid()), std::ios::app);
+    nn::SoftmaxCrossEntropy ce;
+    data::Batch b;
+    while (job.next_epoch()) {
+      while (job.next_batch(b)) {
+        for (int64_t i : b.indices) seen << job.epoch() << ' ' << i << '\n';
+        seen.flush();
+        if (o.i64("die-at") == job.steps() + 1 && job.rank() == 1 && access((record + "/died").c_str(), F_OK) != 0) {
+          std::ofstream(record + "/died") << "rank 1 at step " << job.steps() + 1 << "\n";
+          std::fprintf(stderr, "elastic_sequence: rank 1 kills itself before step %lld\n",
+                       static_cast<long long>(job.steps() + 1));
+          std::fflush(stderr);
+          raise(SIGKILL);
+        }
+        for (const Change& c : plan)
+          if (job.is_root() && c.step == job.steps() + 1) write_control(jo.control_file, c);
+        const double loss = ce.forward(job.forward(b.x), b.y);
+        job.backward(ce.backward());
+        job.step(loss);
+      }
+    }
+    if (!job.active()) return job.exit_code();
+    const train::EvalResult r = train::evaluate(*model, *test, job.world());
+    job.world().barrier();  // every record of the processes still here is written
+    if (job.is_root()) {
+      if (!o.flag("no-coverage"))
+        std::printf("coverage: %s\n", check_coverage(record, jo.epochs, train->size()).c_str());
+      uint64_t h = 1469598103934665603ull;
+      for (nn::Parameter* p : model->parameters()) {
+        const Tensor t = p->value.to(Device::cpu());
+        const auto* c = static_cast<const unsigned char*>(t.raw());
+        for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ c[i]) * 1099511628211ull;
+      }
+      std::printf("{\"workers\": %d, \"global_batch\": %lld, \"steps\": %lld, \"test_acc\": %.4f, \"digest\": \"%016" PRIx64
+                  "\"}\n",
+                  job.size(), static_cast<long long>(job.global_batch()), static_cast<long long>(job.steps()),
+                  r.accuracy, h);
+    }
+    return 0;
+  });
+}
