@@ -397,7 +397,7 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
   }
   if (m.root()) {
     if (resume) {
-      log::info(o.name, ": resumed from ", resume_path, ": step ", step_, ", epoch ", epoch_ + 1, ", ",
+      log::info(o.name, ": resumed from ", resume_path, ": step ", step_, ", epoch ", m.loader->epoch() + 1, ", ",
                 loader_position(), " samples into it (saved by ",
                 resume->meta.count("world_size") ? resume->at("world_size") : std::string("?"), " rank(s))");
       if (const std::string diff = train::build_difference(*resume); !diff.empty())
