@@ -300,9 +300,10 @@ int launcher(int argc, char** argv) {
       .add("mpirun-args", "", "extra arguments for mpirun, space-separated (e.g. \"--mca btl ^openib\")")
       .add("kill-grace", "10", "seconds mpirun gets to stop the ranks after a signal before it is killed")
       .add("control-file", "", "elastic: the job's control file, given to the ranks as EDP_CONTROL_FILE (edprun never "
-           "reads it: after exit code 75 it restarts the job at the size the job committed, EDP_RESCALE_FILE)")
-      .add("max-restarts", "0", "start a job that failed (a crash, a stall: exit 76) again, up to N times (it resumes "
-           "from its checkpoint)")
+           "reads it: after exit code 75 it restarts the job at the size the job committed, EDP_RESCALE_FILE); the "
+           "ranks also get EDP_SPAWN_WRAPPER (in-place grow) and, on one host, mpirun --oversubscribe")
+      .add("max-restarts", "0", "start a job that failed (a crash, a stall: exit 76) again, up to N times, at its "
+           "current size (EDP_EVENTS_FILE; it resumes from its checkpoint)")
       .add("restart-backoff", "5", "seconds before the first restart after a failure, doubling each time")
       .add_flag("dry-run", "print the plan (ranks, GPUs, cores, environment, daemons, mpirun command) and exit")
       .add_flag("verbose", "print what edprun does")

@@ -494,8 +494,12 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
     // "control_privileged".
     if (mps_pipe_dir(req.job_dir, 99).size() + 20 > 107)
       throw Error("job directory '" + req.job_dir + "' is too long for MPS's socket paths; set TMPDIR to a shorter directory");
+    // An elastic job on one host may grow in place onto GPUs its first ranks leave unused: every
+    // selected GPU gets its daemon from the start (a control daemon costs nothing until a client
+    // connects), so that spawned ranks find one (a restart then never needs to move daemons).
+    const bool all_gpus = req.elastic && req.host_source == HostSource::Local;
     for (int h = 0; h < H; ++h)
-      for (int s = 0; s < p.hosts[h].gpus_used; ++s)
+      for (int s = 0; s < (all_gpus ? G : p.hosts[h].gpus_used); ++s)
         p.daemons.push_back({h, p.gpus[s].index, p.gpus[s].uuid, mps_pipe_dir(req.job_dir, p.gpus[s].index),
                              mps_log_dir(req.job_dir, p.gpus[s].index)});
   }

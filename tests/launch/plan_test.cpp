@@ -234,10 +234,15 @@ TEST(Planner, ElasticJobsLeaveRoomToSpawnOnOneHost) {
   EXPECT_EQ(allowed_worker_counts(r, {}), (std::vector<int>{1, 2, 3, 4}));
   r.np = 6;
   EXPECT_THROW(make_plan(r, {}), edp::Error) << "elastic is no --oversubscribe for the planner";
-  // GPU mode on one host: the same room.
+  // GPU mode on one host: the same room, and an MPS daemon on every selected GPU (2 ranks use one
+  // GPU; a grow in place may spawn onto the other).
   LaunchRequest g = base(2, 2);
+  EXPECT_EQ(make_plan(g, fake_gpus(2)).daemons.size(), 1u);
   g.elastic = true;
-  EXPECT_TRUE(has_arg(make_plan(g, fake_gpus(2)), "--oversubscribe"));
+  const Plan gp = make_plan(g, fake_gpus(2));
+  EXPECT_TRUE(has_arg(gp, "--oversubscribe"));
+  ASSERT_EQ(gp.daemons.size(), 2u);
+  EXPECT_EQ(gp.daemons[1].gpu_uuid, "GPU-1001");
   // A hostfile: exact slots.
   LaunchRequest h = base(4, 1);
   h.host_source = HostSource::Hostfile;
