@@ -34,6 +34,8 @@
 #include "edp/comm/communicator.h"
 #include "edp/elastic/allowed.h"
 #include "edp/elastic/elastic.h"
+#include "edp/elastic/events.h"
+#include "launch/history.h"
 #include "launch/jobdir.h"
 #include "launch/mps.h"
 #include "launch/plan.h"
@@ -116,12 +118,19 @@ int rank_exec(int argc, char** argv) {
   int rank = 0;
   try {
     const knobs::OmpiWorld w = knobs::ompi_world();
-    rank = std::max(0, w.rank);
+    // A rank spawned by an in-place grow: Open MPI numbers it within the spawned group (rank and
+    // local rank from 0), the library tells it where that group starts in the grown job. The job
+    // runs on one host (edprun gives mpirun spare slots only there, plan.cpp), so its local rank
+    // and size are offset the same way; and mpirun did not bind it (the cores were planned for
+    // the ranks edprun started), so it is placed as unbound: threads = cores / ranks on the host.
+    const bool spawned = knobs::is_set("EDP_SPAWN_RANK_BASE");
+    const int base = spawned ? static_cast<int>(knobs::get_int("EDP_SPAWN_RANK_BASE")) : 0;
+    rank = base + std::max(0, w.rank);
     RankContext c;
     c.rank = rank;
-    c.size = w.size > 0 ? w.size : 1;
-    c.local_rank = std::max(0, w.local_rank);
-    c.local_size = w.local_size > 0 ? w.local_size : 1;
+    c.size = base + (w.size > 0 ? w.size : 1);
+    c.local_rank = base + std::max(0, w.local_rank);
+    c.local_size = base + (w.local_size > 0 ? w.local_size : 1);
     c.ranks_per_gpu = env_int("EDP_RANKS_PER_GPU");
     c.gpu_mode = env_or("EDP_LAUNCH_MODE") == "gpu";
     c.host = host_name();
@@ -146,7 +155,7 @@ int rank_exec(int argc, char** argv) {
     c.mps_pipe_directory = env_or("EDP_LAUNCH_MPS_PIPE_DIRECTORY");
     c.mps_thread_percentage = env_int("EDP_LAUNCH_MPS_THREAD_PERCENTAGE");
     c.mps_mem_limit = env_or("EDP_LAUNCH_MPS_MEM_LIMIT");
-    c.bound = env_or("EDP_LAUNCH_BIND") == "core";
+    c.bound = !spawned && env_or("EDP_LAUNCH_BIND") == "core";
     c.cores = physical_cores();
     for (const auto& [k, v] : rank_environment(c)) setenv(k.c_str(), v.c_str(), 1);
     // The rank dies with its parent (mpirun on edprun's host, orted elsewhere), so that no rank
@@ -158,7 +167,10 @@ int rank_exec(int argc, char** argv) {
     if (!c.job_dir.empty()) {
       struct stat st{};
       if (stat((c.job_dir + "/ranks").c_str(), &st) == 0) {
-        std::ofstream pidf(c.job_dir + "/ranks/" + std::to_string(rank) + ".pid");
+        // A spawned rank may take the number of a rank parked by a shrink, which still runs: its
+        // file must not replace that rank's (kill_leftover_ranks reads every file here).
+        const std::string name = spawned ? concat(rank, ".", getpid()) : std::to_string(rank);
+        std::ofstream pidf(c.job_dir + "/ranks/" + name + ".pid");
         pidf << getpid() << "\n";
       }
     }
@@ -288,9 +300,10 @@ int launcher(int argc, char** argv) {
       .add("mpirun-args", "", "extra arguments for mpirun, space-separated (e.g. \"--mca btl ^openib\")")
       .add("kill-grace", "10", "seconds mpirun gets to stop the ranks after a signal before it is killed")
       .add("control-file", "", "elastic: the job's control file, given to the ranks as EDP_CONTROL_FILE (edprun never "
-           "reads it: after exit code 75 it restarts the job at the size the job committed, EDP_RESCALE_FILE)")
-      .add("max-restarts", "0", "start a job that failed (a crash, a stall: exit 76) again, up to N times (it resumes "
-           "from its checkpoint)")
+           "reads it: after exit code 75 it restarts the job at the size the job committed, EDP_RESCALE_FILE); the "
+           "ranks also get EDP_SPAWN_WRAPPER (in-place grow) and, on one host, mpirun --oversubscribe")
+      .add("max-restarts", "0", "start a job that failed (a crash, a stall: exit 76) again, up to N times, at its "
+           "current size (EDP_EVENTS_FILE; it resumes from its checkpoint)")
       .add("restart-backoff", "5", "seconds before the first restart after a failure, doubling each time")
       .add_flag("dry-run", "print the plan (ranks, GPUs, cores, environment, daemons, mpirun command) and exit")
       .add_flag("verbose", "print what edprun does")
@@ -326,10 +339,14 @@ int launcher(int argc, char** argv) {
       std::error_code ec;
       const std::string abs = std::filesystem::absolute(o.str("control-file"), ec).string();
       req.extra_env.emplace_back("EDP_CONTROL_FILE", ec ? o.str("control-file") : abs);
+      req.elastic = true;
     }
     req.local_host = host_name();
     req.local_cores = o.i64("cores-per-host") > 0 ? static_cast<int>(o.i64("cores-per-host")) : physical_cores();
     req.self_exe = self_exe_path();
+    if (req.elastic && req.self_exe.find(' ') != std::string::npos)
+      throw Error("edprun's path '" + req.self_exe + "' contains a space: EDP_SPAWN_WRAPPER (split on spaces) "
+                  "could not name it; install edprun under a path without spaces to run an elastic job");
     mps_control = find_in_path("nvidia-cuda-mps-control");
     req.mps_control_available = !mps_control.empty();
 
@@ -380,6 +397,12 @@ int launcher(int argc, char** argv) {
     if (private_ompi) req.ompi_session_dir = req.job_dir + "/ompi";
     // Rank 0 records there the size it committed before exiting with 75; edprun restarts at it.
     req.extra_env.emplace_back("EDP_RESCALE_FILE", req.job_dir + "/rescale.json");
+    // Rank 0 appends the job's starts and rescales there; edprun follows the job's size with it
+    // (history.h). Every job: a restart after a crash reads it too.
+    req.extra_env.emplace_back("EDP_EVENTS_FILE", req.job_dir + "/events.jsonl");
+    // An in-place grow starts its new ranks through the rank shim, which places them like the
+    // others (rank_exec, EDP_SPAWN_RANK_BASE). The library splits the command on spaces.
+    if (req.elastic) req.extra_env.emplace_back("EDP_SPAWN_WRAPPER", req.self_exe + " --rank-exec --");
     try {
       if (!dry) {
         write_owner(req.job_dir, current_owner(req.ompi_shm_dir));
@@ -466,14 +489,35 @@ int launcher(int argc, char** argv) {
   const int max_restarts = static_cast<int>(o.i64("max-restarts"));
   double backoff = static_cast<double>(o.i64("restart-backoff"));
   const std::string rescale_file = req.job_dir + "/rescale.json";
-  int restarts = 0, rescales = 0, stalls = 0;
-  // The last line of a job that was restarted or rescaled: how it went, in one place.
+  // The job's size as its events tell it (in-place rescales change it without edprun), its
+  // rescales and restarts; printed when the job ends.
+  JobHistory history(plan.np, req.job_dir + "/events.jsonl");
+  int restarts = 0;
   auto finish = [&](int code) {
-    if (restarts + rescales > 0)
-      std::fprintf(stderr, "edprun: the job ended with exit code %d after %d rescale(s) and %d restart(s) (%d after a stall)\n",
-                   code, rescales, restarts, stalls);
+    history.poll();
+    std::fputs(history.summary(code).c_str(), stderr);
     job.cleanup();
     return code;
+  };
+  // The next start at np ranks: a new plan, and the MPS daemons follow a change of GPUs. Throws
+  // (leaving the current plan) when np cannot run.
+  auto move_to = [&](int np) {
+    LaunchRequest next = req;
+    next.np = np;
+    Plan p2 = make_plan(next, disc.gpus);
+    if (!plan.mps_host_start_argv.empty() || !p2.mps_host_start_argv.empty())
+      throw Error("changing the size of a job whose MPS daemons run on several hosts is not supported yet");
+    auto gpus_of = [](const Plan& p) {
+      std::vector<std::string> g;
+      for (const auto& d : p.daemons) g.push_back(d.gpu_uuid);
+      return g;
+    };
+    if (gpus_of(p2) != gpus_of(plan)) {  // another set of GPUs: the MPS daemons follow
+      mps.stop_all();
+      for (const auto& d : p2.daemons) mps.start(d);
+    }
+    req = next;
+    plan = std::move(p2);
   };
   for (;;) {
     if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(plan.mpirun_argv).c_str());
@@ -490,6 +534,7 @@ int launcher(int argc, char** argv) {
     int got_signal = 0, code = 0;
     bool killed = false;
     auto deadline = std::chrono::steady_clock::time_point::max();
+    auto next_poll = std::chrono::steady_clock::now();
     for (;;) {
       timespec tick{0, 200 * 1000 * 1000};
       const int s = sigtimedwait(&sigs, nullptr, &tick);
@@ -511,18 +556,22 @@ int launcher(int argc, char** argv) {
                        strsignal(WTERMSIG(st)));
         break;
       }
-      if (!killed && std::chrono::steady_clock::now() > deadline) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_poll) {  // a stat every 0.5 s; the file is read only when it grew
+        history.poll();
+        next_poll = now + std::chrono::milliseconds(500);
+      }
+      if (!killed && now > deadline) {
         std::fprintf(stderr, "edprun: mpirun did not stop within %.0f s; killing it\n", grace);
         kill(child, SIGKILL);
         killed = true;
       }
     }
+    const double ended_t = elastic::wall_time();
+    history.poll();  // what rank 0 wrote last
     const int leftovers = job.after_mpirun();
     if (leftovers > 0) std::fprintf(stderr, "edprun: killed %d rank(s) left behind by mpirun\n", leftovers);
-    if (got_signal) {
-      job.cleanup();
-      return 128 + got_signal;
-    }
+    if (got_signal) return finish(128 + got_signal);
     if (verbose) std::fprintf(stderr, "edprun: mpirun exited with %d\n", code);
 
     // Why the job ended, when it did not succeed: the words of the restart message.
@@ -540,25 +589,12 @@ int launcher(int argc, char** argv) {
           throw;
         }
         std::remove(rescale_file.c_str());
-        LaunchRequest next = req;
-        next.np = rec.workers;
-        Plan p2 = make_plan(next, disc.gpus);
-        if (!plan.mps_host_start_argv.empty() || !p2.mps_host_start_argv.empty())
-          throw Error("rescaling a job whose MPS daemons run on several hosts is not supported yet");
-        auto gpus_of = [](const Plan& p) {
-          std::vector<std::string> g;
-          for (const auto& d : p.daemons) g.push_back(d.gpu_uuid);
-          return g;
-        };
-        if (gpus_of(p2) != gpus_of(plan)) {  // another set of GPUs: the MPS daemons follow
-          mps.stop_all();
-          for (const auto& d : p2.daemons) mps.start(d);
-        }
+        const int from = history.workers();
+        move_to(rec.workers);
+        history.restart_rescale(from, rec.workers, rec.global_batch, rec.step, ended_t);
         std::fprintf(stderr, "edprun: rescale %d: %d -> %d rank(s) (global batch %lld, committed at step %lld: %s)\n",
-                     ++rescales, plan.np, p2.np, static_cast<long long>(rec.global_batch),
+                     history.rescales(), from, plan.np, static_cast<long long>(rec.global_batch),
                      static_cast<long long>(rec.step), rec.checkpoint.c_str());
-        req = next;
-        plan = std::move(p2);
         continue;
       } catch (const std::exception& e) {
         std::fprintf(stderr,
@@ -580,15 +616,24 @@ int launcher(int argc, char** argv) {
       return finish(code);
     }
     ++restarts;
-    if (code == comm::kStallExitCode) ++stalls;
+    // At the job's current size: an in-place rescale may have changed it since this start. The job
+    // resumes from its last checkpoint, which re-shards to whatever size it is loaded at.
+    if (history.workers() != plan.np) {
+      try {
+        move_to(history.workers());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "edprun: warning: cannot restart at the job's current size of %d worker(s) (%s); "
+                     "restarting at %d\n", history.workers(), e.what(), plan.np);
+      }
+    }
+    history.restart_failure(code, code == comm::kStallExitCode, plan.np, ended_t);
     std::fprintf(stderr, "edprun: %s; restart %d of %d at %d rank(s) in %.0f s\n", failure.c_str(), restarts,
                  max_restarts, plan.np, backoff);
     timespec wait{static_cast<time_t>(backoff), static_cast<long>((backoff - std::floor(backoff)) * 1e9)};
     const int s = sigtimedwait(&sigs, nullptr, &wait);
     if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
       std::fprintf(stderr, "edprun: got %s while waiting to restart; stopping\n", strsignal(s));
-      job.cleanup();
-      return 128 + s;
+      return finish(128 + s);
     }
     backoff *= 2;
   }

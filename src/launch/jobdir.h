@@ -5,11 +5,13 @@
 //
 // Layout of a job directory (mkdtemp'd under $TMPDIR as edprun.XXXXXX):
 //   owner.json     {"pid", "start_time", "host", "pid_ns", "shm_dir"}: written first
-//   ranks/<r>.pid  each rank of this host (the shim), to kill leftovers by pid
+//   ranks/<r>.pid  each rank of this host (the shim), to kill leftovers by pid; a rank spawned by an
+//                  in-place grow writes <r>.<pid>.pid (a parked rank may still hold <r>.pid)
 //   mpirun.pid     "pid start_time" of the running mpirun
 //   ompi/          Open MPI's session directory (--mca orte_tmpdir_base), one job only
 //   mps/<gpu>/     MPS daemons' pipe and log directories (mps.h)
 //   rescale.json   written by the job's rank 0 before it exits with 75 (EDP_RESCALE_FILE)
+//   events.jsonl   the job's membership events, appended by its rank 0 (EDP_EVENTS_FILE, history.h)
 // Open MPI's shared-memory segments live in shm_dir (a mkdtemp'd /dev/shm/edprun.XXXXXX, see
 // docs/launch.md), outside the job directory because $TMPDIR is usually on disk.
 #pragma once

@@ -63,14 +63,18 @@ Placement placement_from_env() {
   p.from_edprun = get("EDP_LAUNCHER", launcher) && launcher == "edprun";
   // Open MPI's view first: it is what MPI_Init will report.
   const knobs::OmpiWorld o = knobs::ompi_world();
-  const int o_rank = o.rank, o_size = o.size;
+  // A rank spawned by an in-place grow: Open MPI numbers it within the spawned group; its place in
+  // the grown job starts at EDP_SPAWN_RANK_BASE (edprun's shim offsets EDP_RANK etc. the same way).
+  const int base = knobs::is_set("EDP_SPAWN_RANK_BASE") ? get_int("EDP_SPAWN_RANK_BASE", 0) : 0;
+  const int o_rank = o.rank >= 0 ? base + o.rank : -1, o_size = o.size > 0 ? base + o.size : -1;
   p.rank = get_int("EDP_RANK", o_rank >= 0 ? o_rank : 0);
   p.world_size = get_int("EDP_WORLD_SIZE", o_size > 0 ? o_size : 1);
-  p.local_rank = get_int("EDP_LOCAL_RANK", o.local_rank >= 0 ? o.local_rank : 0);
-  p.local_size = get_int("EDP_LOCAL_SIZE", o.local_size > 0 ? o.local_size : 1);
+  p.local_rank = get_int("EDP_LOCAL_RANK", o.local_rank >= 0 ? base + o.local_rank : 0);
+  p.local_size = get_int("EDP_LOCAL_SIZE", o.local_size > 0 ? base + o.local_size : 1);
   if (o_rank >= 0 && (p.rank != o_rank || p.world_size != o_size))
     throw Error(concat("EDP_RANK/EDP_WORLD_SIZE say rank ", p.rank, " of ", p.world_size, " but Open MPI says ",
-                       o_rank, " of ", o_size, ": EDP_* variables leaked from another job?"));
+                       o_rank, " of ", o_size, base > 0 ? concat(" (EDP_SPAWN_RANK_BASE=", base, " included)") : "",
+                       ": EDP_* variables leaked from another job?"));
   if (p.rank >= p.world_size || p.local_rank >= p.local_size)
     throw Error(concat("inconsistent placement: rank ", p.rank, " of ", p.world_size, ", local rank ",
                        p.local_rank, " of ", p.local_size));

@@ -494,8 +494,12 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
     // "control_privileged".
     if (mps_pipe_dir(req.job_dir, 99).size() + 20 > 107)
       throw Error("job directory '" + req.job_dir + "' is too long for MPS's socket paths; set TMPDIR to a shorter directory");
+    // An elastic job on one host may grow in place onto GPUs its first ranks leave unused: every
+    // selected GPU gets its daemon from the start (a control daemon costs nothing until a client
+    // connects), so that spawned ranks find one (a restart then never needs to move daemons).
+    const bool all_gpus = req.elastic && req.host_source == HostSource::Local;
     for (int h = 0; h < H; ++h)
-      for (int s = 0; s < p.hosts[h].gpus_used; ++s)
+      for (int s = 0; s < (all_gpus ? G : p.hosts[h].gpus_used); ++s)
         p.daemons.push_back({h, p.gpus[s].index, p.gpus[s].uuid, mps_pipe_dir(req.job_dir, p.gpus[s].index),
                              mps_log_dir(req.job_dir, p.gpus[s].index)});
   }
@@ -573,7 +577,19 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
   auto& a = p.mpirun_argv;
   a.push_back(req.mpirun);
   if (req.allow_run_as_root) a.push_back("--allow-run-as-root");
-  if (oversubscribed || cores_shared) a.push_back("--oversubscribe");
+  // Elastic on one host: MPI_Comm_spawn fails (MPI_ERR_SPAWN) once mpirun has no free slot, and a
+  // shrink in place leaves its ranks parked in their slots until the whole job ends (Open MPI 4.1),
+  // so a fixed slot count would run out after a few rescales; --oversubscribe lifts mpirun's limit
+  // and nothing else: the ranks placed here fit their cores and keep their binding, spawned ranks
+  // are not bound (they run with `bind none`, see rank_exec), and the planner still checks every
+  // size against EDP_ALLOWED_WORKERS. Several hosts or Slurm: the slots stay exact, a spawn fails
+  // and the library's auto mode rescales by restart (the shim's placement of spawned ranks assumes
+  // one host).
+  const bool spawn_room = req.elastic && req.host_source == HostSource::Local;
+  if (spawn_room && !oversubscribed && !cores_shared)
+    p.notes.push_back("elastic: mpirun gets --oversubscribe so that an in-place grow can spawn ranks "
+                      "(parked ranks of a shrink keep their slots until the job ends)");
+  if (oversubscribed || cores_shared || spawn_room) a.push_back("--oversubscribe");
   a.insert(a.end(), {"-np", std::to_string(np)});
   // Open MPI's session directory and shared-memory segments, job-private so that edprun can
   // remove them after any mpirun exit, a SIGKILL included (docs/launch.md, "Cleanup").

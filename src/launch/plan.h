@@ -59,6 +59,9 @@ struct LaunchRequest {
   bool mps_control_available = true;  // nvidia-cuda-mps-control found on PATH
   BindMode bind = BindMode::Auto;
   bool oversubscribe = false;
+  // An elastic job (--control-file): on one host mpirun gets --oversubscribe, so that an in-place
+  // grow can spawn ranks while the ranks of a shrink still hold their slots (docs/launch.md).
+  bool elastic = false;
   bool allow_run_as_root = false;
   std::string mpirun = "mpirun";
   std::vector<std::string> mpirun_extra;  // passed to mpirun verbatim, before the program

@@ -509,6 +509,96 @@ TEST(EdprunElastic, AllowedWorkersAreTheSizesThePlanAccepts) {
   EXPECT_TRUE(list_dir(sc.tmp).empty());
 }
 
+// An elastic job (--control-file) gets the events file, the shim as the spawn wrapper and, on one
+// host, mpirun --oversubscribe; a job without a control file gets the events file only.
+TEST(EdprunElastic, ElasticJobsGetTheEventsFileTheSpawnWrapperAndRoomToSpawn) {
+  Scratch sc;
+  const std::string ctl = sc.root + "/control.json";
+  std::ofstream(ctl) << "{\"workers\": 2, \"global_batch\": 16}";
+  RunResult r = run_capture(edprun({"--dry-run", "-np", "2", "--cores-per-host", "2", "--gpus", "none", "--control-file",
+                                    ctl, "--", "./train"}),
+                            sc.env());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string out = normalize(r.out, sc);
+  EXPECT_NE(out.find("  EDP_EVENTS_FILE=<TMPDIR>/edprun.XXXXXX/events.jsonl\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  EDP_SPAWN_WRAPPER=<EDPRUN> --rank-exec --\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("mpirun --allow-run-as-root --oversubscribe -np 2 "), std::string::npos) << out;
+  EXPECT_NE(out.find("--map-by slot:PE=1 --bind-to core"), std::string::npos) << "the ranks keep their cores\n" << out;
+  r = run_capture(edprun({"--dry-run", "-np", "2", "--cores-per-host", "2", "--gpus", "none", "--", "./train"}), sc.env());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("EDP_EVENTS_FILE="), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("EDP_SPAWN_WRAPPER="), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--oversubscribe"), std::string::npos) << r.out;
+}
+
+// edprun follows the job's size through its events: after an in-place shrink (2 -> 1, an event
+// of rank 0) a crash restarts the job at 1 rank, not at the 2 edprun started; the summary lists
+// the rescale with its pause and the restart.
+TEST(EdprunElastic, CrashAfterAnInPlaceRescaleRestartsAtTheCurrentSize) {
+  Scratch sc;
+  const std::string ctl = sc.root + "/control.json";
+  std::ofstream(ctl) << "{\"workers\": 1, \"global_batch\": 8}";
+  const RunResult r = run_capture(edprun({"-np", "2", "--oversubscribe", "--gpu-discovery", "none", "--control-file", ctl,
+                                          "--max-restarts", "1", "--restart-backoff", "0", "--", RANK_PROBE_EXE,
+                                          "events"}),
+                                  sc.env(false));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("edprun: the job failed (exit code 3); restart 1 of 1 at 1 rank(s) in 0 s\n"), std::string::npos)
+      << r.err;
+  const std::string line = read_file(sc.out + "/rank.0");
+  EXPECT_NE(line.find("rank 0/1 "), std::string::npos) << "the second start ran one rank\n" << line;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("edprun: the job ended with exit code 0 after 1 rescale\\(s\\) \\(1 in place, 0 by restart; "
+                        "paused 0\\.25 s in all\\) and 1 restart\\(s\\) \\(0 after a stall; down [0-9.]+ s in all\\); "
+                        "last size 1 worker\\(s\\), global batch 8:\n"
+                        "edprun:   rescale 1 in place:   2 -> 1 worker\\(s\\), global batch 16 -> 8, step 7, pause "
+                        "0\\.25 s\n"
+                        "edprun:   restart 1 \\(a crash, exit 3\\): at 1 worker\\(s\\), global batch 8, running again "
+                        "after [0-9.]+ s\n$")))
+      << r.err;
+  EXPECT_TRUE(list_dir(sc.tmp).empty()) << "left behind in TMPDIR: " << list_dir(sc.tmp).front();
+}
+
+#ifdef SPAWN_PROBE_EXE
+// What an in-place grow needs from the launcher: the job's ranks spawn 2 more through
+// $EDP_SPAWN_WRAPPER (edprun's shim) with EDP_SPAWN_RANK_BASE, and merge. Fails without the room
+// edprun gives mpirun (-np 2 on a 2-core machine has no free slot: MPI_ERR_SPAWN) and without the
+// shim's offset (the spawned ranks would call themselves 0 and 1 of 2).
+TEST(EdprunElastic, InPlaceGrowSpawnsRanksThroughTheShim) {
+  Scratch sc;
+  const std::string ctl = sc.root + "/control.json";
+  std::ofstream(ctl) << "{\"workers\": 4, \"global_batch\": 32}";
+  // As many ranks as cores: the spawn needs slots mpirun would not have without --oversubscribe.
+  const std::string np = std::to_string(std::max(2, physical_cores()));
+  const int n = std::stoi(np);
+  const RunResult r = run_capture(edprun({"-np", np, "--gpu-discovery", "none", "--control-file", ctl, "--",
+                                          SPAWN_PROBE_EXE, "2"}),
+                                  sc.env(false));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  for (int rank = 0; rank < n + 2; ++rank) {
+    SCOPED_TRACE(rank);
+    const std::string line = read_file(sc.out + "/spawn." + std::to_string(rank));
+    const bool spawned = rank >= n;
+    const std::string size = std::to_string(spawned ? n + 2 : n), rk = std::to_string(rank);
+    EXPECT_NE(line.find("merged " + rk + "/" + std::to_string(n + 2) + " edp " + rk + "/" + size + " local " + rk + "/" +
+                        size + " "),
+              std::string::npos)
+        << line;
+    EXPECT_NE(line.find(std::string(" spawned ") + (spawned ? "1" : "0") + " sum " + std::to_string(n + 2) +
+                        " placement rank " + rk + "/" + size + " local " + rk + "/" + size + " cpu"),
+              std::string::npos)
+        << line;
+    if (spawned) {
+      // Unbound (mpirun did not bind them): the host's cores over the ranks on it.
+      EXPECT_NE(line.find(" threads " + std::to_string(std::max(1, physical_cores() / (n + 2))) + " "),
+                std::string::npos)
+          << line;
+    }
+  }
+  EXPECT_TRUE(list_dir(sc.tmp).empty()) << "left behind in TMPDIR: " << list_dir(sc.tmp).front();
+}
+#endif
+
 // ---- SIGKILL: nothing of the job may outlive it -----------------------------------------------
 
 // mpirun killed: edprun ends, and no rank, job directory, Open MPI session directory or

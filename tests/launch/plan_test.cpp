@@ -217,6 +217,40 @@ TEST(Planner, CpuModeSharesCores) {
   EXPECT_FALSE(make_plan(d, fake_gpus(4)).gpu_mode);
 }
 
+// An elastic job on one host gets mpirun --oversubscribe (room for the ranks an in-place grow
+// spawns, while the ranks of a shrink stay parked in their slots) and nothing else changes: the
+// ranks keep their cores and binding, the allowed sizes stay those of the cores. Several hosts
+// keep exact slot counts (a spawn fails there; the library then rescales by restart).
+TEST(Planner, ElasticJobsLeaveRoomToSpawnOnOneHost) {
+  LaunchRequest r = base(2, 1);
+  r.local_cores = 4;
+  const Plan fixed = make_plan(r, {});
+  r.elastic = true;
+  const Plan elastic = make_plan(r, {});
+  EXPECT_FALSE(has_arg(fixed, "--oversubscribe"));
+  EXPECT_TRUE(has_arg(elastic, "--oversubscribe"));
+  EXPECT_EQ(elastic.bind, BindMode::Core);
+  EXPECT_TRUE(has_arg(elastic, "slot:PE=2"));
+  EXPECT_EQ(allowed_worker_counts(r, {}), (std::vector<int>{1, 2, 3, 4}));
+  r.np = 6;
+  EXPECT_THROW(make_plan(r, {}), edp::Error) << "elastic is no --oversubscribe for the planner";
+  // GPU mode on one host: the same room, and an MPS daemon on every selected GPU (2 ranks use one
+  // GPU; a grow in place may spawn onto the other).
+  LaunchRequest g = base(2, 2);
+  EXPECT_EQ(make_plan(g, fake_gpus(2)).daemons.size(), 1u);
+  g.elastic = true;
+  const Plan gp = make_plan(g, fake_gpus(2));
+  EXPECT_TRUE(has_arg(gp, "--oversubscribe"));
+  ASSERT_EQ(gp.daemons.size(), 2u);
+  EXPECT_EQ(gp.daemons[1].gpu_uuid, "GPU-1001");
+  // A hostfile: exact slots.
+  LaunchRequest h = base(4, 1);
+  h.host_source = HostSource::Hostfile;
+  h.hosts = {{"a", 2, 0}, {"b", 2, 0}};
+  h.elastic = true;
+  EXPECT_FALSE(has_arg(make_plan(h, {}), "--oversubscribe"));
+}
+
 TEST(Planner, MpsDecisions) {
   // auto + K>1 + control available: MPS on, one daemon per used GPU.
   LaunchRequest r = base(6, 4);
@@ -505,6 +539,31 @@ TEST(Placement, FromEnvironment) {
   setenv("EDP_MPS_ACTIVE", "1", 1);
   p = placement_from_env();
   EXPECT_EQ(check_placement(p).find("without MPS"), std::string::npos);
+  // A rank spawned by an in-place grow: Open MPI numbers it from 0 in the spawned group, the grown
+  // job's numbering starts at EDP_SPAWN_RANK_BASE (what edprun's shim told it, checked against that).
+  setenv("EDP_SPAWN_RANK_BASE", "4", 1);
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  setenv("EDP_RANK", "5", 1);
+  setenv("EDP_WORLD_SIZE", "6", 1);
+  unsetenv("EDP_LOCAL_GPU");
+  p = placement_from_env();
+  EXPECT_EQ(p.rank, 5);
+  EXPECT_EQ(p.world_size, 6);
+  EXPECT_EQ(p.local_rank, 5) << "one host: local rank offset as the rank";
+  EXPECT_EQ(p.local_size, 6);
+  setenv("EDP_RANK", "1", 1);  // Open MPI's number, not the grown job's
+  try {
+    placement_from_env();
+    ADD_FAILURE() << "accepted EDP_RANK=1 for spawned rank 1 + base 4";
+  } catch (const edp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("EDP_SPAWN_RANK_BASE=4 included"), std::string::npos) << e.what();
+  }
+  unsetenv("EDP_SPAWN_RANK_BASE");
+  setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  setenv("EDP_WORLD_SIZE", "4", 1);
+  setenv("EDP_LOCAL_GPU", "1", 1);
   // Contradictions are errors naming the variables.
   setenv("EDP_RANK", "2", 1);
   EXPECT_THROW(placement_from_env(), edp::Error);

@@ -14,17 +14,25 @@
 //                       = a size the batch does not divide, keep), and every rank exits 75; at W
 //                       ranks every rank exits 0
 //   exit75              every rank exits 75 without writing the rescale file (a job's bug)
+//   events              an elastic job's membership events (EDP_EVENTS_FILE, written with the
+//                       library's append_event): the first time ($PROBE_OUT/crashed absent) rank 0
+//                       appends a start at the job's size (global batch 8 per rank) and an in-place
+//                       shrink to 1 rank (global batch 8, step 7, pause 0.25 s) and exits 0, and the
+//                       last rank, once those lines are there, exits 3 (a crash after the shrink);
+//                       the next time rank 0 appends a start and every rank exits 0
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "edp/comm/communicator.h"
+#include "edp/elastic/events.h"
 #include "edp/launch/placement.h"
 
 namespace {
@@ -32,6 +40,11 @@ namespace {
 const char* env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "-";
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 void write_ready(const std::string& out, int rank) {
@@ -98,5 +111,42 @@ int main(int argc, char** argv) {
     return 75;
   }
   if (mode == "exit75") return 75;
+  if (mode == "events") {
+    const std::string marker = out + "/crashed", events = env("EDP_EVENTS_FILE");
+    const bool first = !std::ifstream(marker);
+    using edp::elastic::MembershipEvent;
+    if (p.rank == 0) {
+      MembershipEvent s;
+      s.event = "start";
+      s.workers = p.world_size;
+      s.global_batch = 8 * p.world_size;
+      s.t = edp::elastic::wall_time();
+      edp::elastic::append_event(s);
+      if (first) {
+        MembershipEvent r;
+        r.event = "rescale";
+        r.mode = "in_place";
+        r.from_workers = p.world_size;
+        r.workers = 1;
+        r.from_global_batch = 8 * p.world_size;
+        r.global_batch = 8;
+        r.step = 7;
+        r.t = edp::elastic::wall_time();
+        r.requested_t = r.t - 0.25;
+        r.pause_s = 0.25;
+        r.phases = {{"decide_s", 0.05}, {"shrink_s", 0.2}};
+        edp::elastic::append_event(r);
+      }
+      return 0;
+    }
+    if (first && p.rank == p.world_size - 1) {
+      // mpirun ends the job at the first non-zero exit: crash only once rank 0 has written.
+      for (int i = 0; i < 600 && read_text(events).find("in_place") == std::string::npos; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::ofstream(marker) << "1\n";
+      return 3;
+    }
+    return 0;
+  }
   return 0;
 }
