@@ -374,6 +374,11 @@ std::unique_ptr<Communicator> mpi_spawn(Communicator& current, int count, const 
   MPI_Info_create(&info);
   MPI_Info_set(info, "env", envs.c_str());
   if (getcwd(cwd, sizeof cwd)) MPI_Info_set(info, "wdir", cwd);
+  // The job's own mapping (edprun: --map-by slot:PE=n --bind-to core) planned the cores for the
+  // ranks it started; new ranks are mapped one slot each and left unbound (Open MPI 4.1 would
+  // otherwise refuse: "no available cpus").
+  MPI_Info_set(info, "map_by", "slot");
+  MPI_Info_set(info, "bind_to", "none");
   MPI_Comm inter = MPI_COMM_NULL;
   std::vector<int> errcodes(static_cast<size_t>(count), MPI_SUCCESS);
   int rc = MPI_SUCCESS;

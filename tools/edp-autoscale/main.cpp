@@ -58,7 +58,8 @@ const OptSpec kOptions[] = {
     {"policy", "static,baseline,dp", false, "comma-separated policies: static, baseline, dp, goodput"},
     {"sweep", nullptr, false, "comma-separated cluster sizes (instead of --gpus)"},
     {"out", nullptr, false, "output directory"},
-    {"pause", "30", false, "seconds a rescaled job makes no progress"},
+    {"pause", nullptr, false, "seconds a rescaled job makes no progress (default: 30 with --slots gpu, Pollux's figure; with --slots cpu the pause edp measured, autoscale::kMeasuredCpuRescalePauseS)"},
+    {"slots", "gpu", false, "what the cluster's slots are: gpu or cpu (CPU workers; only the default --pause differs)"},
     {"replan", "300", false, "seconds between periodic re-plans (besides arrivals/completions)"},
     {"weighting", "remaining", false, "DP job weights: equal | remaining (1/remaining time, SRPT-like)"},
     {"max-scale", "4", false, "a job may use up to max(4, K x requested) GPUs (<= 64)"},
@@ -206,6 +207,14 @@ int get_int(const json& obj, const std::string& key, const std::string& where, b
   if (x < 0) bad_input(where, "field '" + key + "' must be >= 0, got " + std::to_string(x));
   if (x > 1000000000) bad_input(where, "field '" + key + "' is too large");
   return static_cast<int>(x);
+}
+
+// --pause, or its default for the kind of slot (--slots).
+double default_pause(const Args& args) {
+  const std::string slots = args.get("slots");
+  if (slots != "gpu" && slots != "cpu") throw UsageError("--slots must be gpu or cpu, got '" + slots + "'");
+  if (args.has("pause")) return args.num("pause");
+  return slots == "cpu" ? edp::autoscale::kMeasuredCpuRescalePauseS : 30.0;
 }
 
 double get_num(const json& obj, const std::string& key, const std::string& where, bool required, double def) {
@@ -409,7 +418,7 @@ int cmd_simulate(const Args& args, const char* argv0) {
   for (const std::string& p : policies) make_policy(p);  // fail early on a bad name
 
   SimConfig base;
-  base.rescale_pause_s = args.num("pause");
+  base.rescale_pause_s = default_pause(args);
   base.replan_interval_s = args.num("replan");
   base.rescale_penalty = args.num("rescale-penalty");
   const std::string w = args.get("weighting");
@@ -564,7 +573,7 @@ int cmd_compare_published(const Args& args) {
   }
   ClusterSimConfig base;
   base.interval_s = args.num("interval");
-  base.restart_s = args.num("pause");
+  base.restart_s = default_pause(args);
   // The node-level policies have their own default hysteresis (cluster_sim.h); the flag's
   // default belongs to the pool simulator.
   if (args.given("rescale-penalty")) base.policy_cfg.hysteresis = args.num("rescale-penalty");

@@ -19,6 +19,12 @@
 
 namespace edp::autoscale {
 
+// The pause of a rescale edp measured on CPU workers (bench/rescale.sh, Fashion-MNIST CNN, 2-core
+// AMD EPYC, docs/performance.md): an in-place grow 1 -> 2 took 0.77-0.84 s from the request to
+// the first step at the new size (a shrink 0.04 s, a restart 2.0 s). The simulators' default
+// pause for CPU slots (edp-autoscale --slots cpu); GPU clusters keep Pollux's 30 s.
+constexpr double kMeasuredCpuRescalePauseS = 0.8;
+
 struct TraceJob {
   std::string id;
   double submit_s = 0;
