@@ -1,11 +1,13 @@
 // Elastic jobs: changing a running job's worker count and global batch without losing work.
+// This header is the control file and the restart path's records; the job itself — in place
+// first, restart as the fallback — is elastic::Job (edp/elastic/job.h).
 //
 // The flow (docs/elastic.md): a controller (a person, or edp-autoscale) writes the desired size
 // to the job's control file, JSON {"workers": W, "global_batch": B} ("global_batch" optional:
 // absent keeps the per-worker batch), replacing it atomically (write + rename). Every
 // `--control-every` steps rank 0 looks at the file (only when its modification time or size
 // changed) and broadcasts what it found, so every rank takes the same decision at the same step
-// boundary. A request that differs from the job's current size makes every rank commit one
+// boundary. By restart, a request that differs from the job's current size makes every rank commit one
 // checkpoint (rank 0 writes it, the replicas being identical) and exit with kRescaleExitCode;
 // `edprun --control-file` then starts the job again with W ranks, which resume from that
 // checkpoint: the sampler re-shards the rest of the epoch (each sample still seen once) and the

@@ -113,7 +113,9 @@ struct EpochSummary {
 class Job {
  public:
   // Collective over `world` (comm::world(): on a rank started by a grow it is already the grown
-  // job). Restores the newest checkpoint in options.checkpoint_dir, or — on a new rank —
+  // job). A rank started by a grow runs the program from main, so the program must not use
+  // `world` for collectives of its own before this constructor (the running ranks are then
+  // waiting in the state broadcast, and would take its collective for theirs). Restores the newest checkpoint in options.checkpoint_dir, or — on a new rank —
   // receives the state from the running ones; checks that every rank runs the same
   // configuration. The model must already be on options.device; `opt` must optimise its
   // parameters.
