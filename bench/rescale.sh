@@ -54,7 +54,7 @@ print("JSON " + json.dumps({"bench": "rescale", "model": "fashion_mnist_" + mode
 PY
 }
 
-printf "%-18s %-10s %-6s %8s  %s\n" model kind from->to pause_s "phases (s)"
+printf "%-18s %-10s %-6s %8s  %s\n" model kind "from->to" pause_s "phases (s)"
 for m in $MODELS; do
   limit=60000 epochs=5; [ "$m" = cnn ] && limit=12000 epochs=1  # long enough for both requests
   for r in $(seq 1 "$REPS"); do

@@ -163,7 +163,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
     }
   }
   if (job.left() || job.exit_code() != 0) return job.exit_code();  // left in a shrink (0), or 75: restart me
-  const ddp::DDPStats& st = job.ddp_stats();
+  const ddp::DDPStats st = job.ddp_stats();
   const double step_s = train_seconds / std::max<int64_t>(1, st.steps);
   const double exposed = st.exposed_comm_s / std::max<int64_t>(1, st.steps);
   const double rss = job.world().allreduce_value<double>(train::peak_rss_bytes() / 1048576.0, comm::ReduceOp::Max);

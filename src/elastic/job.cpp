@@ -37,6 +37,14 @@ uint64_t fnv1a(const std::vector<char>& b) {
   return h;
 }
 
+void add(ddp::DDPStats& to, const ddp::DDPStats& s) {
+  to.steps += s.steps;
+  to.backward_s += s.backward_s;
+  to.exposed_comm_s += s.exposed_comm_s;
+  to.comm_s += s.comm_s;
+  to.bytes_reduced += s.bytes_reduced;
+}
+
 std::string hex(uint64_t v) {
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
@@ -163,14 +171,7 @@ struct Job::Impl {
 
   // Everything that depends on the world: (re)built after each change, on every rank of it.
   void enter(std::unique_ptr<comm::Communicator> nw, int64_t global_batch) {
-    if (ddp) {
-      const ddp::DDPStats& s = ddp->stats();
-      stats_before.steps += s.steps;
-      stats_before.backward_s += s.backward_s;
-      stats_before.exposed_comm_s += s.exposed_comm_s;
-      stats_before.comm_s += s.comm_s;
-      stats_before.bytes_reduced += s.bytes_reduced;
-    }
+    if (ddp) add(stats_before, ddp->stats());
     ddp.reset();  // its communication thread uses the old communicators
     device_comm.reset();
     if (nw) {
@@ -231,7 +232,7 @@ struct Job::Impl {
     }
     if (!ckpt) {
       if (root())
-        log::warn(o.name, ": cannot rescale by restart without a checkpoint directory; the job keeps its size");
+        log::warn(o.name, ": cannot rescale by restart without a checkpoint directory (JobOptions::checkpoint_dir, the examples' --checkpoint-dir); the job keeps its size");
       return;
     }
     const RescaleRequest rec{W2, gb2};
@@ -398,7 +399,7 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
   if (m.root()) {
     if (resume) {
       log::info(o.name, ": resumed from ", resume_path, ": step ", step_, ", epoch ", m.loader->epoch() + 1, ", ",
-                loader_position(), " samples into it (saved by ",
+                m.loader->position(), " samples into it (saved by ",
                 resume->meta.count("world_size") ? resume->at("world_size") : std::string("?"), " rank(s))");
       if (const std::string diff = train::build_difference(*resume); !diff.empty())
         log::warn(o.name, ": the checkpoint was written by another build (", diff,
@@ -430,8 +431,6 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
 
 Job::~Job() = default;
 
-int64_t Job::loader_position() const { return impl_->loader ? impl_->loader->position() : 0; }
-
 comm::Communicator& Job::world() {
   EDP_CHECK(impl_->world != nullptr, impl_->o.name, ": this rank has left the job (a shrink); it has no communicator");
   return *impl_->world;
@@ -440,17 +439,9 @@ int Job::rank() const { return impl_->world ? impl_->world->rank() : -1; }
 int Job::size() const { return impl_->world ? impl_->world->size() : 0; }
 int64_t Job::batch_per_rank() const { return impl_->world ? global_batch_ / impl_->world->size() : 0; }
 
-const ddp::DDPStats& Job::ddp_stats() const {
-  static thread_local ddp::DDPStats total;
-  total = impl_->stats_before;
-  if (impl_->ddp) {
-    const ddp::DDPStats& s = impl_->ddp->stats();
-    total.steps += s.steps;
-    total.backward_s += s.backward_s;
-    total.exposed_comm_s += s.exposed_comm_s;
-    total.comm_s += s.comm_s;
-    total.bytes_reduced += s.bytes_reduced;
-  }
+ddp::DDPStats Job::ddp_stats() const {
+  ddp::DDPStats total = impl_->stats_before;
+  if (impl_->ddp) add(total, impl_->ddp->stats());
   return total;
 }
 

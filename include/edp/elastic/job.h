@@ -157,7 +157,8 @@ class Job {
   // 0, or kRescaleExitCode when the job stopped to be restarted at another size: return it from
   // main, so that edprun restarts the job.
   int exit_code() const { return exit_code_; }
-  const ddp::DDPStats& ddp_stats() const;
+  // Where the synchronised backward passes' time went, over every world the job has had.
+  ddp::DDPStats ddp_stats() const;
   size_t gradient_buckets() const;
   nn::Module& model() { return *model_; }
 
@@ -171,7 +172,6 @@ class Job {
   void on_reset(std::function<void(const ResetInfo&)> callback);
 
  private:
-  int64_t loader_position() const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::shared_ptr<nn::Module> model_;
