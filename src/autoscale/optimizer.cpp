@@ -34,6 +34,7 @@ struct Kept {
   int gpus;
   int batch;
   double value;
+  int tag = 0;
 };
 
 // Reductions 1 and 2 for one job. The wait option (0 GPUs, value 0) comes first when allowed.
@@ -45,14 +46,14 @@ std::vector<Kept> envelope(const JobOptions& job, int capacity) {
     if (o.gpus > capacity) continue;
     auto it = best.find(o.gpus);
     if (it == best.end()) {
-      best.emplace(o.gpus, Kept{o.gpus, o.batch, o.value});
+      best.emplace(o.gpus, Kept{o.gpus, o.batch, o.value, o.tag});
       continue;
     }
     Kept& k = it->second;
     const bool o_cur = o.gpus == job.current_gpus && o.batch == job.current_batch;
     const bool k_cur = k.gpus == job.current_gpus && k.batch == job.current_batch;
     if (o.value > k.value || (o.value == k.value && (o_cur || (!k_cur && o.batch < k.batch))))
-      k = Kept{o.gpus, o.batch, o.value};
+      k = Kept{o.gpus, o.batch, o.value, o.tag};
   }
   std::vector<Kept> kept;
   double best_so_far = kNegInf;
@@ -195,7 +196,7 @@ Solution solve(const std::vector<JobOptions>& jobs, int capacity) {
           break;
         }
     EDP_CHECK(pick != nullptr, "solve: internal error, no option reproduces the DP value of job #", j);
-    sol.choices[j] = Choice{pick->gpus, pick->batch, pick->value};
+    sol.choices[j] = Choice{pick->gpus, pick->batch, pick->value, pick->tag};
     c -= pick->gpus;
     sol.gpus_used += pick->gpus;
   }
@@ -221,7 +222,7 @@ Solution solve_brute_force(const std::vector<JobOptions>& jobs, int capacity) {
     }
     for (const Option& o : jobs[j].options) {
       if (o.gpus > left) continue;
-      cur[j] = Choice{o.gpus, o.batch, o.value};
+      cur[j] = Choice{o.gpus, o.batch, o.value, o.tag};
       self(self, j + 1, left - o.gpus, acc + o.value);
     }
   };

@@ -19,6 +19,14 @@
 
 namespace edp::autoscale {
 
+namespace {
+// Times in a trace: at most ten years. A larger one (a submit time of 1e19 s) is a broken file,
+// and simulating it would spin through its re-plans or exhaust memory instead of failing.
+constexpr double kMaxTraceSeconds = 10 * 365 * 86400.0;
+const char* const kTraceSecondsRange = "must be in [0, 315360000] seconds (ten years): the trace is damaged";
+}  // namespace
+
+
 std::vector<TraceJob> load_philly_trace(const std::string& path) {
   detail::CsvFile f(path);
   const size_t cs = f.column("submit_time_s"), cg = f.column("gpus_requested"), cd = f.column("duration_s");
@@ -32,9 +40,9 @@ std::vector<TraceJob> load_philly_trace(const std::string& path) {
     j.submit_s = f.num(r, cs);
     const int64_t g = f.integer(r, cg);
     j.duration_s = f.num(r, cd);
-    if (j.submit_s < 0) f.fail(r, cs, "must be >= 0");
+    if (j.submit_s < 0 || j.submit_s > kMaxTraceSeconds) f.fail(r, cs, kTraceSecondsRange);
     if (g < 1 || g > 64) f.fail(r, cg, "must be in [1, 64] (the model profiles reach 64 GPUs)");
-    if (j.duration_s < 0) f.fail(r, cd, "must be >= 0");
+    if (j.duration_s < 0 || j.duration_s > kMaxTraceSeconds) f.fail(r, cd, kTraceSecondsRange);
     if (j.submit_s < last) f.fail(r, cs, "rows must be sorted by submission time");
     last = j.submit_s;
     j.gpus = static_cast<int>(g);
@@ -90,7 +98,7 @@ std::vector<TraceJob> load_pollux_workload(const std::string& path, const std::v
     j.id = f.str(r, cn);
     if (j.id.empty()) f.fail(r, cn, "empty job name");
     j.submit_s = f.num(r, ct);
-    if (j.submit_s < 0) f.fail(r, ct, "must be >= 0");
+    if (j.submit_s < 0 || j.submit_s > kMaxTraceSeconds) f.fail(r, ct, kTraceSecondsRange);
     j.model = f.str(r, ca);
     const ModelProfile* p = nullptr;
     for (const ModelProfile& m : profiles)

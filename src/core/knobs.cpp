@@ -113,6 +113,11 @@ const std::vector<Knob> kKnobs = {
      "(in place or by restart) with the pause it cost (edp/elastic/events.h). edprun sets it to "
      "<job dir>/events.jsonl and reads it for the job's current size and its summary.",
      "launch", "", kNoMin, kNoMax, true},
+    {"EDP_STATUS_FILE", Type::String, "",
+     "Where rank 0 of an elastic job rewrites its measured progress (JSON, at most once a second): position, "
+     "size, and the median step time at each size it ran at (edp/elastic/events.h). edp-autoscale serve sets "
+     "it for the jobs it runs and learns their throughput from it.",
+     "launch", "", kNoMin, kNoMax, true},
     {"EDP_RESCALE_MODE", Type::Enum, "auto",
      "How an elastic job changes size: in-place (shrink by splitting the communicator, grow by MPI_Comm_spawn; "
      "an error when that fails), restart (checkpoint, exit 75, edprun restarts the job), auto (in place, the "
@@ -137,6 +142,8 @@ const std::vector<Knob> kKnobs = {
      kNoMax, true},
     {"EDP_LAUNCH_JOB_DIR", Type::String, "", "edprun's rank shim: the job's scratch directory.", "launch", "",
      kNoMin, kNoMax, true},
+    {"EDP_LAUNCH_THREADS", Type::Int, "", "edprun's rank shim: threads per rank (--threads-per-rank).", "launch", "",
+     1, 4096, true},
     {"EDP_LAUNCH_BIND", Type::Enum, "none", "edprun's rank shim: bind ranks to cores.", "launch", "none|core",
      kNoMin, kNoMax, true},
     {"EDP_LAUNCH_MPS", Type::Bool, "0", "edprun's rank shim: the GPUs are shared through MPS.", "launch", "",

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -78,6 +79,140 @@ std::vector<MembershipEvent> read_events(const std::string& path) {
     out.push_back(std::move(e));
   }
   return out;
+}
+
+// ---- status ----------------------------------------------------------------------------------
+
+std::optional<JobStatus> read_status(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  const auto j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  JobStatus s;
+  try {
+    s.name = j.value("name", "");
+    s.state = j.value("state", "");
+    s.t = j.value("t", 0.0);
+    s.workers = j.value("workers", 0);
+    s.global_batch = j.value("global_batch", int64_t{0});
+    s.epoch = j.value("epoch", int64_t{0});
+    s.epochs = j.value("epochs", int64_t{0});
+    s.step = j.value("step", int64_t{0});
+    s.samples_done = j.value("samples_done", int64_t{0});
+    s.samples_total = j.value("samples_total", int64_t{0});
+    if (j.contains("configs") && j["configs"].is_array())
+      for (const auto& c : j["configs"]) {
+        ConfigMeasure m;
+        m.workers = c.value("workers", 0);
+        m.global_batch = c.value("global_batch", int64_t{0});
+        m.steps = c.value("steps", int64_t{0});
+        m.step_s = c.value("step_s", 0.0);
+        m.comm_s = c.value("comm_s", 0.0);
+        if (m.workers >= 1 && m.global_batch >= 1 && m.steps >= 1 && m.step_s > 0 && std::isfinite(m.step_s))
+          s.configs.push_back(m);
+      }
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+  return s;
+}
+
+void write_status(const std::string& path, const JobStatus& s) {
+  nlohmann::ordered_json j;
+  j["name"] = s.name;
+  j["state"] = s.state;
+  j["t"] = s.t;
+  j["workers"] = s.workers;
+  j["global_batch"] = s.global_batch;
+  j["epoch"] = s.epoch;
+  j["epochs"] = s.epochs;
+  j["step"] = s.step;
+  j["samples_done"] = s.samples_done;
+  j["samples_total"] = s.samples_total;
+  nlohmann::ordered_json cs = nlohmann::ordered_json::array();
+  for (const ConfigMeasure& m : s.configs)
+    cs.push_back({{"workers", m.workers}, {"global_batch", m.global_batch}, {"steps", m.steps}, {"step_s", m.step_s},
+                  {"comm_s", m.comm_s}});
+  j["configs"] = cs;
+  const std::string text = j.dump() + "\n";
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (fd >= 0) ::close(fd);
+  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    log::warn("cannot write the status file ", path, ": ", std::strerror(errno));
+    ::unlink(tmp.c_str());
+  }
+}
+
+StatusReporter::StatusReporter() : path_(knobs::get_string("EDP_STATUS_FILE")) {}
+
+void StatusReporter::step(const std::string& name, int workers, int64_t global_batch, int64_t epoch, int64_t epochs,
+                          int64_t step, int64_t samples_done, int64_t samples_total, double comm_total_s) {
+  if (!active()) return;
+  const double now = wall_time();
+  if (workers != status_.workers || global_batch != status_.global_batch) {
+    last_t_ = 0;
+    skip_ = 2;
+  }
+  status_.name = name;
+  status_.state = "running";
+  status_.workers = workers;
+  status_.global_batch = global_batch;
+  status_.epoch = epoch;
+  status_.epochs = epochs;
+  status_.step = step;
+  status_.samples_done = samples_done;
+  status_.samples_total = samples_total;
+  const double comm = comm_total_s - last_comm_;
+  last_comm_ = comm_total_s;
+  if (skip_ > 0 || last_t_ == 0) {
+    if (skip_ > 0) --skip_;
+  } else {
+    auto it = std::find_if(windows_.begin(), windows_.end(), [&](const Window& w) {
+      return w.m.workers == workers && w.m.global_batch == global_batch;
+    });
+    if (it == windows_.end()) {
+      windows_.push_back({});
+      it = windows_.end() - 1;
+      it->m.workers = workers;
+      it->m.global_batch = global_batch;
+    }
+    const double dt = now - last_t_;
+    if (it->times.size() < 256) {
+      it->times.push_back(dt);
+    } else {
+      it->times[it->next] = dt;
+      it->next = (it->next + 1) % 256;
+    }
+    ++it->m.steps;
+    it->comm_sum += std::max(0.0, comm);
+  }
+  last_t_ = now;
+  if (now - last_write_ >= 1.0) write(now);
+}
+
+void StatusReporter::finish() {
+  if (!active()) return;
+  status_.state = "done";
+  write(wall_time());
+}
+
+void StatusReporter::write(double now) {
+  last_write_ = now;
+  status_.t = now;
+  status_.configs.clear();
+  for (const Window& w : windows_) {
+    if (w.times.empty()) continue;
+    ConfigMeasure m = w.m;
+    std::vector<double> t = w.times;
+    std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+    m.step_s = t[t.size() / 2];
+    m.comm_s = w.comm_sum / static_cast<double>(w.m.steps);
+    status_.configs.push_back(m);
+  }
+  write_status(path_, status_);
 }
 
 }  // namespace edp::elastic

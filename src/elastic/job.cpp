@@ -85,6 +85,7 @@ struct Job::Impl {
   double entered_t = 0;
   std::vector<std::function<void(const ResetInfo&)>> callbacks;
   ddp::DDPStats stats_before;  // DDP statistics of the replaced DistributedDataParallel objects
+  StatusReporter status;       // EDP_STATUS_FILE (rank 0)
 
   Impl(Job& j, optim::Optimizer& opt_, std::shared_ptr<const data::Dataset> train_, JobOptions opts)
       : job(j), opt(opt_), train(std::move(train_)), o(std::move(opts)) {}
@@ -455,8 +456,12 @@ bool Job::next_epoch() {
     ++epoch_;
     m.epoch_finished = false;
   }
-  if (epoch_ >= m.o.epochs) return false;
+  if (epoch_ >= m.o.epochs) {
+    if (m.root()) m.status.finish();
+    return false;
+  }
   m.loader->start_epoch(epoch_);
+  m.status.gap();
   m.in_epoch = true;
   m.progress_base = 0;
   m.sums[0] = m.sums[1] = 0;
@@ -532,6 +537,11 @@ void Job::step(double loss) {
     m.progress->update(m.progress_base, static_cast<int64_t>(m.sums[1]) * size(), loss);
   }
   m.first_step_done();
+  if (m.status.active() && m.root()) {
+    const int64_t n = static_cast<int64_t>(m.train->size());
+    m.status.step(m.o.name, size(), global_batch_, epoch_, m.o.epochs, step_, epoch_ * n + m.loader->position(),
+                  m.o.epochs * n, ddp_stats().exposed_comm_s);
+  }
   if (m.o.checkpoint_every > 0 && step_ % m.o.checkpoint_every == 0) m.commit(nullptr, 0);
   if (m.control && step_ % m.o.control_every == 0) {
     if (const auto next = m.control->poll(*m.world)) m.rescale(*next);

@@ -158,6 +158,8 @@ int rank_exec(int argc, char** argv) {
     c.bound = !spawned && env_or("EDP_LAUNCH_BIND") == "core";
     c.cores = physical_cores();
     for (const auto& [k, v] : rank_environment(c)) setenv(k.c_str(), v.c_str(), 1);
+    if (knobs::is_set("EDP_LAUNCH_THREADS"))
+      setenv("EDP_NUM_THREADS", std::to_string(knobs::get_int("EDP_LAUNCH_THREADS")).c_str(), 1);
     // The rank dies with its parent (mpirun on edprun's host, orted elsewhere), so that no rank
     // runs on when they are killed (SIGKILL leaves Open MPI no chance to stop it). Both start
     // their ranks from their main thread, the thread the kernel watches. Survives exec.
@@ -304,6 +306,11 @@ int launcher(int argc, char** argv) {
            "ranks also get EDP_SPAWN_WRAPPER (in-place grow) and, on one host, mpirun --oversubscribe")
       .add("max-restarts", "0", "start a job that failed (a crash, a stall: exit 76) again, up to N times, at its "
            "current size (EDP_EVENTS_FILE; it resumes from its checkpoint)")
+      .add("events-file", "", "where the job's rank 0 appends its membership events (EDP_EVENTS_FILE; default: "
+           "<job dir>/events.jsonl); edprun follows the job's size in what is appended after it started")
+      .add("status-file", "", "where the job's rank 0 rewrites its measured progress (EDP_STATUS_FILE; "
+           "edp-autoscale serve sets it)")
+      .add("threads-per-rank", "0", "CPU threads per rank (EDP_NUM_THREADS; 0: the rank's share of its host's cores)")
       .add("restart-backoff", "5", "seconds before the first restart after a failure, doubling each time")
       .add_flag("dry-run", "print the plan (ranks, GPUs, cores, environment, daemons, mpirun command) and exit")
       .add_flag("verbose", "print what edprun does")
@@ -316,6 +323,7 @@ int launcher(int argc, char** argv) {
   block_signals(sigs);
 
   LaunchRequest req;
+  std::string events_file;
   Plan plan;
   Discovery disc;
   std::string mps_control;
@@ -341,6 +349,16 @@ int launcher(int argc, char** argv) {
       req.extra_env.emplace_back("EDP_CONTROL_FILE", ec ? o.str("control-file") : abs);
       req.elastic = true;
     }
+    auto absolute = [](const std::string& p) {
+      std::error_code ec;
+      const std::string abs = std::filesystem::absolute(p, ec).string();
+      return ec ? p : abs;
+    };
+    events_file = o.str("events-file").empty() ? "" : absolute(o.str("events-file"));
+    if (!o.str("status-file").empty()) req.extra_env.emplace_back("EDP_STATUS_FILE", absolute(o.str("status-file")));
+    if (o.i64("threads-per-rank") < 0) throw Error("--threads-per-rank must be >= 0");
+    if (o.i64("threads-per-rank") > 0)
+      req.extra_env.emplace_back("EDP_LAUNCH_THREADS", std::to_string(o.i64("threads-per-rank")));
     req.local_host = host_name();
     req.local_cores = o.i64("cores-per-host") > 0 ? static_cast<int>(o.i64("cores-per-host")) : physical_cores();
     req.self_exe = self_exe_path();
@@ -399,7 +417,8 @@ int launcher(int argc, char** argv) {
     req.extra_env.emplace_back("EDP_RESCALE_FILE", req.job_dir + "/rescale.json");
     // Rank 0 appends the job's starts and rescales there; edprun follows the job's size with it
     // (history.h). Every job: a restart after a crash reads it too.
-    req.extra_env.emplace_back("EDP_EVENTS_FILE", req.job_dir + "/events.jsonl");
+    if (events_file.empty()) events_file = req.job_dir + "/events.jsonl";
+    req.extra_env.emplace_back("EDP_EVENTS_FILE", events_file);
     // An in-place grow starts its new ranks through the rank shim, which places them like the
     // others (rank_exec, EDP_SPAWN_RANK_BASE). The library splits the command on spaces.
     if (req.elastic) req.extra_env.emplace_back("EDP_SPAWN_WRAPPER", req.self_exe + " --rank-exec --");
@@ -491,7 +510,8 @@ int launcher(int argc, char** argv) {
   const std::string rescale_file = req.job_dir + "/rescale.json";
   // The job's size as its events tell it (in-place rescales change it without edprun), its
   // rescales and restarts; printed when the job ends.
-  JobHistory history(plan.np, req.job_dir + "/events.jsonl");
+  JobHistory history(plan.np, events_file);
+  history.skip_existing();  // a file given with --events-file may hold an earlier run's events
   int restarts = 0;
   auto finish = [&](int code) {
     history.poll();

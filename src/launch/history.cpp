@@ -15,6 +15,14 @@ using ::edp::detail::concat;
 JobHistory::JobHistory(int start_workers, std::string events_path)
     : path_(std::move(events_path)), workers_(start_workers) {}
 
+void JobHistory::skip_existing() {
+  if (path_.empty()) return;
+  struct stat st{};
+  if (stat(path_.c_str(), &st) != 0) return;
+  size_seen_ = static_cast<long long>(st.st_size);
+  events_seen_ = elastic::read_events(path_).size();
+}
+
 bool JobHistory::poll() {
   if (path_.empty()) return false;
   struct stat st{};

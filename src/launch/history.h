@@ -40,6 +40,8 @@ class JobHistory {
   // start_workers: the size edprun starts the job at (the size until an event says otherwise).
   explicit JobHistory(int start_workers, std::string events_path = "");
 
+  // Ignores the events already in the file (an earlier run's): only later ones count.
+  void skip_existing();
   // Reads the events file if it grew since the last call; returns whether there were new events.
   bool poll();
   // The new events, in the file's order (poll() reads the file and calls this; tests call it).

@@ -287,6 +287,21 @@ TEST(AutoscaleSim, MalformedTraceNamesFileLineAndColumn) {
     o << "submit,gpus\n0,1\n";
   }
   EXPECT_THROW(load_philly_trace(path), edp::DataError);
+  // Absurd values are refused where they stand, never simulated (a 1e19 s submit time spun
+  // through its re-plans).
+  for (const auto& [row, where] : {std::pair<std::string, std::string>{"1e19,1,100", "bad.csv:3:1"},
+                                   {"5,1,1e12", "bad.csv:3:5"}, {"5,1,inf", "bad.csv:3:5"}}) {
+    {
+      std::ofstream o(path);
+      o << "submit_time_s,gpus_requested,duration_s\n0,1,100\n" << row << "\n";
+    }
+    try {
+      load_philly_trace(path);
+      ADD_FAILURE() << row << ": no error";
+    } catch (const edp::DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
+    }
+  }
   EXPECT_THROW(load_philly_trace((dir / "missing.csv").string()), edp::DataError);
   EXPECT_THROW(load_model_profiles((dir / "nowhere").string()), edp::DataError);
   fs::remove_all(dir);

@@ -160,7 +160,9 @@ void usage(std::ostream& o) {
        "  edp-autoscale plan --input FILE [--gpus N] [--rescale-penalty F]\n"
        "  edp-autoscale simulate (--trace FILE | --poisson N) (--gpus N | --sweep A,B,..) --out DIR [options]\n"
        "  edp-autoscale simulate --compare-published [--workloads DIR] [--job-loads 1.0,0.5,..] [--policy P,..] [--out DIR]\n"
-       "  edp-autoscale workload (--trace FILE | --poisson N) [--gpus N | --sweep A,B,..] [--policy P,..] [options]\n\n"
+       "  edp-autoscale workload (--trace FILE | --poisson N) [--gpus N | --sweep A,B,..] [--policy P,..] [options]\n"
+       "  edp-autoscale serve --root DIR --slots N [--policy goodput|dp|static] ...   (the live controller; serve --help)\n"
+       "  edp-autoscale submit --root DIR SPEC.json | status --root DIR [--json] | cancel --root DIR ID\n\n"
        "options (each also settable as EDP_AUTOSCALE_<NAME>):\n";
   for (const OptSpec& s : kOptions) {
     std::string left = std::string("  --") + s.name + (s.flag ? "" : " V");
@@ -820,7 +822,13 @@ int cmd_workload(const Args& args) {
   return 0;
 }
 
+int live_main(int argc, char** argv);  // serve.cpp
+
 int main(int argc, char** argv) {
+  if (argc >= 2) {
+    const std::string c = argv[1];
+    if (c == "serve" || c == "submit" || c == "status" || c == "cancel") return live_main(argc, argv);
+  }
   if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
     usage(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? 2 : 0;
@@ -835,7 +843,7 @@ int main(int argc, char** argv) {
     if (cmd == "plan") return cmd_plan(args);
     if (cmd == "simulate") return cmd_simulate(args, argv[0]);
     if (cmd == "workload") return cmd_workload(args);
-    throw UsageError("unknown command '" + cmd + "' (plan, simulate or workload)");
+    throw UsageError("unknown command '" + cmd + "' (plan, simulate, workload, serve, submit, status, cancel)");
   } catch (const UsageError& e) {
     std::cerr << "edp-autoscale: " << e.what() << "\n";
     return 2;

@@ -50,6 +50,7 @@ struct Option {
   int gpus = 0;
   int batch = 0;
   double value = 0;
+  int tag = 0;  // the caller's, carried into the Choice (e.g. an index into its own option list)
 };
 
 // What solve() needs per job. Options with gpus > capacity are simply never chosen.
@@ -64,6 +65,7 @@ struct Choice {
   int gpus = 0;
   int batch = 0;
   double value = 0;
+  int tag = 0;  // the chosen Option's tag (0 when waiting)
 };
 
 struct Solution {

@@ -14,7 +14,9 @@
 // requested_t through the rescale checkpoint). "start" is written each time the processes start
 // (a first start, a restart after a crash or for a rescale). Unknown fields are to be ignored.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <string>
 #include <vector>
@@ -41,5 +43,67 @@ std::vector<MembershipEvent> read_events(const std::string& path);
 
 // Wall-clock seconds since the epoch.
 double wall_time();
+
+// ---- the job's measured progress: EDP_STATUS_FILE ------------------------------------------
+// Rank 0 of an elastic job rewrites this JSON file (a temporary file renamed over it, so a reader
+// sees a whole one) at most once a second and when the training ends. A controller (edp-autoscale
+// serve) reads it to learn the job's throughput at each size it has run at:
+//
+//   {"name": "mlp", "state": "running", "t": 1795460000.1, "workers": 2, "global_batch": 128,
+//    "epoch": 0, "epochs": 3, "step": 120, "samples_done": 15360, "samples_total": 180000,
+//    "configs": [{"workers": 2, "global_batch": 128, "steps": 100, "step_s": 0.0123,
+//                 "comm_s": 0.0011}, ...]}
+//
+// configs: one entry per (workers, global batch) this process has trained at; step_s is the
+// median wall time of a step (from the end of one step to the end of the next, over the last 256
+// steps), comm_s the mean exposed communication per step. Steps that span something else are
+// left out: the first two after a start or a change of size, and the first of each epoch
+// (evaluation runs between epochs). state: "running" or "done".
+struct ConfigMeasure {
+  int workers = 0;
+  int64_t global_batch = 0;
+  int64_t steps = 0;  // steps measured (not counting the ones left out)
+  double step_s = 0, comm_s = 0;
+};
+
+struct JobStatus {
+  std::string name, state;
+  double t = 0;
+  int workers = 0;
+  int64_t global_batch = 0, epoch = 0, epochs = 0, step = 0, samples_done = 0, samples_total = 0;
+  std::vector<ConfigMeasure> configs;
+};
+
+// Reads a status file; std::nullopt when it is missing or does not parse (a reader may race a
+// writer only through the rename, but a file can be garbled by hand).
+std::optional<JobStatus> read_status(const std::string& path);
+void write_status(const std::string& path, const JobStatus& s);  // atomic; never throws (logs)
+
+// Rank 0's side: fed once per step, writes EDP_STATUS_FILE when set (inactive otherwise).
+class StatusReporter {
+ public:
+  StatusReporter();
+  bool active() const { return !path_.empty(); }
+  // The next step's time spans something other than training (an epoch boundary, a rescale).
+  void gap() { last_t_ = 0; skip_ = std::max(skip_, 1); }
+  // After a step at (workers, global_batch); comm_total_s: the job's exposed communication so far.
+  void step(const std::string& name, int workers, int64_t global_batch, int64_t epoch, int64_t epochs, int64_t step,
+            int64_t samples_done, int64_t samples_total, double comm_total_s);
+  void finish();  // the training ended: state "done", written now
+
+ private:
+  struct Window {
+    ConfigMeasure m;
+    std::vector<double> times;  // ring of the last 256 step times
+    size_t next = 0;
+    double comm_sum = 0;
+  };
+  void write(double now);
+  std::string path_;
+  JobStatus status_;
+  std::vector<Window> windows_;
+  double last_t_ = 0, last_comm_ = 0, last_write_ = 0;
+  int skip_ = 2;
+};
 
 }  // namespace edp::elastic

@@ -1,0 +1,227 @@
+// The live autoscaler's pure part (edp/autoscale/live.h): job specs, the fit of a job's own step
+// times, and the planning round's guarantees. The controller with real processes is tested by
+// live_e2e.sh.
+#include "edp/autoscale/live.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "edp/core/error.h"
+
+using namespace edp;
+using namespace edp::autoscale;
+
+namespace {
+
+const char* kGood = R"({"name": "mlp", "command": ["/bin/prog", "--x"], "min_workers": 1, "max_workers": 4,
+  "workers": 2, "min_batch": 64, "max_batch": 256, "batch": 128, "max_worker_batch": 128})";
+
+std::string refusal(const std::string& text) {
+  try {
+    parse_job_spec(text, "spec.json");
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A running job measured at its size, with a linear step-time law, so that predictions are exact.
+LiveJob measured_job(const std::string& id, int workers, int64_t batch, int max_workers, int64_t done, int64_t total) {
+  LiveJob j;
+  j.id = id;
+  j.spec = parse_job_spec(R"({"name": ")" + id + R"(", "command": ["p"], "min_batch": 64, "max_batch": 256, "max_workers": )" +
+                              std::to_string(max_workers) + "}",
+                          id);
+  j.running = true;
+  j.workers = workers;
+  j.batch = batch;
+  j.settled = true;
+  for (int w : {1, 2}) {
+    for (int64_t b : {int64_t{64}, int64_t{128}}) {
+      // compute 1 ms + 0.1 ms per local sample, exposed communication 0.5 ms per worker above 1
+      const double comm = w > 1 ? 0.0005 * w : 0.0;
+      j.measured.push_back({w, 1, b, 50, 0.001 + 0.0001 * (static_cast<double>(b) / w) + comm, comm});
+    }
+  }
+  j.samples_done = done;
+  j.samples_total = total;
+  return j;
+}
+
+}  // namespace
+
+TEST(JobSpec, ParsesAndRoundTrips) {
+  const JobSpec s = parse_job_spec(kGood, "spec.json");
+  EXPECT_EQ(s.name, "mlp");
+  EXPECT_EQ(s.workers, 2);
+  EXPECT_EQ(s.batch, 128);
+  EXPECT_FALSE(s.preemptible);
+  const JobSpec t = parse_job_spec(job_spec_json(s), "again");
+  EXPECT_EQ(job_spec_json(t), job_spec_json(s));
+}
+
+TEST(JobSpec, RefusalsNameTheField) {
+  EXPECT_NE(refusal(R"({"name": "x", "command": ["p"], "min_batch": 64, "nope": 1})").find("field 'nope'"), std::string::npos);
+  EXPECT_NE(refusal(R"({"name": "x", "command": ["p"]})").find("field 'min_batch'"), std::string::npos);
+  EXPECT_NE(refusal(R"({"name": "a b", "command": ["p"], "min_batch": 64})").find("field 'name'"), std::string::npos);
+  EXPECT_NE(refusal(R"({"name": "x", "command": "p", "min_batch": 64})").find("field 'command'"), std::string::npos);
+  EXPECT_NE(refusal(R"({"name": "x", "command": ["p"], "min_batch": 64, "max_batch": 32})").find("field 'max_batch'"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"name": "x", "command": ["p"], "min_batch": 64, "max_batch": 256, "workers": 3, "max_workers": 4, "batch": 100})")
+                .find("does not split evenly"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"name": "x", "command": ["p"], "min_batch": 64, "min_workers": 0})").find("field 'min_workers'"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"name": "x", "command": ["p"], "min_batch": 1e30})").find("field 'min_batch'"), std::string::npos);
+  EXPECT_NE(refusal(R"({"name": "x", "command": ["p"], "min_batch": 64, "weight": -1})").find("field 'weight'"), std::string::npos);
+  EXPECT_NE(refusal(R"({"name": "x", "command": ["p"], "min_batch": 64, "max_worker_batch": 16})").find("field 'max_worker_batch'"),
+            std::string::npos);
+  EXPECT_NE(refusal("[1, 2]").find("JSON object"), std::string::npos);
+  EXPECT_NE(refusal("{").find("not valid JSON"), std::string::npos);
+}
+
+// The fit recovers an exact law: compute a + c*b, communication s0 + s1*w (tolerance 1e-9
+// relative: a least-squares solve of consistent equations, only rounding error).
+TEST(FitMeasured, RecoversAnExactLaw) {
+  std::vector<Measured> m;
+  for (int w : {1, 2, 4})
+    for (int64_t b : {int64_t{64}, int64_t{256}}) {
+      const double comm = w > 1 ? 0.002 + 0.0005 * w : 0.0;
+      m.push_back({w, 1, b, 20, 0.003 + 0.00002 * (static_cast<double>(b) / w) + comm, comm});
+    }
+  const StepTimeModel f = fit_measured(m);
+  EXPECT_NEAR(f.a, 0.003, 1e-9 * 0.003 * 10);
+  EXPECT_NEAR(f.c, 0.00002, 1e-9);
+  EXPECT_NEAR(f.s0, 0.002, 1e-9);
+  EXPECT_NEAR(f.s1, 0.0005, 1e-9);
+}
+
+TEST(FitMeasured, OnePointMeansLinearScalingUntilMeasured) {
+  const StepTimeModel f = fit_measured({{1, 1, 64, 10, 0.064, 0.0}});
+  EXPECT_EQ(f.a, 0.0);
+  EXPECT_NEAR(f.c, 0.001, 1e-12);
+  EXPECT_EQ(f.s0, 0.0);
+  EXPECT_EQ(f.s1, 0.0);
+  EXPECT_NEAR(f.samples_per_s(4, 256), 1000.0 * 4, 1e-6);
+}
+
+TEST(PlanLive, GrowsIntoFreeSlotsAndHoldsWithoutGain) {
+  LivePolicy p;
+  p.name = "dp";
+  p.slots = 4;
+  // Lots of work left: growing pays for its pause. Measured at 1 worker only: it may go to 2.
+  LiveJob one = measured_job("a", 1, 64, 4, 0, 1'000'000);
+  std::erase_if(one.measured, [](const Measured& m) { return m.workers != 1; });
+  LivePlan plan = plan_live({one}, p);
+  ASSERT_EQ(plan.choices.size(), 1u);
+  EXPECT_EQ(plan.choices[0].action, "grow") << plan.choices[0].reason;
+  EXPECT_EQ(plan.choices[0].workers, 2) << "explores at most explore_factor x the largest size measured (1)";
+  plan = plan_live({measured_job("a", 1, 64, 4, 0, 1'000'000)}, p);  // measured at 2: may go to 4
+  EXPECT_EQ(plan.choices[0].workers, 4) << plan.choices[0].reason;
+  // Almost done: a rescale's pause outweighs its gain.
+  plan = plan_live({measured_job("a", 1, 64, 4, 999'900, 1'000'000)}, p);
+  EXPECT_EQ(plan.choices[0].action, "hold") << plan.choices[0].reason;
+  // Not measured at its size yet: it holds.
+  LiveJob j = measured_job("a", 1, 64, 4, 0, 1'000'000);
+  j.settled = false;
+  plan = plan_live({j}, p);
+  EXPECT_EQ(plan.choices[0].action, "hold");
+}
+
+TEST(PlanLive, HysteresisKeepsNearEqualOptions) {
+  LivePolicy p;
+  p.name = "dp";
+  p.slots = 2;
+  p.default_pause_s = 0;
+  LiveJob j = measured_job("a", 2, 128, 2, 0, 1'000'000);
+  // Make 2 x 64 measured 10% faster than 2 x 128 per sample: below a 15% hysteresis.
+  for (Measured& m : j.measured)
+    if (m.workers == 2 && m.batch == 64) m.step_s = 64.0 / (1.10 * 128.0 / j.measured[3].step_s);
+  p.hysteresis = 0.15;
+  EXPECT_EQ(plan_live({j}, p).choices[0].action, "hold");
+  p.hysteresis = 0.0;
+  EXPECT_NE(plan_live({j}, p).choices[0].action, "hold");
+}
+
+TEST(PlanLive, StaticIsFifoAndNeverRescales) {
+  LivePolicy p;
+  p.name = "static";
+  p.slots = 3;
+  LiveJob a = measured_job("a", 2, 128, 4, 0, 1000000);
+  LiveJob b, c;
+  b.spec = parse_job_spec(R"({"name": "b", "command": ["p"], "min_batch": 64, "workers": 2, "max_workers": 2})", "b");
+  c.spec = parse_job_spec(R"({"name": "c", "command": ["p"], "min_batch": 64})", "c");
+  const LivePlan plan = plan_live({a, b, c}, p);
+  EXPECT_EQ(plan.choices[0].action, "hold");
+  EXPECT_EQ(plan.choices[1].action, "wait");  // 2 slots needed, 1 free
+  EXPECT_EQ(plan.choices[2].action, "wait");  // behind b, although it would fit
+}
+
+// Random instances: the plan never uses more slots than there are, keeps every running
+// non-preemptible job running within its bounds, and gives started jobs sizes that divide their batch.
+TEST(PlanLive, RandomInstancesRespectTheContract) {
+  std::mt19937 rng(7);
+  for (int it = 0; it < 200; ++it) {
+    LivePolicy p;
+    p.name = it % 2 ? "dp" : "goodput";
+    p.slots = 1 + static_cast<int>(rng() % 8);
+    std::vector<LiveJob> jobs;
+    int running = 0;
+    const int n = 1 + static_cast<int>(rng() % 6);
+    for (int k = 0; k < n; ++k) {
+      const int maxw = 1 + static_cast<int>(rng() % 4);
+      if (rng() % 2 && running + 1 <= p.slots) {
+        LiveJob j = measured_job(std::string("j") += std::to_string(k), 1, 64, maxw, static_cast<int64_t>(rng() % 1000), 1000);
+        j.settled = rng() % 3 != 0;
+        j.spec.grad_noise_scale = rng() % 2 ? 500 : 0;
+        jobs.push_back(j);
+        running += 1;
+      } else {
+        LiveJob j;
+        j.id = std::string("q") += std::to_string(k);
+        std::string text = R"({"name": "q", "command": ["p"], "min_batch": 32, "max_batch": 96, "max_workers": )";
+        text += std::to_string(maxw);
+        text += "}";
+        j.spec = parse_job_spec(text, "q");
+        jobs.push_back(j);
+      }
+    }
+    const LivePlan plan = plan_live(jobs, p);
+    int used = 0;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      const LiveChoice& c = plan.choices[k];
+      used += c.slots;
+      if (jobs[k].running) {
+        EXPECT_GT(c.slots, 0) << "a running non-preemptible job was stopped";
+      }
+      if (c.slots > 0) {
+        EXPECT_GE(c.workers, jobs[k].spec.min_workers);
+        EXPECT_LE(c.workers, jobs[k].spec.max_workers);
+        EXPECT_EQ(c.batch % c.workers, 0);
+        EXPECT_GE(c.batch, jobs[k].spec.min_batch);
+        EXPECT_LE(c.batch, jobs[k].spec.max_batch);
+      }
+    }
+    EXPECT_LE(used, p.slots);
+    EXPECT_EQ(used, plan.slots_used);
+  }
+}
+
+TEST(PlanLive, GpuSlotsOfferSeveralRanksPerGpuWhenOneRankLeavesItIdle) {
+  EXPECT_EQ(colocation_speed(1, 0.3), 1.0);
+  EXPECT_EQ(colocation_speed(3, 0.3), 1.0);
+  EXPECT_NEAR(colocation_speed(4, 0.5), 0.5, 1e-15);
+  LivePolicy p;
+  p.name = "dp";
+  p.slots = 1;
+  p.gpu_slots = true;
+  p.max_ranks_per_slot = 4;
+  LiveJob j = measured_job("a", 1, 64, 4, 0, 1'000'000);
+  j.spec.gpu_busy = 0.3;  // one rank keeps its GPU busy 30% of its step
+  const LivePlan plan = plan_live({j}, p);
+  EXPECT_EQ(plan.choices[0].slots, 1);
+  EXPECT_GT(plan.choices[0].ranks_per_slot, 1) << plan.choices[0].reason;
+  j.spec.gpu_busy = 1.0;  // a busy GPU gains nothing from a second rank
+  EXPECT_EQ(plan_live({j}, p).choices[0].ranks_per_slot, 1);
+}
