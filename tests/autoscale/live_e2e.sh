@@ -37,7 +37,7 @@ spec() {  # name
   cat <<JSON
 {"name": "$1", "command": ["$cnn", "--limit", "6000", "--epochs", "2", "--batch", "64", "--threads", "1",
   "--no-eval", "--checkpoint-dir", "{job_dir}/ckpt", "--control-every", "4"],
- "min_workers": 1, "max_workers": 4, "workers": 1, "min_batch": 64, "max_batch": 256, "batch": 64,
+ "min_workers": 1, "max_workers": 4, "workers": 1, "min_batch": 64, "max_batch": 64, "batch": 64,
  "max_worker_batch": 128, "max_restarts": 1}
 JSON
 }
