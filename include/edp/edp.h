@@ -6,8 +6,9 @@
 //   edp/backend/cuda_ops.h       the CUDA ops called directly (tests, benchmarks); edp/backend/
 //                                ops.h dispatches to them
 //   edp/launch/edprun.h          edprun's entry point (the launcher tool)
-//   edp/autoscale/cluster_sim.h  the autoscaler's optimizer, policies, simulators and throughput
-//   edp/autoscale/optimizer.h    model (the edp-autoscale tool and programs that plan clusters)
+//   edp/autoscale/cluster_sim.h  the autoscaler's optimizer, policies, simulators, throughput
+//   edp/autoscale/live.h         model and live planning (the edp-autoscale tool and programs that
+//   edp/autoscale/optimizer.h    plan clusters)
 //   edp/autoscale/policy.h
 //   edp/autoscale/simulator.h
 //   edp/autoscale/throughput.h
