@@ -863,14 +863,13 @@ int status(const fs::path& root, bool as_json) {
   return 0;
 }
 
-std::string default_edprun(const char* argv0) {
+std::string default_edprun() {
   std::error_code ec;
   const fs::path exe = fs::canonical("/proc/self/exe", ec);
   if (!ec) {
     for (const fs::path& p : {exe.parent_path() / "edprun", exe.parent_path().parent_path() / "edprun" / "edprun"})
       if (fs::exists(p)) return p.string();
   }
-  (void)argv0;
   return "edprun";
 }
 
@@ -926,7 +925,7 @@ int live_main(int argc, char** argv) {
   try {
     if (cmd == "serve") {
       o.root = fs::absolute(root);
-      if (o.edprun.empty()) o.edprun = default_edprun(argv[0]);
+      if (o.edprun.empty()) o.edprun = default_edprun();
       std::stringstream ss(edprun_args);
       for (std::string a; ss >> a;) o.edprun_args.push_back(a);
       return Controller(o).run();
