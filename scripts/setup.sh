@@ -11,6 +11,7 @@ PACKAGES=(
   libdnnl-dev  # oneDNN 2.x: the CPU convolutions (optional at build time: -DEDP_DNNL=OFF)
   dataset-fashion-mnist
   python3-matplotlib
+  iproute2 util-linux  # scripts/testcluster.sh: network namespaces, nsenter (the cluster_* tests)
 )
 PACKAGES+=("$@")
 

@@ -11,13 +11,21 @@
 //
 // Talking from a second thread while the first one is inside MPI needs MPI_THREAD_MULTIPLE.
 // With a lower level the watchdog still ends the job on a timeout, but reports only itself.
+//
+// Across hosts the report names each silent rank's host (the names are gathered once, when the
+// watchdog starts), and, where EDP_STALL_DIR names a directory this rank can see (edprun's job
+// directory on edprun's host), the rank leaves a stall record there before MPI_Abort: edprun
+// reads it to end an mpirun that cannot reach a lost host, and to restart without that host.
 #include <mpi.h>
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <list>
 #include <map>
 #include <mutex>
@@ -27,6 +35,7 @@
 
 #include "backend.h"
 #include "edp/comm/stall.h"
+#include "edp/core/knobs.h"
 #include "edp/core/log.h"
 #include "stall.h"
 
@@ -59,6 +68,17 @@ class Watchdog {
     if (can_talk_) {
       MPI_Comm_dup(watched, &comm_);  // collective over the watched communicator
       MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    }
+    // Every rank's host, for the report: a silent rank's host is what a person (and edprun)
+    // acts on when a host is lost. Collective, like the dup above.
+    char mine[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(mine, &len);
+    std::vector<char> all(static_cast<size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
+    MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, watched);
+    for (int r = 0; r < size_; ++r) {
+      const char* n = all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+      hosts_.emplace_back(n, strnlen(n, MPI_MAX_PROCESSOR_NAME));
     }
     thread_ = std::thread([this] { loop(); });
   }
@@ -181,8 +201,13 @@ class Watchdog {
       if (!silent.empty()) {
         char g[64];
         std::snprintf(g, sizeof g, "%.1f s", grace);
-        report += "\n  " + ranks(silent) + ": no answer within " + std::string(g) +
-                  " (stopped, frozen outside MPI, or its host is unreachable)";
+        // One line per host: a lost host shows as all of its ranks silent.
+        std::map<std::string, std::vector<int>> by_host;
+        for (int r : silent) by_host[hosts_[static_cast<size_t>(r)]].push_back(r);
+        for (const auto& [host, rs] : by_host)
+          report += "\n  " + ranks(rs) + " on host " + host + ": no answer within " + std::string(g) +
+                    " (stopped, frozen outside MPI, or the host is unreachable)";
+        write_record(op, silent);
       }
     } else if (size_ > 1) {
       report += "\n  (the other ranks cannot be asked: MPI did not grant MPI_THREAD_MULTIPLE)";
@@ -195,8 +220,44 @@ class Watchdog {
     std::_Exit(kStallExitCode);  // MPI_Abort does not return; if it did, still end this rank
   }
 
+  // The stall record for edprun: {"rank", "host", "silent_ranks", "silent_hosts", "collective"},
+  // written to $EDP_STALL_DIR/<rank>.json (temporary file, then rename) when that directory exists.
+  void write_record(const InFlight& op, const std::vector<int>& silent) const {
+    const std::string dir = knobs::get_string("EDP_STALL_DIR");
+    struct stat st{};
+    if (dir.empty() || stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
+    auto quoted = [](const std::string& v) {
+      std::string o = "\"";
+      for (char c : v) {
+        if (c == '"' || c == '\\') o += '\\';
+        o += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
+      }
+      return o + "\"";
+    };
+    std::string ranks, hosts;
+    std::vector<std::string> seen_hosts;
+    for (int r : silent) {
+      ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+      const std::string& h = hosts_[static_cast<size_t>(r)];
+      if (std::find(seen_hosts.begin(), seen_hosts.end(), h) == seen_hosts.end()) {
+        seen_hosts.push_back(h);
+        hosts += (hosts.empty() ? "" : ",") + quoted(h);
+      }
+    }
+    const std::string path = dir + "/" + std::to_string(rank_) + ".json";
+    {
+      std::ofstream f(path + ".tmp");
+      f << "{\"rank\": " << rank_ << ", \"host\": " << quoted(hosts_[static_cast<size_t>(rank_)])
+        << ", \"silent_ranks\": [" << ranks << "], \"silent_hosts\": [" << hosts
+        << "], \"collective\": " << quoted(op.describe()) << "}\n";
+      if (!f) return;
+    }
+    std::rename((path + ".tmp").c_str(), path.c_str());
+  }
+
   bool can_talk_;
   int rank_ = 0, size_ = 1;
+  std::vector<std::string> hosts_;  // by rank of the watched communicator
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -118,6 +118,11 @@ const std::vector<Knob> kKnobs = {
      "size, and the median step time at each size it ran at (edp/elastic/events.h). edp-autoscale serve sets "
      "it for the jobs it runs and learns their throughput from it.",
      "launch", "", kNoMin, kNoMax, true},
+    {"EDP_STALL_DIR", Type::String, "",
+     "Directory where a rank whose collective timed out (EDP_COMM_TIMEOUT) leaves its stall record, "
+     "<rank>.json: the silent ranks and their hosts. edprun sets it to <job dir>/stalls; a rank on another "
+     "host, where that directory does not exist, writes nothing.",
+     "launch", "", kNoMin, kNoMax, true},
     {"EDP_RESCALE_MODE", Type::Enum, "auto",
      "How an elastic job changes size: in-place (shrink by splitting the communicator, grow by MPI_Comm_spawn; "
      "an error when that fails), restart (checkpoint, exit 75, edprun restarts the job), auto (in place, the "

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -90,6 +91,23 @@ int pending_stop_signal() {
       return s;
     }
   return 0;
+}
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(v[i]);
+  }
+  return out;
+}
+std::string join_strings(const std::vector<std::string>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += v[i];
+  }
+  return out;
 }
 
 int status_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1; }
@@ -268,6 +286,7 @@ struct Job {
     if (!shm_dir.empty()) empty_dir(shm_dir);
     if (!dir.empty()) {
       empty_dir(dir + "/ranks");  // the next start's ranks write their own
+      empty_dir(dir + "/stalls");
       std::remove((dir + "/mpirun.pid").c_str());
     }
     return killed;
@@ -312,6 +331,9 @@ int launcher(int argc, char** argv) {
            "edp-autoscale serve sets it)")
       .add("threads-per-rank", "0", "CPU threads per rank (EDP_NUM_THREADS; 0: the rank's share of its host's cores)")
       .add("restart-backoff", "5", "seconds before the first restart after a failure, doubling each time")
+      .add("min-np", "0", "hostfile: the fewest ranks to restart at on the hosts that are left when a host is lost "
+           "(its ranks did not answer in a stalled collective); 0: the job's size (a lost host is then fatal unless "
+           "the other hosts have the slots)")
       .add_flag("dry-run", "print the plan (ranks, GPUs, cores, environment, daemons, mpirun command) and exit")
       .add_flag("verbose", "print what edprun does")
       .add_flag("allow-run-as-root", "allow running as root (passes --allow-run-as-root to mpirun)")
@@ -419,6 +441,10 @@ int launcher(int argc, char** argv) {
     // (history.h). Every job: a restart after a crash reads it too.
     if (events_file.empty()) events_file = req.job_dir + "/events.jsonl";
     req.extra_env.emplace_back("EDP_EVENTS_FILE", events_file);
+    // A rank of this host whose collective timed out leaves its stall record there (the silent
+    // ranks and their hosts): edprun then ends an mpirun stuck on a lost host, and restarts
+    // without that host (--min-np). Ranks on other hosts do not see the directory.
+    req.extra_env.emplace_back("EDP_STALL_DIR", req.job_dir + "/stalls");
     // An in-place grow starts its new ranks through the rank shim, which places them like the
     // others (rank_exec, EDP_SPAWN_RANK_BASE). The library splits the command on spaces.
     if (req.elastic) req.extra_env.emplace_back("EDP_SPAWN_WRAPPER", req.self_exe + " --rank-exec --");
@@ -426,6 +452,7 @@ int launcher(int argc, char** argv) {
       if (!dry) {
         write_owner(req.job_dir, current_owner(req.ompi_shm_dir));
         mkdir((req.job_dir + "/ranks").c_str(), 0700);
+        mkdir((req.job_dir + "/stalls").c_str(), 0700);
         if (private_ompi) mkdir(req.ompi_session_dir.c_str(), 0700);
       }
       // The sizes a rescale may ask for: the ranks refuse any other before acting on it.
@@ -506,6 +533,8 @@ int launcher(int argc, char** argv) {
   }
   const double grace = static_cast<double>(o.i64("kill-grace"));
   const int max_restarts = static_cast<int>(o.i64("max-restarts"));
+  const int min_np = static_cast<int>(o.i64("min-np"));
+  const std::string stall_dir = req.job_dir + "/stalls";
   double backoff = static_cast<double>(o.i64("restart-backoff"));
   const std::string rescale_file = req.job_dir + "/rescale.json";
   // The job's size as its events tell it (in-place rescales change it without edprun), its
@@ -555,6 +584,11 @@ int launcher(int argc, char** argv) {
     bool killed = false;
     auto deadline = std::chrono::steady_clock::time_point::max();
     auto next_poll = std::chrono::steady_clock::now();
+    // A stall the ranks reported: when mpirun outlives it by --kill-grace, it is stuck on a host
+    // it cannot reach (Open MPI 4.1 waits for every daemon to confirm the abort) and is killed.
+    StallReport stall;
+    auto stall_deadline = std::chrono::steady_clock::time_point::max();
+    bool stall_killed = false;
     for (;;) {
       timespec tick{0, 200 * 1000 * 1000};
       const int s = sigtimedwait(&sigs, nullptr, &tick);
@@ -580,6 +614,23 @@ int launcher(int argc, char** argv) {
       if (now >= next_poll) {  // a stat every 0.5 s; the file is read only when it grew
         history.poll();
         next_poll = now + std::chrono::milliseconds(500);
+        if (stall.records == 0) {
+          stall = read_stall_records(stall_dir);
+          if (stall.records > 0) {
+            stall_deadline = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                       std::chrono::duration<double>(grace));
+            std::fprintf(stderr, "edprun: the job stalled in %s; %s\n", stall.collective.c_str(),
+                         stall.silent_ranks.empty() ? "every rank answered"
+                                                    : concat("rank(s) ", join_ints(stall.silent_ranks), " on host(s) ",
+                                                             join_strings(stall.silent_hosts), " did not answer").c_str());
+          }
+        }
+      }
+      if (!stall_killed && now > stall_deadline) {
+        std::fprintf(stderr, "edprun: mpirun has not ended %.0f s after the stall (it waits for host(s) it cannot "
+                     "reach: %s); killing it\n", grace, join_strings(stall.silent_hosts).c_str());
+        kill(child, SIGKILL);
+        stall_killed = true;
       }
       if (!killed && now > deadline) {
         std::fprintf(stderr, "edprun: mpirun did not stop within %.0f s; killing it\n", grace);
@@ -589,6 +640,8 @@ int launcher(int argc, char** argv) {
     }
     const double ended_t = elastic::wall_time();
     history.poll();  // what rank 0 wrote last
+    if (stall.records == 0) stall = read_stall_records(stall_dir);
+    if (stall_killed) code = comm::kStallExitCode;  // the ranks aborted with it; mpirun could not say so
     const int leftovers = job.after_mpirun();
     if (leftovers > 0) std::fprintf(stderr, "edprun: killed %d rank(s) left behind by mpirun\n", leftovers);
     if (got_signal) return finish(128 + got_signal);
@@ -630,6 +683,75 @@ int launcher(int argc, char** argv) {
       failure = concat("the job failed (exit code ", code, ")");
     }
     if (failure.empty()) return finish(code);
+    // Hosts lost: ranks that did not answer in a stalled collective name their hosts. The restart
+    // leaves those hosts out (a hostfile job: edprun chose the hosts) and runs at the largest size the
+    // other hosts take, down to --min-np.
+    std::vector<std::string> lost;
+    if (code == comm::kStallExitCode)
+      for (const auto& h : stall.silent_hosts)
+        if (std::any_of(req.hosts.begin(), req.hosts.end(), [&](const HostSpec& s) { return s.name == h; }))
+          lost.push_back(h);
+    if (!lost.empty() && restarts < max_restarts) {
+      if (req.host_source != HostSource::Hostfile) {
+        std::fprintf(stderr, "edprun: host(s) %s lost; restarting without them needs a hostfile (inside Slurm, "
+                     "the allocation decides the hosts)\n", join_strings(lost).c_str());
+        return finish(code);
+      }
+      LaunchRequest next = req;
+      next.hosts.erase(std::remove_if(next.hosts.begin(), next.hosts.end(), [&](const HostSpec& s) {
+                         return std::find(lost.begin(), lost.end(), s.name) != lost.end();
+                       }), next.hosts.end());
+      const int want = history.workers();
+      const int floor_np = min_np > 0 ? min_np : want;
+      int fit = 0;
+      std::vector<int> allowed;
+      if (!next.hosts.empty()) {
+        try {
+          next.np = want;
+          allowed = allowed_worker_counts(next, disc.gpus);
+        } catch (const std::exception&) {
+          next.np = 1;  // `want` itself does not fit: the sizes that do
+          try {
+            allowed = allowed_worker_counts(next, disc.gpus);
+          } catch (const std::exception&) {
+          }
+        }
+        for (int n : allowed)
+          if (n <= want) fit = std::max(fit, n);
+      }
+      if (fit < floor_np || fit == 0) {
+        std::fprintf(stderr, "edprun: error: host(s) %s lost (rank(s) %s did not answer); the other host(s) take %d of "
+                     "the job's %d rank(s), fewer than --min-np %d allows; not restarting\n",
+                     join_strings(lost).c_str(), join_ints(stall.silent_ranks).c_str(), fit, want, floor_np);
+        return finish(code);
+      }
+      for (auto& [k, v] : next.extra_env)
+        if (k == "EDP_ALLOWED_WORKERS") v = elastic::format_allowed_workers(allowed);
+      LaunchRequest saved = req;
+      req = next;
+      try {
+        move_to(fit);
+      } catch (const std::exception& e) {
+        req = saved;
+        std::fprintf(stderr, "edprun: error: cannot restart without host(s) %s: %s\n", join_strings(lost).c_str(), e.what());
+        return finish(code);
+      }
+      std::string left;
+      for (const auto& h : req.hosts) left += (left.empty() ? std::string() : std::string(",")) + h.name;
+      ++restarts;
+      history.restart_failure(code, true, plan.np, ended_t);
+      std::fprintf(stderr, "edprun: host(s) %s lost (rank(s) %s did not answer); restart %d of %d on %s at %d rank(s) "
+                   "in %.0f s\n", join_strings(lost).c_str(), join_ints(stall.silent_ranks).c_str(), restarts,
+                   max_restarts, left.c_str(), plan.np, backoff);
+      timespec wait{static_cast<time_t>(backoff), static_cast<long>((backoff - std::floor(backoff)) * 1e9)};
+      const int s = sigtimedwait(&sigs, nullptr, &wait);
+      if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
+        std::fprintf(stderr, "edprun: got %s while waiting to restart; stopping\n", strsignal(s));
+        return finish(128 + s);
+      }
+      backoff *= 2;
+      continue;
+    }
     if (restarts >= max_restarts) {
       if (max_restarts > 0 || code == comm::kStallExitCode)
         std::fprintf(stderr, "edprun: %s; no restart left (--max-restarts %d)\n", failure.c_str(), max_restarts);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -218,6 +219,37 @@ RescaleRecord read_rescale_record(const std::string& path) {
     throw Error("rescale file " + path + ": 'checkpoint' must be the path of the committed checkpoint (a non-empty string)");
   r.checkpoint = j["checkpoint"].get<std::string>();
   return r;
+}
+
+StallReport read_stall_records(const std::string& dir) {
+  StallReport rep;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return rep;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0) names.push_back(n);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(slurp(dir + "/" + n));
+      for (const auto& r : j.at("silent_ranks")) rep.silent_ranks.push_back(r.get<int>());
+      for (const auto& h : j.at("silent_hosts")) {
+        const std::string host = h.get<std::string>();
+        if (std::find(rep.silent_hosts.begin(), rep.silent_hosts.end(), host) == rep.silent_hosts.end())
+          rep.silent_hosts.push_back(host);
+      }
+      if (rep.collective.empty() && j.contains("collective")) rep.collective = j["collective"].get<std::string>();
+      ++rep.records;
+    } catch (const std::exception&) {
+      // Half-written or foreign: the next poll reads it again.
+    }
+  }
+  std::sort(rep.silent_ranks.begin(), rep.silent_ranks.end());
+  rep.silent_ranks.erase(std::unique(rep.silent_ranks.begin(), rep.silent_ranks.end()), rep.silent_ranks.end());
+  return rep;
 }
 
 }  // namespace edp::launch

@@ -83,4 +83,15 @@ struct RescaleRecord {
 // record more).
 RescaleRecord read_rescale_record(const std::string& path);
 
+// What the ranks that timed out in a collective left in EDP_STALL_DIR (<job dir>/stalls), one
+// <rank>.json each (comm's stall inspector): the ranks that did not answer and their hosts,
+// merged over every record. Records that cannot be read are skipped (a rank may be writing one).
+struct StallReport {
+  int records = 0;                       // how many ranks reported a stall
+  std::vector<int> silent_ranks;         // sorted, unique
+  std::vector<std::string> silent_hosts; // in the order first seen
+  std::string collective;                // what the first record's rank waited in
+};
+StallReport read_stall_records(const std::string& dir);
+
 }  // namespace edp::launch

@@ -1,6 +1,7 @@
 // A rank program for the edprun tests (MPI only in the mpi-sleep mode: mpirun runs any program).
 // Each rank reads its placement with edp::launch::placement_from_env() and writes it, one line,
-// to $PROBE_OUT/rank.<R> (with the variables edprun gives every rank); then, by mode:
+// to $PROBE_OUT/rank.<R> (with the variables edprun gives every rank, its host name and the number
+// of cores it may run on); then, by mode:
 //   ok                  exit 0
 //   fail R CODE         rank R exits with CODE, the others 0
 //   fail-once R CODE    rank R exits with CODE the first time ($PROBE_OUT/failed.<R> marks it), then 0
@@ -20,6 +21,7 @@
 //                       shrink to 1 rank (global batch 8, step 7, pause 0.25 s) and exits 0, and the
 //                       last rank, once those lines are there, exits 3 (a crash after the shrink);
 //                       the next time rank 0 appends a start and every rank exits 0
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -64,7 +66,13 @@ int main(int argc, char** argv) {
     std::ofstream f(out + "/rank." + std::to_string(p.rank));
     f << p.str() << " | threads=" << env("EDP_NUM_THREADS") << " cvd=" << env("CUDA_VISIBLE_DEVICES")
       << " pipe=" << env("CUDA_MPS_PIPE_DIRECTORY") << " pct=" << env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
-      << " allowed=" << env("EDP_ALLOWED_WORKERS") << " rescale_file=" << env("EDP_RESCALE_FILE") << "\n";
+      << " allowed=" << env("EDP_ALLOWED_WORKERS") << " rescale_file=" << env("EDP_RESCALE_FILE");
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    sched_getaffinity(0, sizeof cpus, &cpus);
+    f << " host=" << host << " cpus=" << CPU_COUNT(&cpus) << "\n";
   }
   if (mode == "fail" && argc > 3 && p.rank == std::atoi(argv[2])) return std::atoi(argv[3]);
   if (mode == "fail-once" && argc > 3 && p.rank == std::atoi(argv[2])) {

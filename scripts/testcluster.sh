@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# A cluster of "hosts" on one machine, for testing edp across hosts for real (docs/launch.md,
+# "Several hosts"). Each host edp-h1..edp-hN is a Linux network namespace with its own address on a
+# private bridge (edp-br0, 10.77.0.0/24, through a veth pair), its own host name (a UTS namespace)
+# and its own /tmp (a mount namespace binds a private directory there, as /tmp is local on a real
+# node); every other path is the machine's, shared by all hosts as on a cluster with NFS.
+#
+# Open MPI reaches the hosts without sshd: `exec` sets plm_rsh_agent to scripts/testcluster-rsh,
+# which enters the target host's namespaces (nsenter) and runs orted there; its TCP traffic (oob
+# and btl) is kept on the bridge. A host is held by one `sleep` process ("holder") living in its
+# namespaces; `down` kills every process of every host, deletes namespaces, links and state.
+#
+#   scripts/testcluster.sh up [N]          N hosts (default 3); idempotent, repairs a half-made cluster
+#   scripts/testcluster.sh down            removes everything (idempotent)
+#   scripts/testcluster.sh status          exit 0 when up (prints the hosts), 1 otherwise
+#   scripts/testcluster.sh check           exit 0 if namespaces can be made here, else 77 and the reason
+#   scripts/testcluster.sh exec HOST [--] CMD...   runs CMD on HOST with the cluster's Open MPI settings
+#   scripts/testcluster.sh hostfile [SLOTS] [N]    an Open MPI hostfile of the first N hosts
+#   scripts/testcluster.sh link HOST up|down       cuts (or restores) a host's network link
+#   scripts/testcluster.sh kill HOST               kills every process of HOST (the host stays up)
+#   scripts/testcluster.sh pids HOST               the processes of HOST, its holder excepted
+#
+# Needs root (network namespaces), iproute2 and util-linux (nsenter, unshare, flock). State lives in
+# $EDP_TC_STATE (default /run/edp-testcluster). `up` and `down` take a lock on this script, so that
+# concurrent callers wait for each other.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+STATE=${EDP_TC_STATE:-/run/edp-testcluster}
+NET=10.77.0       # the hosts are $NET.1 .. $NET.N; nothing else is ever given an address
+BRIDGE=edp-br0
+PREFIX=edp-h
+
+die() { echo "testcluster: $*" >&2; exit 1; }
+say() { echo "testcluster: $*" >&2; }
+
+# Why namespaces cannot be made here, or nothing.
+why_not() {
+  [ "$(id -u)" = 0 ] || { echo "not root (network namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN)"; return; }
+  for t in ip nsenter unshare flock; do
+    command -v "$t" >/dev/null || { echo "$t is not installed (scripts/setup.sh installs iproute2 and util-linux)"; return; }
+  done
+  local err
+  if ! err=$(unshare --net --uts --mount true 2>&1); then echo "unshare --net --uts --mount failed: $err"; return; fi
+  if ! err=$(ip link add edp-probe0 type bridge 2>&1); then echo "cannot create a bridge: $err"; return; fi
+  ip link del edp-probe0 2>/dev/null || true
+}
+
+lock() { exec 9<"${BASH_SOURCE[0]}"; flock 9; }
+
+hosts_present() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}[0-9]+$" | sort -V || true; }
+holder_pid() { cat "$STATE/$1/holder.pid" 2>/dev/null || true; }
+# The holder is alive and is still the process we started (its net namespace is the host's).
+holder_ok() {
+  local pid; pid=$(holder_pid "$1")
+  [ -n "$pid" ] && [ -e "/proc/$pid" ] && [ -e "/run/netns/$1" ] &&
+    [ "$(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null)" = "$(stat -L -c %i "/run/netns/$1")" ]
+}
+
+# Every process in HOST's network namespace (the holder included).
+all_pids() { ip netns pids "$1" 2>/dev/null || true; }
+
+kill_host_procs() {  # HOST [keep-holder]
+  local h=$1 keep=${2:-} holder pids p
+  holder=$(holder_pid "$h")
+  for sig in TERM KILL; do
+    pids=$(all_pids "$h" | { if [ -n "$keep" ] && [ -n "$holder" ]; then grep -vx "$holder"; else cat; fi; } || true)
+    [ -z "$pids" ] && return 0
+    # shellcheck disable=SC2086
+    kill -"$sig" $pids 2>/dev/null || true
+    for _ in $(seq 20); do
+      pids=$(all_pids "$h" | { if [ -n "$keep" ] && [ -n "$holder" ]; then grep -vx "$holder"; else cat; fi; } || true)
+      [ -z "$pids" ] && return 0
+      sleep 0.1
+    done
+  done
+  for p in $pids; do say "warning: process $p of $h survived SIGKILL: $(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null)"; done
+}
+
+do_down() {
+  local h n=0
+  for h in $(hosts_present); do
+    kill_host_procs "$h"
+    ip netns del "$h" 2>/dev/null || true
+    n=$((n + 1))
+  done
+  # veths die with their namespace; these are left only by a half-made `up`.
+  for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^${PREFIX}[0-9]+-v$" || true); do
+    ip link del "$l" 2>/dev/null || true
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  if [ -d "$STATE" ]; then
+    # Slurm (scripts/testcluster-slurm.sh) keeps its state here too; its daemons ran in the hosts.
+    rm -rf "$STATE"
+  fi
+  say "down ($n host(s) removed)"
+}
+
+do_status() {
+  local hs ok=0 h
+  hs=$(hosts_present)
+  [ -f "$STATE/hosts" ] || { echo "down"; [ -z "$hs" ] || echo "leftovers: $hs (run: $0 down)"; return 1; }
+  for h in $(cat "$STATE/hosts"); do
+    if holder_ok "$h"; then
+      printf '%s %s holder=%s link=%s\n' "$h" "$(cat "$STATE/$h/addr")" "$(holder_pid "$h")" \
+        "$(ip -n "$h" -br link show eth0 2>/dev/null | awk '{print $2}')"
+    else
+      echo "$h broken"; ok=1
+    fi
+  done
+  return $ok
+}
+
+do_up() {
+  local n=${1:-3} h i
+  [[ "$n" =~ ^[1-9]$ ]] || die "up: 1..9 hosts, not '$n'"
+  if [ -f "$STATE/hosts" ] && [ "$(wc -w < "$STATE/hosts")" = "$n" ] && do_status >/dev/null 2>&1; then
+    say "already up: $(tr '\n' ' ' < "$STATE/hosts")"
+    return 0
+  fi
+  if [ -n "$(hosts_present)" ] || [ -d "$STATE" ] || ip link show "$BRIDGE" >/dev/null 2>&1; then
+    say "removing a previous or half-made cluster first"
+    do_down
+  fi
+  local reason; reason=$(why_not)
+  [ -z "$reason" ] || die "cannot build the cluster: $reason"
+  trap 'say "up failed; cleaning up"; do_down; exit 1' ERR INT TERM
+  mkdir -p "$STATE"
+  ip link add "$BRIDGE" type bridge
+  ip link set "$BRIDGE" up
+  : > "$STATE/hosts.tmp"
+  for i in $(seq 1 "$n"); do
+    h=$PREFIX$i
+    mkdir -p "$STATE/$h/tmp"
+    chmod 1777 "$STATE/$h/tmp"
+    echo "$NET.$i" > "$STATE/$h/addr"
+    ip netns add "$h"
+    ip link add "$h-v" type veth peer name eth0 netns "$h"
+    ip link set "$h-v" master "$BRIDGE" up
+    ip -n "$h" addr add "$NET.$i/24" dev eth0
+    ip -n "$h" link set lo up
+    ip -n "$h" link set eth0 up
+    # The holder: in the host's network namespace, with its own UTS (host name) and mount (/tmp)
+    # namespaces; everything run on the host enters all three through its pid.
+    setsid ip netns exec "$h" unshare --mount --uts --propagation private sh -c \
+      "hostname $h && mount --bind '$STATE/$h/tmp' /tmp && echo \$\$ > '$STATE/$h/holder.pid.tmp' && \
+       mv '$STATE/$h/holder.pid.tmp' '$STATE/$h/holder.pid' && exec sleep infinity" </dev/null >/dev/null 2>&1 9<&- &
+    for _ in $(seq 50); do [ -f "$STATE/$h/holder.pid" ] && break; sleep 0.1; done
+    holder_ok "$h" || { say "the holder of $h did not start"; false; }
+    echo "$h" >> "$STATE/hosts.tmp"
+  done
+  mv "$STATE/hosts.tmp" "$STATE/hosts"
+  trap - ERR INT TERM
+  say "up: $(tr '\n' ' ' < "$STATE/hosts")(bridge $BRIDGE, $NET.0/24)"
+}
+
+# Runs a command inside HOST's namespaces, in the caller's working directory.
+run_on() {
+  local h=$1; shift
+  holder_ok "$h" || die "host $h is not up (run: $0 up)"
+  nsenter -t "$(holder_pid "$h")" -n -u -m --wd="$PWD" -- "$@"
+}
+
+do_exec() {
+  local h=$1; shift
+  [ "${1:-}" = "--" ] && shift
+  [ $# -gt 0 ] || die "exec: no command"
+  # Open MPI: reach the other hosts through the namespace agent, keep TCP on the bridge, launch
+  # every orted from here (no tree spawn: simpler to follow, a few hosts only).
+  export OMPI_MCA_plm_rsh_agent="$HERE/testcluster-rsh"
+  export OMPI_MCA_plm_rsh_no_tree_spawn=1
+  export OMPI_MCA_btl_tcp_if_include="$NET.0/24"
+  export OMPI_MCA_oob_tcp_if_include="$NET.0/24"
+  export EDP_TC_STATE="$STATE"
+  run_on "$h" "$@"
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  up) lock; do_up "$@" ;;
+  down) lock; do_down ;;
+  status) do_status ;;
+  check) r=$(why_not); if [ -n "$r" ]; then echo "testcluster: $r"; exit 77; fi; echo "testcluster: namespaces work here" ;;
+  exec) [ $# -ge 1 ] || die "usage: exec HOST [--] CMD..."; do_exec "$@" ;;
+  run-on) run_on "$@" ;;  # no Open MPI settings (testcluster-rsh)
+  hostfile)
+    slots=${1:-1}; n=${2:-0}; i=0
+    [ -f "$STATE/hosts" ] || die "the cluster is not up"
+    for h in $(cat "$STATE/hosts"); do
+      i=$((i + 1)); [ "$n" -gt 0 ] && [ "$i" -gt "$n" ] && break
+      echo "$h slots=$slots"
+    done ;;
+  link)
+    [ $# -eq 2 ] || die "usage: link HOST up|down"
+    holder_ok "$1" || die "host $1 is not up"
+    ip link set "$1-v" "$2"; say "link of $1 $2" ;;
+  kill) [ $# -eq 1 ] || die "usage: kill HOST"; holder_ok "$1" || die "host $1 is not up"; kill_host_procs "$1" keep ;;
+  pids) [ $# -eq 1 ] || die "usage: pids HOST"; all_pids "$1" | grep -vx "$(holder_pid "$1")" || true ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac

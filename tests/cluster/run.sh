@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# edp across hosts for real, on the namespace test cluster (scripts/testcluster.sh): one scenario
+# per CTest test (tests/cluster/CMakeLists.txt), all on the same cluster (a CTest fixture brings it
+# up before and down after). Exit 77 (CTest: skipped) with the reason where namespaces cannot be
+# made; every check prints what it expected and what it got.
+#
+#   run.sh up | hosts | lost | down
+# Environment: TC (testcluster.sh), EDPRUN, MLP (fashion_mnist_mlp), PROBE (launch_rank_probe),
+# FAKE (tests/launch/fake), WORK (a directory on the shared file system).
+set -euo pipefail
+scenario=$1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+on_h1() { "$TC" exec edp-h1 -- "$@"; }
+# The ranks' lines in $1 (a directory of rank.R files written by the probe) must match "R host cpus".
+expect_ranks() {
+  local dir=$1; shift
+  local r=0 want line
+  for want in "$@"; do
+    read -r host cpus <<<"$want"
+    line=$(cat "$dir/rank.$r" 2>/dev/null) || fail "rank $r wrote no line in $dir"
+    [[ "$line" == *" host=$host cpus=$cpus" ]] || fail "rank $r: expected host=$host cpus=$cpus, got: $line"
+    r=$((r + 1))
+  done
+  [ ! -e "$dir/rank.$r" ] || fail "more ranks than expected in $dir"
+}
+json_field() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" <<<"$1"; }
+
+need_cluster() {
+  if ! "$TC" status >/dev/null 2>&1; then
+    "$TC" check || exit 77  # prints why namespaces cannot be made here
+    fail "the test cluster is not up (the fixture cluster_up failed?)"
+  fi
+}
+
+mkdir -p "$WORK"
+case "$scenario" in
+up)
+  "$TC" check || exit 77
+  "$TC" up 3
+  "$TC" up 3 2>&1 | grep -q "already up" || fail "a second up did not find the cluster up"
+  # A host broken as a killed test or a reboot of its holder leaves it: up repairs the cluster.
+  kill "$(cat "${EDP_TC_STATE:-/run/edp-testcluster}/edp-h2/holder.pid")"
+  sleep 0.5
+  if "$TC" status >/dev/null; then fail "status did not notice a dead host"; fi
+  "$TC" up 3
+  "$TC" status
+  [ "$(on_h1 hostname)" = edp-h1 ] || fail "edp-h1 has host name $(on_h1 hostname)"
+  got=$(on_h1 mpirun --host edp-h1:1,edp-h2:1,edp-h3:1 -np 3 hostname | sort | tr '\n' ' ')
+  [ "$got" = "edp-h1 edp-h2 edp-h3 " ] || fail "mpirun across the hosts ran on: $got"
+  ;;
+
+hosts)
+  need_cluster
+  cd "$WORK"
+  "$TC" hostfile 2 > hosts2x3
+  "$TC" hostfile 2 2 > hosts2x2
+  "$TC" hostfile 1 > hosts1x3
+  echo "edp-h1 slots=3" > hosts3x1
+  cores=$(nproc)
+  half=$(( cores / 2 > 0 ? cores / 2 : 1 ))
+  # The dry run: the per-host plan and the exact host list mpirun gets.
+  plan=$(on_h1 "$EDPRUN" --dry-run --hostfile hosts2x3 -np 6 -- "$PROBE" ok)
+  echo "$plan"
+  for h in edp-h1 edp-h2 edp-h3; do
+    grep -Eq "^  $h  ranks 2  threads/rank $half$" <<<"$plan" || fail "dry run: no 'ranks 2 threads/rank $half' line for $h"
+  done
+  grep -q -- "--host edp-h1:2,edp-h2:2,edp-h3:2 --map-by slot:PE=$half --bind-to core" <<<"$plan" || fail "dry run: mpirun's hosts"
+
+  # Placement on 2 and 3 hosts x N ranks: each rank on its host, bound to its share of the cores
+  # (every "host" has this machine's cores: 2 ranks -> half each, 1 rank -> all of them).
+  run_probe() {  # dir hostfile np
+    rm -rf "$1"; mkdir -p "$1"
+    PROBE_OUT=$PWD/$1 on_h1 "$EDPRUN" --hostfile "$2" -np "$3" --mpirun-args "-x PROBE_OUT" -- "$PROBE" ok
+  }
+  if [ "$cores" -ge 2 ]; then
+    run_probe p2x2 hosts2x2 4
+    expect_ranks p2x2 "edp-h1 $half" "edp-h1 $half" "edp-h2 $half" "edp-h2 $half"
+    run_probe p2x3 hosts2x3 6
+    expect_ranks p2x3 "edp-h1 $half" "edp-h1 $half" "edp-h2 $half" "edp-h2 $half" "edp-h3 $half" "edp-h3 $half"
+  fi
+  run_probe p1x3 hosts1x3 3
+  expect_ranks p1x3 "edp-h1 $cores" "edp-h2 $cores" "edp-h3 $cores"
+  grep -q "threads=$cores " p1x3/rank.2 || fail "rank 2: EDP_NUM_THREADS is not $cores: $(cat p1x3/rank.2)"
+
+  # GPU mode with the fake GPU tools: one MPS daemon per host, started and stopped in that host's
+  # namespaces (the fake records its UTS host name; each host's /tmp is its own).
+  rm -rf pg fake.log; mkdir -p pg
+  PATH=$FAKE:$PATH EDP_FAKE_LOG=$PWD/fake.log EDP_TC_SENDENV="PATH EDP_FAKE_LOG" PROBE_OUT=$PWD/pg \
+    on_h1 "$EDPRUN" --hostfile hosts2x3 -np 6 --ranks-per-gpu 2 --gpus 0 --mps on --mpirun-args "-x PROBE_OUT" \
+    -- "$PROBE" ok
+  cat fake.log
+  for h in edp-h1 edp-h2 edp-h3; do
+    [ "$(grep -c "^start gpu=GPU-fake0000-0000-0000-0000-000000000000 .* host=$h$" fake.log)" = 1 ] ||
+      fail "expected one MPS daemon started on $h"
+    [ "$(grep -c "^quit-on host=$h " fake.log)" = 1 ] || fail "expected the MPS daemon of $h stopped on $h"
+  done
+  for r in 0 1 2 3 4 5; do
+    grep -q "mps threads" pg/rank.$r || fail "rank $r was not set up for MPS: $(cat pg/rank.$r)"
+  done
+
+  # Training: 2 hosts x 2 ranks; then 3 hosts x 1 rank against 1 host x 3 ranks, same seed: the
+  # same numbers in the JSON summary and the same final checkpoint, byte for byte (tolerance 0:
+  # the reduction order does not depend on where the ranks run).
+  train=("$MLP" --epochs 1 --limit 1536 --threads 1 --seed 7)
+  out=$(on_h1 "$EDPRUN" --hostfile hosts2x2 -np 4 -- "${train[@]}")
+  j=$(grep '^{"model"' <<<"$out") || fail "no JSON summary: $out"
+  [ "$(json_field "$j" world_size)" = 4 ] || fail "2x2: $j"
+  rm -rf ck3 ck1
+  j3=$(on_h1 "$EDPRUN" --hostfile hosts1x3 -np 3 -- "${train[@]}" --checkpoint-dir ck3 | grep '^{"model"')
+  j1=$(on_h1 "$EDPRUN" --hostfile hosts3x1 -np 3 --oversubscribe -- "${train[@]}" --checkpoint-dir ck1 | grep '^{"model"')
+  echo "3 hosts: $j3"; echo "1 host:  $j1"
+  for k in world_size global_batch test_acc final_loss; do
+    [ "$(json_field "$j3" $k)" = "$(json_field "$j1" $k)" ] || fail "$k differs: 3 hosts $(json_field "$j3" $k), 1 host $(json_field "$j1" $k)"
+  done
+  c3=$(ls ck3/*.edp); c1=$(ls ck1/*.edp)
+  [ "$(basename "$c3")" = "$(basename "$c1")" ] || fail "final checkpoints $c3 vs $c1"
+  cmp "$c3" "$c1" || fail "the final checkpoints differ"
+  echo "ok: the 3-host run equals the 1-host run bitwise ($(basename "$c3"))"
+  ;;
+
+lost)
+  need_cluster
+  cd "$WORK"
+  "$TC" hostfile 1 > hosts1x3
+  rm -rf lost; mkdir -p lost
+  # 3 hosts x 1 rank, a checkpoint every 10 steps, a 6 s communication timeout. Once the job has
+  # committed its first checkpoint, edp-h3's link goes down. The ranks of edp-h1 and edp-h2 stall,
+  # name rank 2 on edp-h3, edprun ends the mpirun that cannot reach edp-h3 and restarts on edp-h1
+  # and edp-h2 (--min-np 2) from the last checkpoint.
+  every=10
+  (
+    for _ in $(seq 600); do ls lost/ck/*.edp >/dev/null 2>&1 && break; sleep 0.1; done
+    "$TC" link edp-h3 down
+  ) &
+  cutter=$!
+  set +e
+  on_h1 "$EDPRUN" --hostfile hosts1x3 -np 3 --max-restarts 1 --restart-backoff 0 --kill-grace 3 --min-np 2 -- \
+    stdbuf -oL "$MLP" --epochs 2 --limit 20000 --threads 1 --no-eval --checkpoint-dir lost/ck \
+    --checkpoint-every $every --comm-timeout 6 > lost/out 2>&1
+  rc=$?
+  set -e
+  wait $cutter || true
+  grep -v '^epoch .*%' lost/out | grep -v '^\[' | tail -40
+  # The host's leftovers (its orted could not be told): killed, link back.
+  "$TC" kill edp-h3; "$TC" link edp-h3 up
+  [ $rc = 0 ] || fail "edprun exited with $rc"
+  grep -q "rank 2 on host edp-h3: no answer" lost/out || fail "the stall report does not name rank 2 on edp-h3"
+  grep -q "edprun: host(s) edp-h3 lost (rank(s) 2 did not answer); restart 1 of 1 on edp-h1,edp-h2 at 2 rank(s)" lost/out ||
+    fail "edprun did not restart without edp-h3"
+  stalled=$(sed -n 's/.*stall: allreduce .* step \([0-9]*\)).*/\1/p' lost/out | head -1)
+  resumed=$(sed -n 's/.*resumed from .*: step \([0-9]*\), .*/\1/p' lost/out | head -1)
+  [ -n "$stalled" ] && [ -n "$resumed" ] || fail "no stall step ($stalled) or resume step ($resumed)"
+  lost_steps=$((stalled - resumed))
+  echo "stalled at step $stalled, resumed from step $resumed: $lost_steps step(s) lost (at most $every)"
+  [ $lost_steps -ge 0 ] && [ $lost_steps -le $every ] || fail "lost $lost_steps steps, more than the checkpoint interval $every"
+  grep -q '^{"model".*"world_size": 2,' lost/out || fail "the job did not finish at 2 ranks"
+  # Without --min-np a lost host whose ranks the others cannot take ends the job, saying so.
+  rm -rf lost2; mkdir -p lost2
+  (
+    for _ in $(seq 600); do ls lost2/ck/*.edp >/dev/null 2>&1 && break; sleep 0.1; done
+    "$TC" link edp-h3 down
+  ) &
+  cutter=$!
+  set +e
+  on_h1 "$EDPRUN" --hostfile hosts1x3 -np 3 --max-restarts 1 --restart-backoff 0 --kill-grace 3 -- \
+    "$MLP" --epochs 2 --limit 20000 --threads 1 --no-eval --checkpoint-dir lost2/ck --checkpoint-every $every \
+    --comm-timeout 6 > lost2/out 2>&1
+  rc=$?
+  set -e
+  wait $cutter || true
+  "$TC" kill edp-h3; "$TC" link edp-h3 up
+  grep '^edprun' lost2/out
+  [ $rc = 76 ] || fail "without --min-np: exit $rc, expected 76"
+  grep -q "edprun: error: host(s) edp-h3 lost (rank(s) 2 did not answer); the other host(s) take 2 of the job's 3 rank(s), fewer than --min-np 3 allows; not restarting" lost2/out ||
+    fail "without --min-np: no clear error"
+  ;;
+
+down)
+  "$TC" down
+  "$TC" down 2>&1 | grep -q "down (0 host(s) removed)" || fail "a second down was not a no-op"
+  left=$(ip netns list | grep -E '^edp-h' || true)
+  [ -z "$left" ] || fail "namespaces left: $left"
+  left=$(ip -o link show | grep -E 'edp-(br0|h[0-9]+-v)' || true)
+  [ -z "$left" ] || fail "links left: $left"
+  [ ! -e "${EDP_TC_STATE:-/run/edp-testcluster}" ] || fail "state left in ${EDP_TC_STATE:-/run/edp-testcluster}"
+  # A process of a host would sit in a network namespace other than ours.
+  left=""
+  for p in /proc/[0-9]*; do
+    n=$(readlink "$p/ns/net" 2>/dev/null) || continue
+    [ "$n" = "$(readlink /proc/self/ns/net)" ] || left+="${p#/proc/} $(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)"$'\n'
+  done
+  [ -z "$left" ] || fail "processes left in other network namespaces: $left"
+  ;;
+*) fail "unknown scenario $scenario" ;;
+esac
+echo "ok: $scenario"
