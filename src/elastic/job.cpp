@@ -137,6 +137,7 @@ struct Job::Impl {
     if (root()) {
       train::Checkpoint c = capture(nullptr, 0);
       c.meta["continue.global_batch"] = std::to_string(global_batch);
+      c.meta["continue.epoch"] = std::to_string(job.epoch_);
       bytes = train::encode_checkpoint(c);
     }
     int64_t n = static_cast<int64_t>(bytes.size());
@@ -147,6 +148,10 @@ struct Job::Impl {
       const train::Checkpoint c = train::decode_checkpoint(bytes, "the state rank 0 sent");
       if (!loader) make_loader(c.int_at("continue.global_batch"));
       restore(c);
+      // The senders are inside their epoch even when its last step is done (a change requested
+      // in that step): the new ranks finish it with them (finish_epoch's collective) instead of
+      // beginning the next one, which restore() would do for a checkpoint.
+      job.epoch_ = c.int_at("continue.epoch");
     }
   }
 

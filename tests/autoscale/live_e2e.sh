@@ -37,7 +37,7 @@ spec() {  # name
   cat <<JSON
 {"name": "$1", "command": ["$cnn", "--limit", "6000", "--epochs", "2", "--batch", "64", "--threads", "1",
   "--no-eval", "--checkpoint-dir", "{job_dir}/ckpt", "--control-every", "4"],
- "min_workers": 1, "max_workers": 4, "workers": 1, "min_batch": 64, "max_batch": 64, "batch": 64,
+ "min_workers": 1, "max_workers": 4, "workers": 1, "min_batch": 64, "max_batch": 256, "batch": 64,
  "max_worker_batch": 128, "max_restarts": 1}
 JSON
 }
@@ -105,14 +105,17 @@ for i in (a, b, c):
     assert acc and acc[-1] >= 0.70, f"{i}: test accuracy {acc}"
     st = json.load(open(os.path.join(root, "jobs", i, "status.json")))
     assert st["state"] == "done" and st["samples_done"] == st["samples_total"] == 12000, f"{i}: status {st}"
-rescales = sum(sum(1 for l in open(os.path.join(root, "jobs", i, "events.jsonl")) if '"rescale"' in l) for i in (a, b, c))
+resc = [e for i in (a, b, c) for e in map(json.loads, open(os.path.join(root, "jobs", i, "events.jsonl")))
+        if e["event"] == "rescale"]
+rescales = len(resc)
+batches = sorted({e["global_batch"] for e in resc})
 assert rescales >= 1, "no job was rescaled"
 assert jobs[x]["state"] == "failed" and "no-such-flag" in jobs[x]["error"], f"crash job: {jobs[x]['state']} {jobs[x]['error']}"
 assert jobs[d]["state"] == "cancelled", f"cancelled job: {jobs[d]['state']}"
 plans = [json.loads(l) for l in open(os.path.join(root, "decisions.jsonl"))]
 sizes = {tuple(sorted((p["job"], p["workers"]) for p in pl["jobs"] if p["action"] != "wait")) for pl in plans}
 assert len(sizes) >= 3, f"the plan hardly changed: {sizes}"
-print(f"ok: 3 jobs done, {rescales} rescale(s) in place, {len(plans)} plans")
+print(f"ok: 3 jobs done, {rescales} rescale(s) in place (global batches after them: {batches}), {len(plans)} plans")
 PY
 sleep 1
 left=$(pgrep -f "$root/jobs" || true)

@@ -5,7 +5,8 @@
 #            processes), each change's first step logged, replicas checked bitwise after each
 #            change (the job throws otherwise); then one process with the same global-batch
 #            schedule: test accuracy within 0.01 (1 point) of the in-place run — not bitwise,
-#            since a sum over 4 ranks rounds differently from one over 1.
+#            since a sum over 4 ranks rounds differently from one over 1. Then a grow 2 -> 4 asked
+#            for in the last step of epoch 1, and one in the job's last step: coverage again.
 #   restart  the same sequence by restart (EDP_RESCALE_MODE=restart) under edprun (planning with
 #            4 cores, so that it allows 4 workers on this 2-core machine): the same
 #            coverage, each change logged "by restart".
@@ -60,6 +61,16 @@ if(MODE STREQUAL "inplace")
     message(FATAL_ERROR "test accuracy ${acc_a} in place vs ${acc_b} at a fixed size: more than 1 point apart")
   endif()
   message(STATUS "in place: test acc ${acc_a}; one process, same global batches: ${acc_b}")
+  # A grow asked for in the last step of an epoch (3000 samples at 64: step 47 ends epoch 1) and
+  # in the job's very last step (94): the new ranks finish the epoch with the others (its
+  # collective) instead of starting the next one — which once left rank 0 in the epoch's
+  # allreduce and the new ranks in the next epoch's backward, forever.
+  foreach(last 47 94)
+    file(MAKE_DIRECTORY ${WORK}/end${last})
+    run(e ${MPIEXEC} --oversubscribe -np 2 -x EDP_COMM_TIMEOUT=60 ${EXE} --plan ${last}:4 --record ${WORK}/end${last})
+    expect("${e}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(4 processes\\)"
+      "\"workers\": 4, \"global_batch\": 128")
+  endforeach()
 elseif(MODE STREQUAL "restart")
   run(r ${CMAKE_COMMAND} -E env EDP_RESCALE_MODE=restart
       ${EDPRUN} --allow-run-as-root --oversubscribe --cores-per-host 4 --bind-to none -np 2 --control-file ${WORK}/control.json --
