@@ -19,7 +19,7 @@ class StaticPolicy final : public Policy {
     int used = 0;
     for (size_t i = 0; i < active.size(); ++i)
       if (active[i].cur_gpus > 0) {
-        out[i] = Assignment{active[i].cur_gpus, active[i].cur_batch};
+        out[i] = Assignment{active[i].cur_gpus, active[i].cur_batch, active[i].cur_ranks_per_gpu};
         used += active[i].cur_gpus;
       }
     int free = capacity - used;
@@ -56,22 +56,27 @@ class DpPolicy final : public Policy {
       jo.current_batch = j.cur_batch;
       // A floor of one second keeps the weight finite for a job about to finish.
       const double w = cfg_.weighting == Weighting::Remaining ? 1.0 / std::max(1.0, j.remaining_s) : 1.0;
-      for (const JobConfig& c : *cfgs) {
+      for (size_t ci = 0; ci < cfgs->size(); ++ci) {
+        const JobConfig& c = (*cfgs)[ci];
         double v = w * c.samples_per_s / j.ref_samples_per_s;
         if (offer_ == Offer::Goodput) v *= c.efficiency;
-        const bool change = j.cur_gpus > 0 && !(c.gpus == j.cur_gpus && c.batch == j.cur_batch);
+        const bool change = j.cur_gpus > 0 && !(c.gpus == j.cur_gpus && c.batch == j.cur_batch &&
+                                                c.ranks_per_gpu == j.cur_ranks_per_gpu);
         if (cfg_.restart_aware && v > 0) {
           // v / w is the speedup over the job's own configuration, remaining_s its time there.
           const bool pays = change || (j.cur_gpus == 0 && j.started);
           v = 1.0 / (std::max(1.0, j.remaining_s) * w / v + (pays ? cfg_.pause_s : 0.0));
         }
         if (change) v *= 1.0 - cfg_.rescale_penalty;
-        jo.options.push_back(Option{c.gpus, c.batch, v});
+        jo.options.push_back(Option{c.gpus, c.batch, v, static_cast<int>(ci)});
       }
     }
     const Solution s = solve(problem_, capacity);
     std::vector<Assignment> out(active.size());
-    for (size_t i = 0; i < active.size(); ++i) out[i] = Assignment{s.choices[i].gpus, s.choices[i].batch};
+    for (size_t i = 0; i < active.size(); ++i) {
+      const Choice& c = s.choices[i];
+      if (c.gpus > 0) out[i] = Assignment{c.gpus, c.batch, (*offered(active[i]))[static_cast<size_t>(c.tag)].ranks_per_gpu};
+    }
     return out;
   }
 

@@ -151,6 +151,10 @@ int own_batch(const ModelProfile& p, int gpus, int requested, OwnBatch rule) {
 
 JobModel make_job_model(const ModelProfile& p, int req_gpus, const SimConfig& cfg, int batch) {
   EDP_CHECK(req_gpus >= 1 && req_gpus <= 64, "make_job_model: requested GPUs must be in [1, 64], got ", req_gpus);
+  EDP_CHECK(cfg.max_ranks_per_gpu >= 1 && cfg.max_ranks_per_gpu <= 8 && cfg.colocation_idle >= 0 &&
+                cfg.colocation_idle <= 1,
+            "ranks per GPU must be in [1, 8] and the collocation idle share in [0, 1], got ", cfg.max_ranks_per_gpu,
+            " and ", cfg.colocation_idle);
   JobModel jm;
   jm.profile = &p;
   jm.ref_batch = own_batch(p, req_gpus, batch, cfg.own_batch);
@@ -161,24 +165,33 @@ JobModel make_job_model(const ModelProfile& p, int req_gpus, const SimConfig& cf
   for (int g = 1; g <= jm.max_gpus; ++g) {
     std::vector<int> batches = candidate_batches(p, g, min_batch, p.max_batch);
     const bool ref_fits = jm.ref_batch % g == 0 && jm.ref_batch / g >= p.min_local && jm.ref_batch / g <= p.max_local;
+    // k ranks per GPU (k = 1 first: a tie keeps one rank per GPU); each rank needs a sample.
+    auto each_k = [&](int B, auto&& take) {
+      for (int k = 1; k <= cfg.max_ranks_per_gpu; k *= 2)
+        if (B % (g * k) == 0) take(k, p.model.colocated_samples_per_s(g, k, B, cfg.colocation_idle));
+    };
     if (ref_fits) {
       batches.push_back(jm.ref_batch);
-      const double sps = p.model.samples_per_s(g, jm.ref_batch);
-      jm.fixed_batch.push_back(JobConfig{g, jm.ref_batch, sps, 1.0});
+      JobConfig best{g, jm.ref_batch, -1, 1.0};
+      each_k(jm.ref_batch, [&](int k, double sps) {
+        if (sps > best.samples_per_s) best.samples_per_s = sps, best.ranks_per_gpu = k;
+      });
+      jm.fixed_batch.push_back(best);
     }
     JobConfig best_t, best_g;
     double vt = -1, vg = -1;
     for (int B : batches) {
-      const double sps = p.model.samples_per_s(g, B);
       const double eff = efficiency(p, jm.ref_batch, B);
-      if (sps > vt) {
-        vt = sps;
-        best_t = JobConfig{g, B, sps, eff};
-      }
-      if (sps * eff > vg) {
-        vg = sps * eff;
-        best_g = JobConfig{g, B, sps, eff};
-      }
+      each_k(B, [&](int k, double sps) {
+        if (sps > vt) {
+          vt = sps;
+          best_t = JobConfig{g, B, sps, eff, k};
+        }
+        if (sps * eff > vg) {
+          vg = sps * eff;
+          best_g = JobConfig{g, B, sps, eff, k};
+        }
+      });
     }
     if (vt > 0) jm.elastic.push_back(best_t);
     if (vg > 0) jm.elastic_goodput.push_back(best_g);
@@ -243,7 +256,7 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
   struct Live {
     JobModel jm;
     double work = 0, remaining = 0;
-    int g = 0, B = 0;
+    int g = 0, B = 0, k = 1;
     double rate = 0, pause_until = 0;
     bool started = false, done = false;
   };
@@ -268,13 +281,14 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
     jr.work = L.work;
   }
 
-  auto rate_of = [&](const Live& L, int g, int B) {
+  auto rate_of = [&](const Live& L, int g, int B, int k) {
     const ModelProfile& p = *L.jm.profile;
     EDP_CHECK(g >= 1 && g <= std::max(L.jm.max_gpus, 1) && B % g == 0 && B / g >= p.min_local &&
-                  B / g <= p.max_local && B <= std::max(p.max_batch, L.jm.ref_batch),
-              "policy ", policy->name(), " gave an infeasible configuration (", g, " GPUs, batch ", B, ") to model ",
-              p.name);
-    double r = p.model.samples_per_s(g, B);
+                  B / g <= p.max_local && B <= std::max(p.max_batch, L.jm.ref_batch) && k >= 1 &&
+                  k <= cfg.max_ranks_per_gpu && B % (g * k) == 0,
+              "policy ", policy->name(), " gave an infeasible configuration (", g, " GPUs, batch ", B, ", ", k,
+              " rank(s) per GPU) to model ", p.name);
+    double r = p.model.colocated_samples_per_s(g, k, B, cfg.colocation_idle);
     if (cfg.statistical_efficiency) r *= efficiency(p, L.jm.ref_batch, B);
     return r;
   };
@@ -286,7 +300,7 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
   double next_periodic = cfg.replan_interval_s;
   double next_progress = cfg.progress_every_s;
   int finished = 0;
-  double plan_ms_total = 0;
+  double plan_ms_total = 0, colocated_gpu_s = 0;
   std::vector<JobState> states;
   const double eps_t = 1e-9;
 
@@ -328,6 +342,7 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
       L.remaining -= dw;
       res.jobs[k].done_work += dw;
       res.jobs[k].gpu_seconds += L.g * (t - last);
+      if (L.k > 1) colocated_gpu_s += L.g * (t - last);
     }
     last = t;
 
@@ -369,6 +384,7 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
         s.fixed_batch = &L.jm.fixed_batch;
         s.cur_gpus = L.g;
         s.cur_batch = L.B;
+        s.cur_ranks_per_gpu = L.k;
         s.started = L.started;
         s.remaining_s = L.remaining / L.jm.ref_samples_per_s;
         states.push_back(s);
@@ -389,9 +405,10 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
         Live& L = live[k];
         const Assignment& a = plan[idx];
         const int B = a.gpus > 0 ? a.batch : 0;
-        if (a.gpus == L.g && B == L.B) continue;
+        const int kk = a.gpus > 0 ? a.ranks_per_gpu : 1;
+        if (a.gpus == L.g && B == L.B && kk == L.k) continue;
         if (a.gpus > 0) {
-          L.rate = rate_of(L, a.gpus, B);
+          L.rate = rate_of(L, a.gpus, B, kk);
           if (L.started) {
             L.pause_until = t + cfg.rescale_pause_s;
             ++res.jobs[k].rescales;
@@ -406,8 +423,9 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
         }
         L.g = a.gpus;
         L.B = B;
+        L.k = kk;
         if (cfg.record_allocations)
-          res.allocations.push_back(AllocationEvent{t, static_cast<int>(k), L.g, L.B, L.g > 0 ? L.rate : 0.0});
+          res.allocations.push_back(AllocationEvent{t, static_cast<int>(k), L.g, L.B, L.g > 0 ? L.rate : 0.0, L.k});
       }
       res.summary.max_gpus_used = std::max(res.summary.max_gpus_used, used);
       if (cfg.record_timeline) {
@@ -458,6 +476,7 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
   }
   s.avg_queue_s = started ? queue_sum / started : 0.0;
   s.utilisation = s.makespan_s > 0 ? gpu_s / (static_cast<double>(cfg.gpus) * s.makespan_s) : 0.0;
+  s.colocated_share = gpu_s > 0 ? colocated_gpu_s / gpu_s : 0.0;
   s.plan_ms_avg = s.replans ? plan_ms_total / s.replans : 0.0;
   s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return res;
@@ -523,7 +542,7 @@ std::string summary_json(const SimSummary& s) {
       {"makespan_s", s.makespan_s},   {"utilisation", s.utilisation},
       {"rescales", s.rescales},       {"replans", s.replans},
       {"plan_ms_avg", s.plan_ms_avg}, {"plan_ms_max", s.plan_ms_max},
-      {"max_gpus_used", s.max_gpus_used}, {"wall_s", s.wall_s}};
+      {"max_gpus_used", s.max_gpus_used}, {"colocated_share", s.colocated_share}, {"wall_s", s.wall_s}};
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
@@ -531,13 +550,14 @@ void write_allocations_csv(const SimResult& r, const std::string& path) {
   std::ofstream o(path);
   if (!o) throw Error("cannot write " + path);
   // speedup: progress rate over the rate at the job's own configuration (its trace duration).
-  o << "t_s,id,model,req_gpus,ref_batch,gpus,batch,samples_per_s,speedup\n";
+  o << "t_s,id,model,req_gpus,ref_batch,gpus,batch,samples_per_s,speedup,ranks_per_gpu\n";
   char buf[256];
   for (const AllocationEvent& a : r.allocations) {
     const JobResult& j = r.jobs.at(static_cast<size_t>(a.job));
     const double ref_rate = j.duration_s > 0 ? j.work / j.duration_s : 0.0;
-    std::snprintf(buf, sizeof buf, "%.3f,%s,%s,%d,%d,%d,%d,%.6g,%.4f\n", a.t, j.id.c_str(), j.model.c_str(), j.req_gpus,
-                  j.ref_batch, a.gpus, a.batch, a.samples_per_s, ref_rate > 0 ? a.samples_per_s / ref_rate : 0.0);
+    std::snprintf(buf, sizeof buf, "%.3f,%s,%s,%d,%d,%d,%d,%.6g,%.4f,%d\n", a.t, j.id.c_str(), j.model.c_str(),
+                  j.req_gpus, j.ref_batch, a.gpus, a.batch, a.samples_per_s,
+                  ref_rate > 0 ? a.samples_per_s / ref_rate : 0.0, a.ranks_per_gpu);
     o << buf;
   }
 }

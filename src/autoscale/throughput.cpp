@@ -21,11 +21,16 @@ namespace {
 
 int packed_nodes(int gpus, int per_node) { return (gpus + per_node - 1) / per_node; }
 
-double sync_with_nodes(const StepTimeModel& m, int gpus, int nodes, double local_batch) {
+// The allreduce time not hidden behind a backward of `compute` seconds.
+double sync_behind(const StepTimeModel& m, int gpus, int nodes, double compute) {
   if (gpus <= 1) return 0.0;
-  double s = m.s0 + m.s1 * gpus - m.o * m.compute_s(local_batch);
+  double s = m.s0 + m.s1 * gpus - m.o * compute;
   if (nodes > 1) s += m.s2 + m.s3 * nodes;
   return std::max(0.0, s);
+}
+
+double sync_with_nodes(const StepTimeModel& m, int gpus, int nodes, double local_batch) {
+  return sync_behind(m, gpus, nodes, m.compute_s(local_batch));
 }
 
 struct Sample {
@@ -126,6 +131,20 @@ double StepTimeModel::sync_s(int gpus, double local_batch) const {
 double StepTimeModel::samples_per_s(int gpus, int global_batch) const {
   const double local = static_cast<double>(global_batch) / gpus;
   return static_cast<double>(global_batch) / step_s(gpus, local);
+}
+
+double StepTimeModel::colocated_compute_s(double rank_batch, int k, double idle) const {
+  const double alone = compute_s(rank_batch);
+  if (k <= 1) return alone;
+  return std::max(alone, k * (c * rank_batch + (1.0 - idle) * a));
+}
+
+double StepTimeModel::colocated_samples_per_s(int gpus, int k, int global_batch, double idle) const {
+  if (k <= 1) return samples_per_s(gpus, global_batch);
+  const double b = static_cast<double>(global_batch) / (static_cast<double>(gpus) * k);
+  const double compute = colocated_compute_s(b, k, idle);
+  return static_cast<double>(global_batch) /
+         (compute + sync_behind(*this, gpus, packed_nodes(gpus, gpus_per_node), compute));
 }
 
 std::vector<ModelProfile> load_model_profiles(const std::string& dir) {

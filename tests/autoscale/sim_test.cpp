@@ -456,3 +456,62 @@ TEST(AutoscaleSim, OwnBatchRules) {
     }
   }
 }
+
+TEST(AutoscaleSim, ColocatedModelFollowsItsFormula) {
+  StepTimeModel m;
+  m.a = 0.1;
+  m.c = 0.001;
+  // One rank of batch 10 alone: 0.11 s, the GPU busy 0.01 s + (1 - idle) x 0.1 s of it.
+  EXPECT_DOUBLE_EQ(m.colocated_compute_s(10, 1, 0.5), 0.11);
+  EXPECT_DOUBLE_EQ(m.colocated_compute_s(10, 2, 0.5), 0.12);  // 2 x 0.06 serialised
+  EXPECT_DOUBLE_EQ(m.colocated_compute_s(10, 4, 1.0), 0.11);  // 4 x 0.01 fits in the idle time
+  EXPECT_DOUBLE_EQ(m.colocated_compute_s(10, 4, 0.0), 0.44);
+  // k = 1 is the model itself, and with no idle time k > 1 never gains: on every profile, GPU
+  // count and batch (exact equality for k = 1: the same arithmetic; <= with 1e-12 slack for k > 1).
+  for (const ModelProfile& p : synthetic_model_profiles())
+    for (int g : {1, 2, 4, 8, 16})
+      for (int B : {64, 128, 256, 512, 1024}) {
+        if (B % (g * 8) != 0) continue;
+        EXPECT_EQ(p.model.colocated_samples_per_s(g, 1, B, 0.7), p.model.samples_per_s(g, B)) << p.name;
+        for (int k : {2, 4, 8})
+          EXPECT_LE(p.model.colocated_samples_per_s(g, k, B, 0.0), p.model.samples_per_s(g, B) * (1 + 1e-12))
+              << p.name << " g=" << g << " B=" << B << " k=" << k;
+      }
+}
+
+TEST(AutoscaleSim, CollocationIsChosenOnlyWhenGpusIdle) {
+  const auto profiles = synthetic_model_profiles();
+  const auto trace = small_trace(150, 80, 33);
+  SimConfig cfg;
+  cfg.gpus = 16;
+  cfg.policy = "dp";
+  cfg.record_allocations = true;
+  const SimResult plain = simulate(trace, profiles, cfg);
+  // Ranks per GPU offered, but no GPU time to fill: the very same schedule.
+  cfg.max_ranks_per_gpu = 4;
+  cfg.colocation_idle = 0;
+  const SimResult none = simulate(trace, profiles, cfg);
+  EXPECT_EQ(none.summary.avg_jct_s, plain.summary.avg_jct_s);
+  EXPECT_EQ(none.summary.rescales, plain.summary.rescales);
+  EXPECT_EQ(none.summary.colocated_share, 0.0);
+  // GPUs idle 90 % of a rank's fixed step time: collocation is taken, every allocation feasible.
+  cfg.colocation_idle = 0.9;
+  const SimResult co = simulate(trace, profiles, cfg);
+  check_invariants(co, cfg.gpus, "collocated");
+  EXPECT_GT(co.summary.colocated_share, 0.0);
+  int colocated = 0;
+  for (const AllocationEvent& a : co.allocations) {
+    if (a.gpus == 0) continue;
+    ASSERT_GE(a.ranks_per_gpu, 1);
+    ASSERT_LE(a.ranks_per_gpu, 4);
+    ASSERT_EQ(a.batch % (a.gpus * a.ranks_per_gpu), 0) << "batch " << a.batch << " on " << a.gpus << " x " << a.ranks_per_gpu;
+    colocated += a.ranks_per_gpu > 1;
+  }
+  EXPECT_GT(colocated, 0);
+  // Bad settings are refused.
+  cfg.max_ranks_per_gpu = 9;
+  EXPECT_THROW(simulate(trace, profiles, cfg), edp::Error);
+  cfg.max_ranks_per_gpu = 2;
+  cfg.colocation_idle = 1.5;
+  EXPECT_THROW(simulate(trace, profiles, cfg), edp::Error);
+}

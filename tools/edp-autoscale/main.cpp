@@ -69,6 +69,8 @@ const OptSpec kOptions[] = {
     {"seed", "1", false, "seed of the model assignment (and the Poisson generator)"},
     {"restart-aware", "", true, "simulate: elastic policies value an option at 1 / (time the job still needs + the pause if it restarts)"},
     {"statistical-efficiency", "", true, "progress = samples/s x statistical efficiency (Pollux)"},
+    {"max-ranks-per-gpu", "1", false, "simulate: the elastic policies may run up to K (1, 2, 4, 8) ranks on each GPU (collocation, docs/autoscaler.md §8)"},
+    {"colocation-idle", "0", false, "simulate: share of a rank's fixed step time (the model's a) its GPU idles; what collocated ranks can fill (an assumption until measured on a GPU)"},
     {"allocations", "", true, "also write allocations_<policy>_<gpus>.csv (every job's GPUs and batch over time)"},
     {"threads", "1", false, "simulations run in parallel (sweep)"},
     {"no-plots", "", true, "do not call the plot script"},
@@ -433,6 +435,12 @@ int cmd_simulate(const Args& args, const char* argv0) {
   base.seed = static_cast<uint64_t>(args.integer("seed"));
   base.statistical_efficiency = args.has("statistical-efficiency");
   base.restart_aware = args.has("restart-aware");
+  base.max_ranks_per_gpu = static_cast<int>(args.integer("max-ranks-per-gpu"));
+  base.colocation_idle = args.num("colocation-idle");
+  if (base.max_ranks_per_gpu < 1 || base.max_ranks_per_gpu > 8)
+    throw UsageError("--max-ranks-per-gpu: expected 1 to 8, got " + args.get("max-ranks-per-gpu"));
+  if (!(base.colocation_idle >= 0 && base.colocation_idle <= 1))
+    throw UsageError("--colocation-idle: expected a share in [0, 1], got " + args.get("colocation-idle"));
   base.record_allocations = args.has("allocations");
   const bool quiet = args.has("quiet");
 
@@ -490,6 +498,8 @@ int cmd_simulate(const Args& args, const char* argv0) {
                {"own_batch", args.get("own-batch")},
                {"statistical_efficiency", base.statistical_efficiency},
                {"restart_aware", base.restart_aware},
+               {"max_ranks_per_gpu", base.max_ranks_per_gpu},
+               {"colocation_idle", base.colocation_idle},
                {"seed", base.seed},
                {"runs", all}};
   std::ofstream(out / "summary.json") << meta.dump(2) << "\n";

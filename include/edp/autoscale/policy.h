@@ -24,6 +24,7 @@ struct JobConfig {
   int batch = 0;
   double samples_per_s = 0;
   double efficiency = 1.0;  // statistical efficiency relative to the job's own batch (<= ~1)
+  int ranks_per_gpu = 1;    // collocation: ranks sharing each GPU (SimConfig::max_ranks_per_gpu)
 };
 
 struct JobState {
@@ -40,6 +41,7 @@ struct JobState {
   const std::vector<JobConfig>* fixed_batch = nullptr;
   int cur_gpus = 0;
   int cur_batch = 0;
+  int cur_ranks_per_gpu = 1;
   bool started = false;  // has run before (a restart costs the rescale pause)
   double remaining_s = 0;  // remaining work divided by ref_samples_per_s (time left at its own config)
 };
@@ -47,6 +49,7 @@ struct JobState {
 struct Assignment {
   int gpus = 0;
   int batch = 0;
+  int ranks_per_gpu = 1;
 };
 
 // How the elastic policies weight jobs against each other in the DP objective.

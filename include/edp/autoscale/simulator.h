@@ -82,6 +82,13 @@ struct SimConfig {
   OwnBatch own_batch = OwnBatch::Model;  // a trace job's own batch (above)
   bool statistical_efficiency = false;  // progress = samples/s x efficiency(batch) when true
   bool restart_aware = false;      // elastic policies value 1 / (time left + pause if restarted)
+  // Collocation (docs/autoscaler.md §8): the elastic policies may run k in {1, 2, 4, 8} <= this
+  // many ranks on each GPU (under MPS), the throughput from StepTimeModel::colocated_samples_per_s
+  // with `colocation_idle`, the share of a rank's fixed step time (the model's a) during which its
+  // GPU waits for the host. 1: no collocation (the simulator before it). A model assumption until
+  // edp has measured collocated ranks on a GPU.
+  int max_ranks_per_gpu = 1;
+  double colocation_idle = 0;
   uint64_t seed = 1;               // model assignment
   bool record_timeline = true;
   bool record_allocations = false;  // every (GPUs, batch) change of every job, for per-job analysis
@@ -118,6 +125,7 @@ struct AllocationEvent {
   int gpus = 0;
   int batch = 0;
   double samples_per_s = 0;  // progress rate at this allocation (0 while preempted)
+  int ranks_per_gpu = 1;
 };
 
 struct SimSummary {
@@ -136,6 +144,7 @@ struct SimSummary {
   double wall_s = 0;
   double plan_ms_avg = 0, plan_ms_max = 0;
   int max_gpus_used = 0;
+  double colocated_share = 0;  // of the allocated GPU-seconds, those with more than one rank per GPU
 };
 
 struct SimResult {
@@ -151,9 +160,9 @@ struct JobModel {
   int ref_batch = 0;
   double ref_samples_per_s = 0;
   int max_gpus = 0;
-  std::vector<JobConfig> elastic;          // best batch per GPU count (throughput)
-  std::vector<JobConfig> elastic_goodput;  // best batch per GPU count (throughput x efficiency)
-  std::vector<JobConfig> fixed_batch;  // batch == ref_batch
+  std::vector<JobConfig> elastic;          // best (batch, ranks per GPU) per GPU count (throughput)
+  std::vector<JobConfig> elastic_goodput;  // best (batch, ranks per GPU) per GPU count (throughput x efficiency)
+  std::vector<JobConfig> fixed_batch;  // batch == ref_batch (best ranks per GPU)
 };
 // `batch` is the job's own global batch (0: own_batch()'s default).
 JobModel make_job_model(const ModelProfile& profile, int req_gpus, const SimConfig& cfg, int batch = 0);

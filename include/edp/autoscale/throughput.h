@@ -27,6 +27,18 @@ struct StepTimeModel {
   double sync_s(int gpus, double local_batch) const;
   double step_s(int gpus, double local_batch) const { return compute_s(local_batch) + sync_s(gpus, local_batch); }
   double samples_per_s(int gpus, int global_batch) const;
+
+  // Collocation: `k` ranks share each of `gpus` GPUs (MPS), each computing a per-rank batch of
+  // global_batch / (gpus * k). Alone, a rank's step computes for a + c*b; the GPU is busy for
+  // c*b of it plus the share (1 - idle) of the fixed part a, the rest (`idle`, in [0, 1]) being
+  // time the GPU waits for the host (launches, Python, the loader). k ranks interleave their
+  // idle parts and serialise their busy parts:
+  //     compute_k = max(a + c*b, k * (c*b + (1 - idle) * a))
+  // i.e. speed min(1, 1/(k*u)) with u = busy / (a + c*b) (live.h's colocation_speed); the
+  // gradient allreduce is hierarchical (within a GPU first), so it is the one among `gpus`,
+  // overlapped with compute_k. k = 1 is exactly samples_per_s; idle = 0 never gains from k > 1.
+  double colocated_compute_s(double rank_batch, int k, double idle) const;
+  double colocated_samples_per_s(int gpus, int k, int global_batch, double idle) const;
 };
 
 // How well the model reproduces the measurements it was fitted to (relative error of step time,
