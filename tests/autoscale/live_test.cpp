@@ -225,3 +225,35 @@ TEST(PlanLive, GpuSlotsOfferSeveralRanksPerGpuWhenOneRankLeavesItIdle) {
   j.spec.gpu_busy = 1.0;  // a busy GPU gains nothing from a second rank
   EXPECT_EQ(plan_live({j}, p).choices[0].ranks_per_slot, 1);
 }
+
+TEST(PlanLive, PreemptsOnlyPreemptibleJobsForWorthierOnes) {
+  LivePolicy p;
+  p.name = "dp";
+  p.slots = 2;
+  // A runs on both slots (it needs both); B, ten times its weight, needs both too.
+  LiveJob a = measured_job("a", 2, 128, 2, 0, 1'000'000);
+  a.spec = parse_job_spec(R"({"name": "a", "command": ["p"], "min_workers": 2, "max_workers": 2, "workers": 2,
+    "min_batch": 64, "max_batch": 256, "batch": 128, "preemptible": true})", "a");
+  LiveJob b;
+  b.id = "b";
+  b.spec = parse_job_spec(R"({"name": "b", "command": ["p"], "min_workers": 2, "max_workers": 2, "workers": 2,
+    "min_batch": 64, "max_batch": 256, "batch": 128, "weight": 10})", "b");
+  LivePlan plan = plan_live({a, b}, p);
+  ASSERT_EQ(plan.choices.size(), 2u);
+  EXPECT_EQ(plan.choices[0].action, "stop") << plan.choices[0].reason;
+  EXPECT_EQ(plan.choices[0].slots, 0);
+  EXPECT_EQ(plan.choices[1].action, "start") << plan.choices[1].reason;
+  EXPECT_EQ(plan.choices[1].workers, 2);
+  EXPECT_LE(plan.slots_used, 2);
+  // The same job not preemptible keeps its slots; B waits.
+  a.spec.preemptible = false;
+  plan = plan_live({a, b}, p);
+  EXPECT_EQ(plan.choices[0].action, "hold") << plan.choices[0].reason;
+  EXPECT_EQ(plan.choices[1].action, "wait") << plan.choices[1].reason;
+  // Static never preempts, whatever the weights.
+  a.spec.preemptible = true;
+  p.name = "static";
+  plan = plan_live({a, b}, p);
+  EXPECT_EQ(plan.choices[0].action, "hold");
+  EXPECT_EQ(plan.choices[1].action, "wait");
+}
