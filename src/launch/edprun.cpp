@@ -403,6 +403,7 @@ int launcher(int argc, char** argv) {
       req.host_source = HostSource::Slurm;
       req.hosts = *slurm;
       req.slurm_ntasks = sys_env_int("SLURM_NTASKS", 0);
+      req.slurm_allocation = slurm_allocation_from_env();
     }
     const bool forced_cpu = req.gpus.size() == 1 && req.gpus[0] == "none";
     disc = forced_cpu ? Discovery{{}, "--gpus none"} : discover_gpus(o.str("gpu-discovery"));

@@ -221,6 +221,18 @@ std::optional<std::vector<HostSpec>> slurm_hosts_from_env() {
   return hosts;
 }
 
+std::string slurm_allocation_from_env() {
+  auto get = [](const char* k) {
+    const char* v = std::getenv(k);
+    return std::string(v ? v : "");
+  };
+  std::string nodes = get("SLURM_JOB_NODELIST");
+  if (nodes.empty()) nodes = get("SLURM_NODELIST");
+  if (nodes.empty()) nodes = "?";
+  const std::string tpn = get("SLURM_TASKS_PER_NODE");
+  return "job " + get("SLURM_JOB_ID") + ": " + nodes + ", SLURM_TASKS_PER_NODE=" + (tpn.empty() ? "unset" : tpn);
+}
+
 // ---- placement rules --------------------------------------------------------------------------
 
 int gpus_needed(int local_size, int ranks_per_gpu) {
@@ -394,11 +406,21 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
     ranks_on[h] = std::min(cap[h], left);
     left -= ranks_on[h];
   }
+  const bool slurm = req.host_source == HostSource::Slurm;
   if (left > 0) {
     if (p.gpu_mode)
       throw Error(concat("-np ", np, " needs more GPU slots than there are: ", H, " host(s) x ", G,
-                         " GPU(s) x ", K, " rank(s) per GPU", (total_cap < H * G * K ? " (limited by hostfile slots)" : ""),
+                         " GPU(s) x ", K, " rank(s) per GPU",
+                         (total_cap < H * G * K ? (slurm ? " (limited by the Slurm allocation's task slots, " +
+                                                               req.slurm_allocation + ")"
+                                                         : std::string(" (limited by hostfile slots)"))
+                                                : std::string()),
                          " = ", total_cap, "; raise --ranks-per-gpu, add GPUs or hosts, or lower -np"));
+    // Inside Slurm the allocation is the limit: Open MPI's mpirun would refuse the same -np.
+    if (slurm && !req.oversubscribe)
+      throw Error(concat("-np ", np, " is more ranks than the Slurm allocation has task slots: ", total_cap, " on ", H,
+                         " node(s) (", req.slurm_allocation, "); ask Slurm for at least ", np,
+                         " tasks (sbatch -n ", np, ", or -N and --ntasks-per-node) or lower -np"));
     if (!req.oversubscribe)
       throw Error(concat("-np ", np, " is more ranks than the ", total_cap, " ",
                          req.host_source == HostSource::Local ? "core(s) of this host" : "slot(s) of the hosts",

@@ -52,6 +52,7 @@ struct LaunchRequest {
   HostSource host_source = HostSource::Local;
   std::vector<HostSpec> hosts;      // Hostfile/Slurm hosts; Local: ignored
   int slurm_ntasks = 0;             // SLURM_NTASKS, default -np inside an allocation
+  std::string slurm_allocation;     // "job 12: edp-h[1-3], SLURM_TASKS_PER_NODE=2(x3)" (errors)
   MpsMode mps = MpsMode::Auto;
   int mps_thread_percentage = 0;    // 0: default_thread_percentage(K)
   std::string mps_mem_limit;        // "" or e.g. "8G" (per rank, pinned device memory)
@@ -171,6 +172,8 @@ std::vector<std::string> expand_slurm_nodelist(const std::string& list);
 std::vector<int> expand_slurm_tasks_per_node(const std::string& spec);
 // Hosts of the Slurm allocation from the environment, or nullopt outside one.
 std::optional<std::vector<HostSpec>> slurm_hosts_from_env();
+// The allocation in words, for errors: "job 12: edp-h[1-3], SLURM_TASKS_PER_NODE=2(x3)".
+std::string slurm_allocation_from_env();
 
 // --gpus "0,2" / "GPU-a,GPU-b" / "all" / "none" -> tokens.
 std::vector<std::string> split_list(const std::string& s, char sep = ',');

@@ -481,6 +481,22 @@ TEST(Parsers, Slurm) {
   EXPECT_EQ(p.np, 16);
   EXPECT_FALSE(has_arg(p, "--host"));
   EXPECT_FALSE(has_arg(p, "--hostfile"));
+  // An allocation smaller than -np: an error naming both numbers and the allocation.
+  EXPECT_EQ(slurm_allocation_from_env(), "job 77: g[1-2], SLURM_TASKS_PER_NODE=8(x2)");
+  LaunchRequest c = base(20, 1);
+  c.gpus = {"none"};
+  c.host_source = HostSource::Slurm;
+  c.hosts = *hosts;
+  c.slurm_allocation = slurm_allocation_from_env();
+  try {
+    make_plan(c, {});
+    FAIL() << "-np 20 in 16 task slots was accepted";
+  } catch (const edp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("-np 20 is more ranks than the Slurm allocation has task slots: 16 on 2 node(s) "
+                                         "(job 77: g[1-2], SLURM_TASKS_PER_NODE=8(x2))"),
+              std::string::npos)
+        << e.what();
+  }
   for (const char* v : {"SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE"}) unsetenv(v);
   EXPECT_FALSE(slurm_hosts_from_env().has_value());
 }
