@@ -329,6 +329,21 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const RankCont
   return env;
 }
 
+std::vector<std::string> mps_host_argv(const LaunchRequest& req, const std::vector<std::string>& hosts,
+                                       const std::string& action, const std::string& gpus, bool with_hosts) {
+  std::vector<std::string> a = {req.mpirun};
+  if (req.allow_run_as_root) a.push_back("--allow-run-as-root");
+  a.insert(a.end(), {"-np", std::to_string(hosts.size())});
+  if (with_hosts) {
+    std::vector<std::string> hs;
+    for (const auto& h : hosts) hs.push_back(h + ":1");
+    a.insert(a.end(), {"--host", join(hs, ",")});
+  }
+  a.insert(a.end(), {"--map-by", "ppr:1:node", "--bind-to", "none", req.self_exe, "--mps-host", action, req.job_dir});
+  if (action == "start") a.push_back(gpus);
+  return a;
+}
+
 // ---- the planner ------------------------------------------------------------------------------
 
 namespace {
@@ -528,22 +543,16 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
 
   if (!p.daemons.empty() && H > 1) {
     int used = 0;
-    std::vector<std::string> hs;
     for (const auto& hp : p.hosts) {
       used = std::max(used, hp.gpus_used);
-      if (hp.ranks > 0) hs.push_back(hp.name + ":1");
+      if (hp.ranks > 0) p.mps_hosts.push_back(hp.name);
     }
     std::vector<std::string> idx;
     for (int s = 0; s < used; ++s) idx.push_back(std::to_string(p.gpus[s].index));
-    std::vector<std::string> head = {req.mpirun};
-    if (req.allow_run_as_root) head.push_back("--allow-run-as-root");
-    head.insert(head.end(), {"-np", std::to_string(hs.size())});
-    if (req.host_source == HostSource::Hostfile) head.insert(head.end(), {"--host", join(hs, ",")});
-    head.insert(head.end(), {"--map-by", "ppr:1:node", "--bind-to", "none", req.self_exe, "--mps-host"});
-    p.mps_host_start_argv = head;
-    p.mps_host_start_argv.insert(p.mps_host_start_argv.end(), {"start", req.job_dir, join(idx, ",")});
-    p.mps_host_stop_argv = head;
-    p.mps_host_stop_argv.insert(p.mps_host_stop_argv.end(), {"stop", req.job_dir});
+    p.mps_gpus = join(idx, ",");
+    const bool with_hosts = req.host_source == HostSource::Hostfile;
+    p.mps_host_start_argv = mps_host_argv(req, p.mps_hosts, "start", p.mps_gpus, with_hosts);
+    p.mps_host_stop_argv = mps_host_argv(req, p.mps_hosts, "stop", "", with_hosts);
   }
 
   if (check_only) return p;

@@ -124,6 +124,8 @@ struct Plan {
   // Several hosts: the daemons are started/stopped on every host by `edprun --mps-host`, run
   // once per host through mpirun (edprun never logs into hosts itself). Empty on one host.
   std::vector<std::string> mps_host_start_argv, mps_host_stop_argv;
+  std::vector<std::string> mps_hosts;  // the hosts those commands reach (the hosts with ranks)
+  std::string mps_gpus;                // the GPU indices they start daemons for ("0,1")
   BindMode bind = BindMode::None;      // resolved: Core or None
   int pe = 1;                          // cores per rank when bound (mpirun --map-by slot:PE=n)
   std::vector<std::pair<std::string, std::string>> env;  // exported to every rank (-x)
@@ -140,6 +142,13 @@ Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus)
 // elastic::kMaxAllowedWorkers. With --oversubscribe a CPU job may grow past its cores only up
 // to the size it was started at. Throws what make_plan throws for the request itself.
 std::vector<int> allowed_worker_counts(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus);
+
+// `edprun --mps-host start|stop` once on each of `hosts`, through mpirun (one process per host).
+// start: `gpus` names the GPU indices. with_hosts false: no --host (inside Slurm, where mpirun's
+// first nodes of the allocation are the hosts with ranks). An elastic rescale that adds or
+// removes hosts stops and starts daemons on just those hosts with it.
+std::vector<std::string> mps_host_argv(const LaunchRequest& req, const std::vector<std::string>& hosts,
+                                       const std::string& action, const std::string& gpus, bool with_hosts = true);
 
 // The placement rule inside one host (see the file comment).
 struct LocalSlot {

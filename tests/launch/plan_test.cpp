@@ -394,6 +394,18 @@ TEST(Planner, MultiHostMpsGoesThroughMpirun) {
   EXPECT_NE(start.find("--host a:1,b:1 --map-by ppr:1:node"), std::string::npos) << start;
   EXPECT_NE(start.find("--mps-host start /tmp/edprun.test 0"), std::string::npos) << start;
   EXPECT_FALSE(make_plan(base(8, 4), fake_gpus(2)).mps_host_start_argv.size());
+  // The hosts the daemons run on, for a rescale that adds or removes hosts: those with ranks.
+  r.hosts.push_back({"c", 0, 0});
+  r.np = 6;  // 4 on a, 2 on b, none on c
+  const Plan q = make_plan(r, fake_gpus(1));
+  EXPECT_EQ(q.mps_hosts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(q.mps_gpus, "0");
+  EXPECT_EQ(shell_join(mps_host_argv(r, {"c"}, "start", "0")),
+            "mpirun -np 1 --host c:1 --map-by ppr:1:node --bind-to none /opt/edp/bin/edprun --mps-host start "
+            "/tmp/edprun.test 0");
+  EXPECT_EQ(shell_join(mps_host_argv(r, {"b", "c"}, "stop", "")),
+            "mpirun -np 2 --host b:1,c:1 --map-by ppr:1:node --bind-to none /opt/edp/bin/edprun --mps-host stop "
+            "/tmp/edprun.test");
 }
 
 TEST(RankEnvironment, GpuAndCpu) {
