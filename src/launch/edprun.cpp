@@ -137,10 +137,10 @@ int rank_exec(int argc, char** argv) {
   try {
     const knobs::OmpiWorld w = knobs::ompi_world();
     // A rank spawned by an in-place grow: Open MPI numbers it within the spawned group (rank and
-    // local rank from 0), the library tells it where that group starts in the grown job. The job
-    // runs on one host (edprun gives mpirun spare slots only there, plan.cpp), so its local rank
-    // and size are offset the same way; and mpirun did not bind it (the cores were planned for
-    // the ranks edprun started), so it is placed as unbound: threads = cores / ranks on the host.
+    // local rank from 0), the library tells it where that group starts in the grown job. On one
+    // host its local rank and size are offset the same way (several hosts: below); and mpirun did
+    // not bind it (the cores were planned for the ranks edprun started), so it is placed as
+    // unbound: threads = cores / ranks on the host.
     const bool spawned = knobs::is_set("EDP_SPAWN_RANK_BASE");
     const int base = spawned ? static_cast<int>(knobs::get_int("EDP_SPAWN_RANK_BASE")) : 0;
     rank = base + std::max(0, w.rank);
@@ -173,6 +173,19 @@ int rank_exec(int argc, char** argv) {
     c.mps_pipe_directory = env_or("EDP_LAUNCH_MPS_PIPE_DIRECTORY");
     c.mps_thread_percentage = env_int("EDP_LAUNCH_MPS_THREAD_PERCENTAGE");
     c.mps_mem_limit = env_or("EDP_LAUNCH_MPS_MEM_LIMIT");
+    // Several hosts (EDP_LAUNCH_HOSTS): the spawned rank's host and its place there follow from
+    // the fill rule at the grown size; the library asked Open MPI for exactly that host.
+    if (spawned) {
+      const auto hosts = knobs::launch_hosts();
+      const knobs::HostSlot s = knobs::fill_slot(hosts, c.size, rank);
+      if (s.host >= 0) {
+        c.local_rank = s.local_rank;
+        c.local_size = s.local_size;
+        if (hosts[static_cast<size_t>(s.host)].name != c.host)
+          std::fprintf(stderr, "edprun --rank-exec: warning: spawned rank %d runs on %s, expected on %s\n", rank,
+                       c.host.c_str(), hosts[static_cast<size_t>(s.host)].name.c_str());
+      }
+    }
     c.bound = !spawned && env_or("EDP_LAUNCH_BIND") == "core";
     c.cores = physical_cores();
     for (const auto& [k, v] : rank_environment(c)) setenv(k.c_str(), v.c_str(), 1);
@@ -372,6 +385,8 @@ int launcher(int argc, char** argv) {
       const std::string abs = std::filesystem::absolute(o.str("control-file"), ec).string();
       req.extra_env.emplace_back("EDP_CONTROL_FILE", ec ? o.str("control-file") : abs);
       req.elastic = true;
+      // Read where edprun runs (as the ranks on its host read it); pass it on with -x for others.
+      req.elastic_restart_only = knobs::get_string("EDP_RESCALE_MODE") == "restart";
     }
     auto absolute = [](const std::string& p) {
       std::error_code ec;

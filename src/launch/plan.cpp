@@ -526,6 +526,7 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
       if (g.compute_mode == "Exclusive_Process")
         throw Error(concat("GPU ", g.index, " is in Exclusive_Process compute mode: ", max_share,
                            " ranks can share it only through MPS (", p.mps_reason, ")"));
+  const bool all_gpus = req.elastic && (req.host_source == HostSource::Local || !req.elastic_restart_only);
   if (p.mps && p.mps_started_by_edprun) {
     // Unix socket paths hold 107 bytes; MPS's longest name in the pipe directory is
     // "control_privileged".
@@ -533,8 +534,9 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
       throw Error("job directory '" + req.job_dir + "' is too long for MPS's socket paths; set TMPDIR to a shorter directory");
     // An elastic job on one host may grow in place onto GPUs its first ranks leave unused: every
     // selected GPU gets its daemon from the start (a control daemon costs nothing until a client
-    // connects), so that spawned ranks find one (a restart then never needs to move daemons).
-    const bool all_gpus = req.elastic && req.host_source == HostSource::Local;
+    // connects), so that spawned ranks find one (a restart then never needs to move daemons). On
+    // several hosts the same, on every host, unless the job only rescales by restart: then the
+    // daemons follow the hosts with ranks (edprun moves them at each restart).
     for (int h = 0; h < H; ++h)
       for (int s = 0; s < (all_gpus ? G : p.hosts[h].gpus_used); ++s)
         p.daemons.push_back({h, p.gpus[s].index, p.gpus[s].uuid, mps_pipe_dir(req.job_dir, p.gpus[s].index),
@@ -544,8 +546,8 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
   if (!p.daemons.empty() && H > 1) {
     int used = 0;
     for (const auto& hp : p.hosts) {
-      used = std::max(used, hp.gpus_used);
-      if (hp.ranks > 0) p.mps_hosts.push_back(hp.name);
+      used = std::max(used, all_gpus ? G : hp.gpus_used);
+      if (hp.ranks > 0 || all_gpus) p.mps_hosts.push_back(hp.name);
     }
     std::vector<std::string> idx;
     for (int s = 0; s < used; ++s) idx.push_back(std::to_string(p.gpus[s].index));
@@ -602,6 +604,11 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
     env("EDP_LAUNCH_MPS_THREAD_PERCENTAGE", std::to_string(p.mps_thread_percentage));
     if (!p.mps_mem_limit.empty()) env("EDP_LAUNCH_MPS_MEM_LIMIT", p.mps_mem_limit);
   }
+  if (req.elastic && req.host_source != HostSource::Local && H > 1) {
+    std::vector<std::string> hs;
+    for (const auto& hp : p.hosts) hs.push_back(hp.name + ":" + std::to_string(std::max(hp.ranks, hp.capacity)));
+    env("EDP_LAUNCH_HOSTS", join(hs, ","));
+  }
   for (const auto& [k, v] : req.extra_env) env(k, v);
 
   // The mpirun command.
@@ -613,10 +620,14 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
   // so a fixed slot count would run out after a few rescales; --oversubscribe lifts mpirun's limit
   // and nothing else: the ranks placed here fit their cores and keep their binding, spawned ranks
   // are not bound (they run with `bind none`, see rank_exec), and the planner still checks every
-  // size against EDP_ALLOWED_WORKERS. Several hosts or Slurm: the slots stay exact, a spawn fails
-  // and the library's auto mode rescales by restart (the shim's placement of spawned ranks assumes
-  // one host).
-  const bool spawn_room = req.elastic && req.host_source == HostSource::Local;
+  // size against EDP_ALLOWED_WORKERS. Several hosts (hostfile or Slurm): the same, and mpirun
+  // learns every host (--host with each host's capacity, or the allocation), and the ranks get
+  // EDP_LAUNCH_HOSTS, so that an in-place grow spawns its ranks onto the hosts a restart at that
+  // size would use (the library names them in MPI_Comm_spawn_multiple, the shim places them there).
+  // Without the hosts mpirun would refuse the spawn ("All nodes which are allocated for this job are
+  // already filled") and Open MPI 4.1's parent ranks then hang in MPI_Comm_spawn (measured).
+  const bool multi_elastic = req.elastic && req.host_source != HostSource::Local && H > 1;
+  const bool spawn_room = req.elastic && (req.host_source == HostSource::Local || multi_elastic);
   if (spawn_room && !oversubscribed && !cores_shared)
     p.notes.push_back("elastic: mpirun gets --oversubscribe so that an in-place grow can spawn ranks "
                       "(parked ranks of a shrink keep their slots until the job ends)");
@@ -629,7 +640,10 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
   if (req.host_source == HostSource::Hostfile) {
     std::vector<std::string> hs;
     for (const auto& hp : p.hosts)
-      if (hp.ranks > 0) hs.push_back(hp.name + ":" + std::to_string(hp.ranks));
+      if (multi_elastic)
+        hs.push_back(hp.name + ":" + std::to_string(std::max(hp.ranks, hp.capacity)));
+      else if (hp.ranks > 0)
+        hs.push_back(hp.name + ":" + std::to_string(hp.ranks));
     a.insert(a.end(), {"--host", join(hs, ",")});
   }
   if (bind == BindMode::Core)

@@ -63,6 +63,9 @@ struct LaunchRequest {
   // An elastic job (--control-file): on one host mpirun gets --oversubscribe, so that an in-place
   // grow can spawn ranks while the ranks of a shrink still hold their slots (docs/launch.md).
   bool elastic = false;
+  // EDP_RESCALE_MODE=restart where edprun runs: the job never grows in place, so on several hosts
+  // the MPS daemons follow the hosts with ranks instead of running on every host from the start.
+  bool elastic_restart_only = false;
   bool allow_run_as_root = false;
   std::string mpirun = "mpirun";
   std::vector<std::string> mpirun_extra;  // passed to mpirun verbatim, before the program

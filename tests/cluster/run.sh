@@ -6,7 +6,7 @@
 #
 #   run.sh up | hosts | lost | rescale | slurm | down
 # Environment: TC (testcluster.sh), EDPRUN, MLP (fashion_mnist_mlp), PROBE (launch_rank_probe),
-# FAKE (tests/launch/fake), WORK (a directory on the shared file system).
+# SEQ (elastic_sequence), FAKE (tests/launch/fake), WORK (a directory on the shared file system).
 set -euo pipefail
 scenario=$1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -219,16 +219,33 @@ EOF
   rescale_mlp grow 2 3 13 restart
   rescale_mlp shrink 3 2 14 restart
 
-  # 2. GPU mode with the fake GPU tools, one fake GPU per host shared by 2 ranks through MPS: the
-  # rank probe grows 4 -> 6 ranks (edp-h3 joins: its MPS daemon is started there, those of edp-h1
-  # and edp-h2 keep running) and shrinks 6 -> 4 (edp-h3 leaves: its daemon is stopped there, at
-  # the rescale, before the job ends).
+  # 2. In place (EDP_RESCALE_MODE auto, the default): the elastic test program grows 2 -> 3 before
+  # step 4 (MPI_Comm_spawn_multiple puts the new rank on edp-h3, where a restart at 3 would) and
+  # shrinks 3 -> 2 before step 8 (rank 2 leaves; it stays parked on edp-h3 until the job ends). Every
+  # process records each place it takes; every sample of the epoch is trained on exactly once.
+  rm -rf ip; mkdir -p ip
+  on_h1 "$EDPRUN" --hostfile hosts1x3 -np 2 --control-file ip/control.json -- \
+    "$SEQ" --plan 4:3,8:2 --record ip --limit 1000 --epochs 1 > ip/out 2>&1 || { cat ip/out; fail "in place: edprun failed"; }
+  grep -E '^(edp|edprun|coverage|\{)' ip/out
+  got=$(cat ip/where.* | sort -u | tr '\n' ';')
+  want="size=2 rank=0 host=edp-h1;size=2 rank=1 host=edp-h2;size=3 rank=0 host=edp-h1;size=3 rank=1 host=edp-h2;size=3 rank=2 host=edp-h3;"
+  [ "$got" = "$want" ] || fail "in place: ranks ran on $got, expected $want"
+  [ "$(cat ip/where.* | wc -l)" = 7 ] || fail "in place: expected 7 places taken (2 + 3 + 2), got $(cat ip/where.* | wc -l)"
+  grep -q "^coverage: 1 epoch(s) x 1000 samples, each seen once (3 processes)$" ip/out || fail "in place: coverage"
+  grep -q "after 2 rescale(s) (2 in place, 0 by restart" ip/out || fail "in place: not 2 rescales in place"
+  grep -q '^{"workers": 2, ' ip/out || fail "in place: the job did not end at 2 workers"
+
+  # 3. GPU mode with the fake GPU tools, one fake GPU per host shared by 2 ranks through MPS, a job
+  # that rescales by restart (EDP_RESCALE_MODE=restart where edprun runs): the rank probe grows
+  # 4 -> 6 ranks (edp-h3 joins: its MPS daemon is started there, those of edp-h1 and edp-h2 keep
+  # running) and shrinks 6 -> 4 (edp-h3 leaves: its daemon is stopped there, at the rescale, before
+  # the job ends). A job that may grow in place gets daemons on every host from the start (below).
   mps_rescale() {  # name from to
     local d=$1 from=$2 to=$3
     rm -rf "$d"; mkdir -p "$d/p"
     echo "{\"workers\": $to}" > "$d/ctl.json"
     PATH=$FAKE:$PATH EDP_FAKE_LOG=$PWD/$d/fake.log EDP_TC_SENDENV="PATH EDP_FAKE_LOG" PROBE_OUT=$PWD/$d/p \
-      on_h1 "$EDPRUN" --hostfile hosts2x3 -np "$from" --ranks-per-gpu 2 --gpus 0 --mps on --control-file "$d/ctl.json" \
+      EDP_RESCALE_MODE=restart on_h1 "$EDPRUN" --hostfile hosts2x3 -np "$from" --ranks-per-gpu 2 --gpus 0 --mps on --control-file "$d/ctl.json" \
       --mpirun-args "-x PROBE_OUT" -- "$PROBE" rescale "$to" "$d/ctl.json" keep > "$d/out" 2>&1 || { cat "$d/out"; fail "$d: edprun failed"; }
     grep '^edprun' "$d/out"
     # The daemons' starts and stops, in order: "start edp-hK" / "quit edp-hK".
@@ -254,6 +271,16 @@ EOF
   mps_rescale mps-shrink 6 4
   grep -q "edprun: MPS daemons stopped on edp-h3, started on no host" mps-shrink/out || fail "mps-shrink: no stop on edp-h3 alone"
   [ "$(sed -n 4p mps-shrink/mps)" = "quit edp-h3" ] || fail "mps-shrink: edp-h3's daemon was not stopped first, at the rescale"
+  # May grow in place: 4 ranks on edp-h1 and edp-h2, daemons on all three hosts from the start.
+  rm -rf mps-auto; mkdir -p mps-auto/p
+  PATH=$FAKE:$PATH EDP_FAKE_LOG=$PWD/mps-auto/fake.log EDP_TC_SENDENV="PATH EDP_FAKE_LOG" PROBE_OUT=$PWD/mps-auto/p \
+    on_h1 "$EDPRUN" --hostfile hosts2x3 -np 4 --ranks-per-gpu 2 --gpus 0 --mps on --control-file mps-auto/ctl.json \
+    --mpirun-args "-x PROBE_OUT" -- "$PROBE" ok > mps-auto/out 2>&1 || { cat mps-auto/out; fail "mps-auto: edprun failed"; }
+  for h in edp-h1 edp-h2 edp-h3; do
+    [ "$(grep -c "^start gpu=.* host=$h$" mps-auto/fake.log)" = 1 ] || fail "mps-auto: expected one MPS daemon started on $h"
+    [ "$(grep -c "^quit-on host=$h " mps-auto/fake.log)" = 1 ] || fail "mps-auto: expected the MPS daemon of $h stopped on $h"
+  done
+  [ ! -e mps-auto/p/rank.4 ] || fail "mps-auto: more than 4 ranks"
   ;;
 
 slurm)
