@@ -27,7 +27,8 @@
 # $STATE/slurm (NodeName=edp-hK NodeAddr=10.77.0.K, partition edp, proctrack/linuxproc, task/none,
 # select/cons_tres; no cgroups, no accounting). Authentication: munge, with a key generated per
 # cluster and one munged on the first host whose socket (on the shared file system) every host uses
-# (AuthInfo=socket=...). Not auth/none: Slurm 22.05 (Debian 12) still has it but 23.11 removed it.
+# (AuthInfo=socket=...). Not auth/none: Slurm 22.05 (Debian 12) still ships it, but it trusts any
+# user a client claims and newer releases are meant to drop it; real clusters run munge.
 # `exec` sets SLURM_CONF while Slurm is up, so sbatch, srun, sinfo... find the cluster's controller.
 #
 # Needs root (network namespaces), iproute2 and util-linux (nsenter, unshare, flock). State lives in
@@ -168,7 +169,8 @@ do_up() {
 # A real Slurm, started as an administrator starts it: slurmctld on the first host, one slurmd per
 # host (`slurmd -N edp-hK` in that host's namespaces), from a slurm.conf generated in
 # $STATE/slurm. Authentication is munge (AuthType=auth/munge): Debian 12's Slurm 22.05 still ships
-# auth/none, but Slurm 23.11 removed it, so the cluster uses what real clusters use. One munged
+# auth/none, but it trusts any user a client claims and newer releases are meant to drop it, so the
+# cluster uses what real clusters use. One munged
 # (a key generated per cluster, never /etc/munge's) runs on the first host; its socket lives on the
 # shared file system, so that every host reaches it as nodes reach their own munged, all with the
 # same key (AuthInfo=socket=...). No cgroups: ProctrackType=proctrack/linuxproc, TaskPlugin=task/none.

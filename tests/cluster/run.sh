@@ -334,7 +334,24 @@ EOF
     [ "$(json_field "$js" $k)" = "$(json_field "$j1" $k)" ] || fail "$k differs: Slurm $(json_field "$js" $k), 1 host $(json_field "$j1" $k)"
   done
 
-  # 3. An allocation smaller than asked: 3 task slots, -np 6. A clear error naming both, exit 2.
+  # 3. Elastic inside the allocation: 3 nodes x 1 task, started at 2 ranks; the job grows in place
+  # onto the third node (mpirun starts its orted there through srun) and shrinks back, every
+  # sample trained on once.
+  mkdir -p rec
+  cat > grow.sbatch <<EOF
+#!/bin/bash
+#SBATCH --nodes=3 --ntasks-per-node=1 --output=grow.out --job-name=edp-grow
+"$EDPRUN" -np 2 --control-file \$PWD/rec/control.json -- "$SEQ" --plan 4:3,8:2 --record \$PWD/rec --limit 1000 --epochs 1
+EOF
+  on_h1 sbatch --wait grow.sbatch || { cat grow.out; fail "the elastic job failed"; }
+  cat grow.out
+  got=$(cat rec/where.* | sort -u | tr '\n' ';')
+  want="size=2 rank=0 host=edp-h1;size=2 rank=1 host=edp-h2;size=3 rank=0 host=edp-h1;size=3 rank=1 host=edp-h2;size=3 rank=2 host=edp-h3;"
+  [ "$got" = "$want" ] || fail "Slurm, in place: ranks ran on $got, expected $want"
+  grep -q "^coverage: 1 epoch(s) x 1000 samples, each seen once (3 processes)$" grow.out || fail "Slurm, in place: coverage"
+  grep -q "after 2 rescale(s) (2 in place, 0 by restart" grow.out || fail "Slurm, in place: not 2 rescales in place"
+
+  # 4. An allocation smaller than asked: 3 task slots, -np 6. A clear error naming both, exit 2.
   set +e
   small=$(on_h1 salloc --nodes=3 --ntasks-per-node=1 "$EDPRUN" -np 6 -- "$MLP" --epochs 1 2>&1)
   rc=$?
