@@ -249,7 +249,9 @@ do_slurm_up() {
   do_status >/dev/null 2>&1 || die "the cluster is not up (run: $0 up)"
   hosts=$(cat "$STATE/hosts")
   first=$(head -1 "$STATE/hosts")
-  if slurm_up_now && SLURM_CONF=$d/slurm.conf run_on "$first" sinfo -h -o '%D %t' 2>/dev/null | grep -qx "$(wc -w <<<"$hosts") idle"; then
+  # Up: every node answers (idle, or running jobs, which a second slurm-up leaves alone).
+  if slurm_up_now && [ "$(SLURM_CONF=$d/slurm.conf run_on "$first" sinfo -h -N -o '%t' 2>/dev/null |
+                          grep -cxE 'idle|alloc|mix|comp')" = "$(wc -w <<<"$hosts")" ]; then
     say "slurm already up"
     return 0
   fi
