@@ -288,6 +288,7 @@ slurm)
   "$TC" slurm-check || exit 77  # prints why (no Slurm packages, no namespaces)
   # Nothing of Slurm outlives the test, whatever way it ends.
   trap '"$TC" slurm-down' EXIT
+  "$TC" slurm-down  # a Slurm of its own: no job of anyone else's in the queue
   "$TC" slurm-up
   "$TC" slurm-up 2>&1 | grep -q "slurm already up" || fail "a second slurm-up did not find Slurm up"
   on_h1 sinfo
