@@ -352,7 +352,26 @@ EOF
   grep -q "^coverage: 1 epoch(s) x 1000 samples, each seen once (3 processes)$" grow.out || fail "Slurm, in place: coverage"
   grep -q "after 2 rescale(s) (2 in place, 0 by restart" grow.out || fail "Slurm, in place: not 2 rescales in place"
 
-  # 4. An allocation smaller than asked: 3 task slots, -np 6. A clear error naming both, exit 2.
+  # 4. GPU mode with the fake GPU tools inside the allocation (3 nodes x 2 tasks, one fake GPU per
+  # node shared by 2 ranks through MPS), by restart: 4 -> 6 ranks starts edp-h3's daemon alone.
+  mkdir -p gp
+  echo '{"workers": 6}' > gp/ctl.json
+  cat > mps.sbatch <<EOF
+#!/bin/bash
+#SBATCH --nodes=3 --ntasks-per-node=2 --output=mps.out --job-name=edp-mps
+export PATH=$FAKE:\$PATH EDP_FAKE_LOG=\$PWD/gp/fake.log PROBE_OUT=\$PWD/gp EDP_RESCALE_MODE=restart
+"$EDPRUN" -np 4 --ranks-per-gpu 2 --gpus 0 --mps on --control-file \$PWD/gp/ctl.json --mpirun-args "-x PROBE_OUT" -- "$PROBE" rescale 6 \$PWD/gp/ctl.json keep
+EOF
+  on_h1 sbatch --wait mps.sbatch || { cat mps.out; fail "the MPS job failed"; }
+  grep '^edprun' mps.out
+  grep -q "edprun: MPS daemons stopped on no host, started on edp-h3" mps.out || fail "Slurm, MPS: no start on edp-h3 alone"
+  for h in edp-h1 edp-h2 edp-h3; do
+    [ "$(grep -c "^start gpu=.* host=$h$" gp/fake.log)" = 1 ] || fail "Slurm, MPS: expected one MPS daemon started on $h"
+    [ "$(grep -c "^quit-on host=$h " gp/fake.log)" = 1 ] || fail "Slurm, MPS: expected the MPS daemon of $h stopped on $h"
+  done
+  grep -q " host=edp-h3 cpus=" gp/rank.5 || fail "Slurm, MPS: rank 5 not on edp-h3: $(cat gp/rank.5)"
+
+  # 5. An allocation smaller than asked: 3 task slots, -np 6. A clear error naming both, exit 2.
   set +e
   small=$(on_h1 salloc --nodes=3 --ntasks-per-node=1 "$EDPRUN" -np 6 -- "$MLP" --epochs 1 2>&1)
   rc=$?
