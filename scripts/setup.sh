@@ -12,6 +12,11 @@ PACKAGES=(
   dataset-fashion-mnist
   python3-matplotlib
   iproute2 util-linux  # scripts/testcluster.sh: network namespaces, nsenter (the cluster_* tests)
+  # scripts/testcluster.sh slurm-up: a real Slurm on the test cluster (the cluster_slurm* tests).
+  # The packages start their system services where systemd runs (munged, and slurmd/slurmctld
+  # fail for want of /etc/slurm/slurm.conf); the test cluster uses none of them: it runs its own
+  # munged, slurmctld and slurmds with its own key, sockets and slurm.conf.
+  slurmctld slurmd slurm-client munge
 )
 PACKAGES+=("$@")
 

@@ -379,13 +379,51 @@ std::unique_ptr<Communicator> mpi_spawn(Communicator& current, int count, const 
   // otherwise refuse: "no available cpus").
   MPI_Info_set(info, "map_by", "slot");
   MPI_Info_set(info, "bind_to", "none");
+  // Several hosts (edprun's EDP_LAUNCH_HOSTS): the new ranks go where a start at the grown size
+  // would put them, host by host in rank order (one command per host, each naming its host), not
+  // wherever Open MPI finds a free slot first; the shim places them by the same rule.
+  std::vector<std::pair<std::string, int>> per_host;
+  {
+    const auto hosts = knobs::launch_hosts();
+    const int from = current.size(), to = current.size() + count;
+    for (int r = from; r < to && !hosts.empty(); ++r) {
+      const knobs::HostSlot s = knobs::fill_slot(hosts, to, r);
+      if (s.host < 0) {  // more ranks than the hosts take: let Open MPI map them
+        per_host.clear();
+        break;
+      }
+      const std::string& h = hosts[static_cast<size_t>(s.host)].name;
+      if (per_host.empty() || per_host.back().first != h) per_host.emplace_back(h, 0);
+      ++per_host.back().second;
+    }
+  }
   MPI_Comm inter = MPI_COMM_NULL;
   std::vector<int> errcodes(static_cast<size_t>(count), MPI_SUCCESS);
   int rc = MPI_SUCCESS;
-  {
+  if (per_host.empty()) {
     EntryGuard g("spawn");
     OpTicket t("spawning new ranks", "mpi", 0, DType::U8);
     rc = MPI_Comm_spawn(cmd[0].c_str(), args.data(), count, info, 0, cur->handle(), &inter, errcodes.data());
+  } else {
+    const int n = static_cast<int>(per_host.size());
+    std::vector<char*> commands(static_cast<size_t>(n), cmd[0].data());
+    std::vector<char**> argvs(static_cast<size_t>(n), args.data());
+    std::vector<int> maxprocs;
+    std::vector<MPI_Info> infos;
+    for (const auto& [h, k] : per_host) {
+      MPI_Info hi;
+      MPI_Info_dup(info, &hi);
+      MPI_Info_set(hi, "host", h.c_str());
+      infos.push_back(hi);
+      maxprocs.push_back(k);
+    }
+    {
+      EntryGuard g("spawn");
+      OpTicket t("spawning new ranks", "mpi", 0, DType::U8);
+      rc = MPI_Comm_spawn_multiple(n, commands.data(), argvs.data(), maxprocs.data(), infos.data(), 0, cur->handle(),
+                                   &inter, errcodes.data());
+    }
+    for (auto& hi : infos) MPI_Info_free(&hi);
   }
   MPI_Info_free(&info);
   // Every rank of `current` decides alike, whatever each one's MPI said.

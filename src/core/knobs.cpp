@@ -1,6 +1,7 @@
 // The knob registry (include/edp/core/knobs.h): the one table of EDP_* environment variables.
 #include "edp/core/knobs.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -141,6 +142,11 @@ const std::vector<Knob> kKnobs = {
      kNoMax, true},
     {"EDP_LAUNCH_HOST", Type::String, "", "edprun's rank shim: the host edprun ran on.", "launch", "", kNoMin,
      kNoMax, true},
+    {"EDP_LAUNCH_HOSTS", Type::String, "",
+     "edprun, for an elastic job on several hosts: the hosts in order and the most ranks each takes "
+     "(`a:2,b:2,c:1`); an in-place grow spawns its new ranks onto the hosts a restart would use, and the "
+     "shim places them there.",
+     "launch", "", kNoMin, kNoMax, true},
     {"EDP_LAUNCH_INVENTORY", Type::String, "",
      "edprun's rank shim: edprun's GPU inventory (`index=uuid;...`).", "launch", "", kNoMin, kNoMax, true},
     {"EDP_LAUNCH_GPUS", Type::String, "", "edprun's rank shim: the GPUs selected (--gpus).", "launch", "", kNoMin,
@@ -333,6 +339,42 @@ OmpiWorld ompi_world() {
   w.local_rank = read("OMPI_COMM_WORLD_LOCAL_RANK", 0);
   w.local_size = read("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
   return w;
+}
+
+std::vector<LaunchHost> launch_hosts() {
+  std::vector<LaunchHost> out;
+  const std::string v = get_string("EDP_LAUNCH_HOSTS");
+  size_t pos = 0;
+  while (pos < v.size()) {
+    size_t comma = v.find(',', pos);
+    if (comma == std::string::npos) comma = v.size();
+    const std::string item = v.substr(pos, comma - pos);
+    const size_t colon = item.rfind(':');
+    char* end = nullptr;
+    const long cap = colon == std::string::npos ? -1 : std::strtol(item.c_str() + colon + 1, &end, 10);
+    if (colon == std::string::npos || colon == 0 || !end || *end || cap < 1 || cap > INT_MAX)
+      throw Error("EDP_LAUNCH_HOSTS='" + v + "': '" + item + "' is not HOST:RANKS (set by edprun; e.g. a:2,b:2)");
+    out.push_back({item.substr(0, colon), static_cast<int>(cap)});
+    pos = comma + 1;
+  }
+  return out;
+}
+
+HostSlot fill_slot(const std::vector<LaunchHost>& hosts, int size, int rank) {
+  HostSlot s;
+  int first = 0, left = size;
+  for (size_t h = 0; h < hosts.size() && left > 0; ++h) {
+    const int here = std::min(hosts[h].capacity, left);
+    if (rank >= first && rank < first + here) {
+      s.host = static_cast<int>(h);
+      s.local_rank = rank - first;
+      s.local_size = here;
+    }
+    first += here;
+    left -= here;
+  }
+  if (left > 0) s = HostSlot{};  // more ranks than the hosts take: no rule applies
+  return s;
 }
 
 }  // namespace edp::knobs

@@ -137,10 +137,10 @@ int rank_exec(int argc, char** argv) {
   try {
     const knobs::OmpiWorld w = knobs::ompi_world();
     // A rank spawned by an in-place grow: Open MPI numbers it within the spawned group (rank and
-    // local rank from 0), the library tells it where that group starts in the grown job. The job
-    // runs on one host (edprun gives mpirun spare slots only there, plan.cpp), so its local rank
-    // and size are offset the same way; and mpirun did not bind it (the cores were planned for
-    // the ranks edprun started), so it is placed as unbound: threads = cores / ranks on the host.
+    // local rank from 0), the library tells it where that group starts in the grown job. On one
+    // host its local rank and size are offset the same way (several hosts: below); and mpirun did
+    // not bind it (the cores were planned for the ranks edprun started), so it is placed as
+    // unbound: threads = cores / ranks on the host.
     const bool spawned = knobs::is_set("EDP_SPAWN_RANK_BASE");
     const int base = spawned ? static_cast<int>(knobs::get_int("EDP_SPAWN_RANK_BASE")) : 0;
     rank = base + std::max(0, w.rank);
@@ -173,6 +173,19 @@ int rank_exec(int argc, char** argv) {
     c.mps_pipe_directory = env_or("EDP_LAUNCH_MPS_PIPE_DIRECTORY");
     c.mps_thread_percentage = env_int("EDP_LAUNCH_MPS_THREAD_PERCENTAGE");
     c.mps_mem_limit = env_or("EDP_LAUNCH_MPS_MEM_LIMIT");
+    // Several hosts (EDP_LAUNCH_HOSTS): the spawned rank's host and its place there follow from
+    // the fill rule at the grown size; the library asked Open MPI for exactly that host.
+    if (spawned) {
+      const auto hosts = knobs::launch_hosts();
+      const knobs::HostSlot s = knobs::fill_slot(hosts, c.size, rank);
+      if (s.host >= 0) {
+        c.local_rank = s.local_rank;
+        c.local_size = s.local_size;
+        if (hosts[static_cast<size_t>(s.host)].name != c.host)
+          std::fprintf(stderr, "edprun --rank-exec: warning: spawned rank %d runs on %s, expected on %s\n", rank,
+                       c.host.c_str(), hosts[static_cast<size_t>(s.host)].name.c_str());
+      }
+    }
     c.bound = !spawned && env_or("EDP_LAUNCH_BIND") == "core";
     c.cores = physical_cores();
     for (const auto& [k, v] : rank_environment(c)) setenv(k.c_str(), v.c_str(), 1);
@@ -236,7 +249,9 @@ int mps_host(int argc, char** argv) {
         closedir(d);
       }
       const bool ok = mps.stop_all();
-      remove_tree(job);
+      // edprun's own job directory (its owner record is there: edprun's host, in a rescale that
+      // takes this host out of the job) keeps everything but the daemons' directories.
+      remove_tree(access((job + "/owner.json").c_str(), F_OK) == 0 ? job + "/mps" : job);
       return ok ? 0 : 1;
     }
   } catch (const std::exception& e) {
@@ -370,6 +385,8 @@ int launcher(int argc, char** argv) {
       const std::string abs = std::filesystem::absolute(o.str("control-file"), ec).string();
       req.extra_env.emplace_back("EDP_CONTROL_FILE", ec ? o.str("control-file") : abs);
       req.elastic = true;
+      // Read where edprun runs (as the ranks on its host read it); pass it on with -x for others.
+      req.elastic_restart_only = knobs::get_string("EDP_RESCALE_MODE") == "restart";
     }
     auto absolute = [](const std::string& p) {
       std::error_code ec;
@@ -403,6 +420,7 @@ int launcher(int argc, char** argv) {
       req.host_source = HostSource::Slurm;
       req.hosts = *slurm;
       req.slurm_ntasks = sys_env_int("SLURM_NTASKS", 0);
+      req.slurm_allocation = slurm_allocation_from_env();
     }
     const bool forced_cpu = req.gpus.size() == 1 && req.gpus[0] == "none";
     disc = forced_cpu ? Discovery{{}, "--gpus none"} : discover_gpus(o.str("gpu-discovery"));
@@ -548,22 +566,69 @@ int launcher(int argc, char** argv) {
     job.cleanup();
     return code;
   };
-  // The next start at np ranks: a new plan, and the MPS daemons follow a change of GPUs. Throws
-  // (leaving the current plan) when np cannot run.
-  auto move_to = [&](int np) {
+  // The next start at np ranks: a new plan, and the MPS daemons follow a change of GPUs or hosts.
+  // Throws (leaving the current plan) when np cannot run. `lost`: hosts that cannot be reached,
+  // whose daemons are not stopped (mpirun would wait for them).
+  auto move_to = [&](int np, const std::vector<std::string>& lost = {}) {
     LaunchRequest next = req;
     next.np = np;
     Plan p2 = make_plan(next, disc.gpus);
-    if (!plan.mps_host_start_argv.empty() || !p2.mps_host_start_argv.empty())
-      throw Error("changing the size of a job whose MPS daemons run on several hosts is not supported yet");
-    auto gpus_of = [](const Plan& p) {
-      std::vector<std::string> g;
-      for (const auto& d : p.daemons) g.push_back(d.gpu_uuid);
-      return g;
-    };
-    if (gpus_of(p2) != gpus_of(plan)) {  // another set of GPUs: the MPS daemons follow
-      mps.stop_all();
-      for (const auto& d : p2.daemons) mps.start(d);
+    const bool remote_now = !plan.mps_host_start_argv.empty(), remote_next = !p2.mps_host_start_argv.empty();
+    if (remote_now || remote_next) {
+      // Several hosts: per host, the daemons that run now and those the next start needs. A host
+      // that leaves the job (or needs other GPUs) has its daemons stopped there, a host that joins
+      // gets them started there, by `edprun --mps-host` through mpirun on just those hosts; the
+      // hosts that stay keep theirs.
+      auto has = [](const std::vector<std::string>& v, const std::string& h) {
+        return std::find(v.begin(), v.end(), h) != v.end();
+      };
+      std::vector<std::string> stop, start, reach;
+      if (remote_now)
+        for (const auto& h : plan.mps_hosts)
+          if (!(remote_next && has(p2.mps_hosts, h) && p2.mps_gpus == plan.mps_gpus) && !has(lost, h)) stop.push_back(h);
+      if (remote_next)
+        for (const auto& h : p2.mps_hosts)
+          if (!(remote_now && has(plan.mps_hosts, h) && p2.mps_gpus == plan.mps_gpus)) start.push_back(h);
+      if (!remote_now) mps.stop_all();  // the daemons of one host, started by this edprun
+      if (!stop.empty()) {
+        const auto argv = mps_host_argv(req, stop, "stop", "");
+        if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(argv).c_str());
+        const RunResult r = run_capture(argv);
+        if (r.status != 0)
+          std::fprintf(stderr, "edprun: warning: stopping the MPS daemons on host(s) %s failed (status %d): %s%s\n",
+                       join_strings(stop).c_str(), r.status, r.out.c_str(), r.err.c_str());
+      }
+      // Until the next start's daemons run, the exit paths stop those of every host involved.
+      for (const auto& h : remote_now ? plan.mps_hosts : std::vector<std::string>{})
+        if (!has(stop, h) && !has(lost, h)) reach.push_back(h);
+      for (const auto& h : start)
+        if (!has(reach, h)) reach.push_back(h);
+      job.remote_stop = reach.empty() ? std::vector<std::string>{} : mps_host_argv(req, reach, "stop", "");
+      if (!start.empty()) {
+        const auto argv = mps_host_argv(next, start, "start", p2.mps_gpus);
+        if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(argv).c_str());
+        const RunResult r = run_capture(argv);
+        if (r.status != 0)
+          throw Error(concat("starting the MPS daemons on host(s) ", join_strings(start), " failed (status ", r.status,
+                             "): ", r.out, r.err));
+      }
+      if (!remote_next)
+        for (const auto& d : p2.daemons) mps.start(d);
+      job.remote_stop = p2.mps_host_stop_argv;
+      if (!stop.empty() || !start.empty())
+        std::fprintf(stderr, "edprun: MPS daemons stopped on %s, started on %s\n",
+                     stop.empty() ? "no host" : join_strings(stop).c_str(),
+                     start.empty() ? "no host" : join_strings(start).c_str());
+    } else {
+      auto gpus_of = [](const Plan& p) {
+        std::vector<std::string> g;
+        for (const auto& d : p.daemons) g.push_back(d.gpu_uuid);
+        return g;
+      };
+      if (gpus_of(p2) != gpus_of(plan)) {  // another set of GPUs: the MPS daemons follow
+        mps.stop_all();
+        for (const auto& d : p2.daemons) mps.start(d);
+      }
     }
     req = next;
     plan = std::move(p2);
@@ -730,7 +795,7 @@ int launcher(int argc, char** argv) {
       LaunchRequest saved = req;
       req = next;
       try {
-        move_to(fit);
+        move_to(fit, lost);
       } catch (const std::exception& e) {
         req = saved;
         std::fprintf(stderr, "edprun: error: cannot restart without host(s) %s: %s\n", join_strings(lost).c_str(), e.what());

@@ -221,6 +221,18 @@ std::optional<std::vector<HostSpec>> slurm_hosts_from_env() {
   return hosts;
 }
 
+std::string slurm_allocation_from_env() {
+  auto get = [](const char* k) {
+    const char* v = std::getenv(k);
+    return std::string(v ? v : "");
+  };
+  std::string nodes = get("SLURM_JOB_NODELIST");
+  if (nodes.empty()) nodes = get("SLURM_NODELIST");
+  if (nodes.empty()) nodes = "?";
+  const std::string tpn = get("SLURM_TASKS_PER_NODE");
+  return "job " + get("SLURM_JOB_ID") + ": " + nodes + ", SLURM_TASKS_PER_NODE=" + (tpn.empty() ? "unset" : tpn);
+}
+
 // ---- placement rules --------------------------------------------------------------------------
 
 int gpus_needed(int local_size, int ranks_per_gpu) {
@@ -317,6 +329,21 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const RankCont
   return env;
 }
 
+std::vector<std::string> mps_host_argv(const LaunchRequest& req, const std::vector<std::string>& hosts,
+                                       const std::string& action, const std::string& gpus, bool with_hosts) {
+  std::vector<std::string> a = {req.mpirun};
+  if (req.allow_run_as_root) a.push_back("--allow-run-as-root");
+  a.insert(a.end(), {"-np", std::to_string(hosts.size())});
+  if (with_hosts) {
+    std::vector<std::string> hs;
+    for (const auto& h : hosts) hs.push_back(h + ":1");
+    a.insert(a.end(), {"--host", join(hs, ",")});
+  }
+  a.insert(a.end(), {"--map-by", "ppr:1:node", "--bind-to", "none", req.self_exe, "--mps-host", action, req.job_dir});
+  if (action == "start") a.push_back(gpus);
+  return a;
+}
+
 // ---- the planner ------------------------------------------------------------------------------
 
 namespace {
@@ -394,11 +421,21 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
     ranks_on[h] = std::min(cap[h], left);
     left -= ranks_on[h];
   }
+  const bool slurm = req.host_source == HostSource::Slurm;
   if (left > 0) {
     if (p.gpu_mode)
       throw Error(concat("-np ", np, " needs more GPU slots than there are: ", H, " host(s) x ", G,
-                         " GPU(s) x ", K, " rank(s) per GPU", (total_cap < H * G * K ? " (limited by hostfile slots)" : ""),
+                         " GPU(s) x ", K, " rank(s) per GPU",
+                         (total_cap < H * G * K ? (slurm ? " (limited by the Slurm allocation's task slots, " +
+                                                               req.slurm_allocation + ")"
+                                                         : std::string(" (limited by hostfile slots)"))
+                                                : std::string()),
                          " = ", total_cap, "; raise --ranks-per-gpu, add GPUs or hosts, or lower -np"));
+    // Inside Slurm the allocation is the limit: Open MPI's mpirun would refuse the same -np.
+    if (slurm && !req.oversubscribe)
+      throw Error(concat("-np ", np, " is more ranks than the Slurm allocation has task slots: ", total_cap, " on ", H,
+                         " node(s) (", req.slurm_allocation, "); ask Slurm for at least ", np,
+                         " tasks (sbatch -n ", np, ", or -N and --ntasks-per-node) or lower -np"));
     if (!req.oversubscribe)
       throw Error(concat("-np ", np, " is more ranks than the ", total_cap, " ",
                          req.host_source == HostSource::Local ? "core(s) of this host" : "slot(s) of the hosts",
@@ -489,6 +526,7 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
       if (g.compute_mode == "Exclusive_Process")
         throw Error(concat("GPU ", g.index, " is in Exclusive_Process compute mode: ", max_share,
                            " ranks can share it only through MPS (", p.mps_reason, ")"));
+  const bool all_gpus = req.elastic && (req.host_source == HostSource::Local || !req.elastic_restart_only);
   if (p.mps && p.mps_started_by_edprun) {
     // Unix socket paths hold 107 bytes; MPS's longest name in the pipe directory is
     // "control_privileged".
@@ -496,8 +534,9 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
       throw Error("job directory '" + req.job_dir + "' is too long for MPS's socket paths; set TMPDIR to a shorter directory");
     // An elastic job on one host may grow in place onto GPUs its first ranks leave unused: every
     // selected GPU gets its daemon from the start (a control daemon costs nothing until a client
-    // connects), so that spawned ranks find one (a restart then never needs to move daemons).
-    const bool all_gpus = req.elastic && req.host_source == HostSource::Local;
+    // connects), so that spawned ranks find one (a restart then never needs to move daemons). On
+    // several hosts the same, on every host, unless the job only rescales by restart: then the
+    // daemons follow the hosts with ranks (edprun moves them at each restart).
     for (int h = 0; h < H; ++h)
       for (int s = 0; s < (all_gpus ? G : p.hosts[h].gpus_used); ++s)
         p.daemons.push_back({h, p.gpus[s].index, p.gpus[s].uuid, mps_pipe_dir(req.job_dir, p.gpus[s].index),
@@ -506,22 +545,16 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
 
   if (!p.daemons.empty() && H > 1) {
     int used = 0;
-    std::vector<std::string> hs;
     for (const auto& hp : p.hosts) {
-      used = std::max(used, hp.gpus_used);
-      if (hp.ranks > 0) hs.push_back(hp.name + ":1");
+      used = std::max(used, all_gpus ? G : hp.gpus_used);
+      if (hp.ranks > 0 || all_gpus) p.mps_hosts.push_back(hp.name);
     }
     std::vector<std::string> idx;
     for (int s = 0; s < used; ++s) idx.push_back(std::to_string(p.gpus[s].index));
-    std::vector<std::string> head = {req.mpirun};
-    if (req.allow_run_as_root) head.push_back("--allow-run-as-root");
-    head.insert(head.end(), {"-np", std::to_string(hs.size())});
-    if (req.host_source == HostSource::Hostfile) head.insert(head.end(), {"--host", join(hs, ",")});
-    head.insert(head.end(), {"--map-by", "ppr:1:node", "--bind-to", "none", req.self_exe, "--mps-host"});
-    p.mps_host_start_argv = head;
-    p.mps_host_start_argv.insert(p.mps_host_start_argv.end(), {"start", req.job_dir, join(idx, ",")});
-    p.mps_host_stop_argv = head;
-    p.mps_host_stop_argv.insert(p.mps_host_stop_argv.end(), {"stop", req.job_dir});
+    p.mps_gpus = join(idx, ",");
+    const bool with_hosts = req.host_source == HostSource::Hostfile;
+    p.mps_host_start_argv = mps_host_argv(req, p.mps_hosts, "start", p.mps_gpus, with_hosts);
+    p.mps_host_stop_argv = mps_host_argv(req, p.mps_hosts, "stop", "", with_hosts);
   }
 
   if (check_only) return p;
@@ -571,6 +604,11 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
     env("EDP_LAUNCH_MPS_THREAD_PERCENTAGE", std::to_string(p.mps_thread_percentage));
     if (!p.mps_mem_limit.empty()) env("EDP_LAUNCH_MPS_MEM_LIMIT", p.mps_mem_limit);
   }
+  if (req.elastic && req.host_source != HostSource::Local && H > 1) {
+    std::vector<std::string> hs;
+    for (const auto& hp : p.hosts) hs.push_back(hp.name + ":" + std::to_string(std::max(hp.ranks, hp.capacity)));
+    env("EDP_LAUNCH_HOSTS", join(hs, ","));
+  }
   for (const auto& [k, v] : req.extra_env) env(k, v);
 
   // The mpirun command.
@@ -582,10 +620,14 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
   // so a fixed slot count would run out after a few rescales; --oversubscribe lifts mpirun's limit
   // and nothing else: the ranks placed here fit their cores and keep their binding, spawned ranks
   // are not bound (they run with `bind none`, see rank_exec), and the planner still checks every
-  // size against EDP_ALLOWED_WORKERS. Several hosts or Slurm: the slots stay exact, a spawn fails
-  // and the library's auto mode rescales by restart (the shim's placement of spawned ranks assumes
-  // one host).
-  const bool spawn_room = req.elastic && req.host_source == HostSource::Local;
+  // size against EDP_ALLOWED_WORKERS. Several hosts (hostfile or Slurm): the same, and mpirun
+  // learns every host (--host with each host's capacity, or the allocation), and the ranks get
+  // EDP_LAUNCH_HOSTS, so that an in-place grow spawns its ranks onto the hosts a restart at that
+  // size would use (the library names them in MPI_Comm_spawn_multiple, the shim places them there).
+  // Without the hosts mpirun would refuse the spawn ("All nodes which are allocated for this job are
+  // already filled") and Open MPI 4.1's parent ranks then hang in MPI_Comm_spawn (measured).
+  const bool multi_elastic = req.elastic && req.host_source != HostSource::Local && H > 1;
+  const bool spawn_room = req.elastic && (req.host_source == HostSource::Local || multi_elastic);
   if (spawn_room && !oversubscribed && !cores_shared)
     p.notes.push_back("elastic: mpirun gets --oversubscribe so that an in-place grow can spawn ranks "
                       "(parked ranks of a shrink keep their slots until the job ends)");
@@ -598,7 +640,10 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
   if (req.host_source == HostSource::Hostfile) {
     std::vector<std::string> hs;
     for (const auto& hp : p.hosts)
-      if (hp.ranks > 0) hs.push_back(hp.name + ":" + std::to_string(hp.ranks));
+      if (multi_elastic)
+        hs.push_back(hp.name + ":" + std::to_string(std::max(hp.ranks, hp.capacity)));
+      else if (hp.ranks > 0)
+        hs.push_back(hp.name + ":" + std::to_string(hp.ranks));
     a.insert(a.end(), {"--host", join(hs, ",")});
   }
   if (bind == BindMode::Core)

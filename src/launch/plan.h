@@ -52,6 +52,7 @@ struct LaunchRequest {
   HostSource host_source = HostSource::Local;
   std::vector<HostSpec> hosts;      // Hostfile/Slurm hosts; Local: ignored
   int slurm_ntasks = 0;             // SLURM_NTASKS, default -np inside an allocation
+  std::string slurm_allocation;     // "job 12: edp-h[1-3], SLURM_TASKS_PER_NODE=2(x3)" (errors)
   MpsMode mps = MpsMode::Auto;
   int mps_thread_percentage = 0;    // 0: default_thread_percentage(K)
   std::string mps_mem_limit;        // "" or e.g. "8G" (per rank, pinned device memory)
@@ -62,6 +63,9 @@ struct LaunchRequest {
   // An elastic job (--control-file): on one host mpirun gets --oversubscribe, so that an in-place
   // grow can spawn ranks while the ranks of a shrink still hold their slots (docs/launch.md).
   bool elastic = false;
+  // EDP_RESCALE_MODE=restart where edprun runs: the job never grows in place, so on several hosts
+  // the MPS daemons follow the hosts with ranks instead of running on every host from the start.
+  bool elastic_restart_only = false;
   bool allow_run_as_root = false;
   std::string mpirun = "mpirun";
   std::vector<std::string> mpirun_extra;  // passed to mpirun verbatim, before the program
@@ -123,6 +127,8 @@ struct Plan {
   // Several hosts: the daemons are started/stopped on every host by `edprun --mps-host`, run
   // once per host through mpirun (edprun never logs into hosts itself). Empty on one host.
   std::vector<std::string> mps_host_start_argv, mps_host_stop_argv;
+  std::vector<std::string> mps_hosts;  // the hosts those commands reach (the hosts with ranks)
+  std::string mps_gpus;                // the GPU indices they start daemons for ("0,1")
   BindMode bind = BindMode::None;      // resolved: Core or None
   int pe = 1;                          // cores per rank when bound (mpirun --map-by slot:PE=n)
   std::vector<std::pair<std::string, std::string>> env;  // exported to every rank (-x)
@@ -139,6 +145,13 @@ Plan make_plan(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus)
 // elastic::kMaxAllowedWorkers. With --oversubscribe a CPU job may grow past its cores only up
 // to the size it was started at. Throws what make_plan throws for the request itself.
 std::vector<int> allowed_worker_counts(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus);
+
+// `edprun --mps-host start|stop` once on each of `hosts`, through mpirun (one process per host).
+// start: `gpus` names the GPU indices. with_hosts false: no --host (inside Slurm, where mpirun's
+// first nodes of the allocation are the hosts with ranks). An elastic rescale that adds or
+// removes hosts stops and starts daemons on just those hosts with it.
+std::vector<std::string> mps_host_argv(const LaunchRequest& req, const std::vector<std::string>& hosts,
+                                       const std::string& action, const std::string& gpus, bool with_hosts = true);
 
 // The placement rule inside one host (see the file comment).
 struct LocalSlot {
@@ -171,6 +184,8 @@ std::vector<std::string> expand_slurm_nodelist(const std::string& list);
 std::vector<int> expand_slurm_tasks_per_node(const std::string& spec);
 // Hosts of the Slurm allocation from the environment, or nullopt outside one.
 std::optional<std::vector<HostSpec>> slurm_hosts_from_env();
+// The allocation in words, for errors: "job 12: edp-h[1-3], SLURM_TASKS_PER_NODE=2(x3)".
+std::string slurm_allocation_from_env();
 
 // --gpus "0,2" / "GPU-a,GPU-b" / "all" / "none" -> tokens.
 std::vector<std::string> split_list(const std::string& s, char sep = ',');

@@ -4,9 +4,9 @@
 # up before and down after). Exit 77 (CTest: skipped) with the reason where namespaces cannot be
 # made; every check prints what it expected and what it got.
 #
-#   run.sh up | hosts | lost | down
+#   run.sh up | hosts | lost | rescale | slurm | down
 # Environment: TC (testcluster.sh), EDPRUN, MLP (fashion_mnist_mlp), PROBE (launch_rank_probe),
-# FAKE (tests/launch/fake), WORK (a directory on the shared file system).
+# SEQ (elastic_sequence), FAKE (tests/launch/fake), WORK (a directory on the shared file system).
 set -euo pipefail
 scenario=$1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -174,6 +174,213 @@ lost)
   [ $rc = 76 ] || fail "without --min-np: exit $rc, expected 76"
   grep -q "edprun: error: host(s) edp-h3 lost (rank(s) 2 did not answer); the other host(s) take 2 of the job's 3 rank(s), fewer than --min-np 3 allows; not restarting" lost2/out ||
     fail "without --min-np: no clear error"
+  ;;
+
+rescale)
+  need_cluster
+  rm -rf "$WORK/rescale"; mkdir -p "$WORK/rescale"; cd "$WORK/rescale"
+  "$TC" hostfile 1 > hosts1x3
+  "$TC" hostfile 2 > hosts2x3
+  # Every rank records where it runs (its host's name: the UTS namespace), then becomes the program.
+  cat > where.sh <<'EOF'
+#!/bin/sh
+echo "size=$EDP_WORLD_SIZE rank=$EDP_RANK host=$(hostname)" >> "$WHERE_LOG"
+exec "$@"
+EOF
+  chmod +x where.sh
+  # 1. The MLP on a hostfile of 3 hosts x 1 slot: 2 -> 3 ranks (a host joins) and 3 -> 2 (a host
+  # leaves) by restart, asked through the control file (per-worker batch 64 kept). No sample lost
+  # or repeated: 2000 samples give 5 steps at the first size, then the rest of the epoch at the
+  # second: 2 -> 3: 5 x 128 = 640, ceil(1360 / 192) = 8 steps, final checkpoint step 13;
+  # 3 -> 2: 5 x 192 = 960, ceil(1040 / 128) = 9 steps, step 14. The status file counts them too.
+  rescale_mlp() {  # name from to last-step mode
+    local d=$1 from=$2 to=$3 last=$4 mode=$5 want h r
+    rm -rf "$d"; mkdir -p "$d"
+    echo "{\"workers\": $to}" > "$d/ctl.json"
+    WHERE_LOG=$PWD/$d/where EDP_RESCALE_MODE=$mode on_h1 "$EDPRUN" --hostfile hosts1x3 -np "$from" --control-file "$d/ctl.json" \
+      --status-file "$d/status.json" --mpirun-args "-x WHERE_LOG -x EDP_RESCALE_MODE" -- \
+      ./where.sh "$MLP" --limit 2000 --epochs 1 --threads 1 --no-eval --checkpoint-dir "$d/ck" --control-every 5 \
+      > "$d/out" 2>&1 || { cat "$d/out"; fail "$d: edprun failed"; }
+    grep -E '^(edprun|fashion_mnist_mlp)' "$d/out"
+    want=""
+    for n in $from $to; do
+      for r in $(seq 0 $((n - 1))); do want+="size=$n rank=$r host=edp-h$((r + 1))"$'\n'; done
+    done
+    [ "$(sort "$d/where")" = "$(printf %s "$want" | sort)" ] ||
+      fail "$d: ranks ran on (size rank host): $(sort "$d/where" | tr '\n' ';'), expected $(printf %s "$want" | sort | tr '\n' ';')"
+    grep -q "edprun: rescale 1: $from -> $to rank(s)" "$d/out" || fail "$d: no rescale $from -> $to"
+    [ -e "$d/ck/ckpt-$(printf %012d "$last").edp" ] || fail "$d: expected the final checkpoint at step $last (no sample lost or repeated), found: $(ls "$d/ck")"
+    local done total
+    done=$(grep -o '"samples_done": *[0-9]*' "$d/status.json" | grep -o '[0-9]*$')
+    total=$(grep -o '"samples_total": *[0-9]*' "$d/status.json" | grep -o '[0-9]*$')
+    [ "$done" = 2000 ] && [ "$total" = 2000 ] || fail "$d: status file: samples_done $done, samples_total $total, expected 2000 of 2000"
+    grep -q "^{\"model\".*\"world_size\": $to," "$d/out" || fail "$d: the job did not finish at $to ranks"
+  }
+  rescale_mlp grow 2 3 13 restart
+  rescale_mlp shrink 3 2 14 restart
+
+  # 2. In place (EDP_RESCALE_MODE auto, the default): the elastic test program grows 2 -> 3 before
+  # step 4 (MPI_Comm_spawn_multiple puts the new rank on edp-h3, where a restart at 3 would) and
+  # shrinks 3 -> 2 before step 8 (rank 2 leaves; it stays parked on edp-h3 until the job ends). Every
+  # process records each place it takes; every sample of the epoch is trained on exactly once.
+  rm -rf ip; mkdir -p ip
+  on_h1 "$EDPRUN" --hostfile hosts1x3 -np 2 --control-file ip/control.json -- \
+    "$SEQ" --plan 4:3,8:2 --record ip --limit 1000 --epochs 1 > ip/out 2>&1 || { cat ip/out; fail "in place: edprun failed"; }
+  grep -E '^(edp|edprun|coverage|\{)' ip/out
+  got=$(cat ip/where.* | sort -u | tr '\n' ';')
+  want="size=2 rank=0 host=edp-h1;size=2 rank=1 host=edp-h2;size=3 rank=0 host=edp-h1;size=3 rank=1 host=edp-h2;size=3 rank=2 host=edp-h3;"
+  [ "$got" = "$want" ] || fail "in place: ranks ran on $got, expected $want"
+  [ "$(cat ip/where.* | wc -l)" = 7 ] || fail "in place: expected 7 places taken (2 + 3 + 2), got $(cat ip/where.* | wc -l)"
+  grep -q "^coverage: 1 epoch(s) x 1000 samples, each seen once (3 processes)$" ip/out || fail "in place: coverage"
+  grep -q "after 2 rescale(s) (2 in place, 0 by restart" ip/out || fail "in place: not 2 rescales in place"
+  grep -q '^{"workers": 2, ' ip/out || fail "in place: the job did not end at 2 workers"
+
+  # 3. GPU mode with the fake GPU tools, one fake GPU per host shared by 2 ranks through MPS, a job
+  # that rescales by restart (EDP_RESCALE_MODE=restart where edprun runs): the rank probe grows
+  # 4 -> 6 ranks (edp-h3 joins: its MPS daemon is started there, those of edp-h1 and edp-h2 keep
+  # running) and shrinks 6 -> 4 (edp-h3 leaves: its daemon is stopped there, at the rescale, before
+  # the job ends). A job that may grow in place gets daemons on every host from the start (below).
+  mps_rescale() {  # name from to
+    local d=$1 from=$2 to=$3
+    rm -rf "$d"; mkdir -p "$d/p"
+    echo "{\"workers\": $to}" > "$d/ctl.json"
+    PATH=$FAKE:$PATH EDP_FAKE_LOG=$PWD/$d/fake.log EDP_TC_SENDENV="PATH EDP_FAKE_LOG" PROBE_OUT=$PWD/$d/p \
+      EDP_RESCALE_MODE=restart on_h1 "$EDPRUN" --hostfile hosts2x3 -np "$from" --ranks-per-gpu 2 --gpus 0 --mps on --control-file "$d/ctl.json" \
+      --mpirun-args "-x PROBE_OUT" -- "$PROBE" rescale "$to" "$d/ctl.json" keep > "$d/out" 2>&1 || { cat "$d/out"; fail "$d: edprun failed"; }
+    grep '^edprun' "$d/out"
+    # The daemons' starts and stops, in order: "start edp-hK" / "quit edp-hK".
+    sed -n 's/^start gpu=.* host=\(.*\)$/start \1/p; s/^quit-on host=\([^ ]*\) .*/quit \1/p' "$d/fake.log" > "$d/mps"
+    cat "$d/mps"
+    for h in edp-h1 edp-h2 edp-h3; do
+      [ "$(grep -cx "start $h" "$d/mps")" = 1 ] || fail "$d: expected one MPS daemon started on $h"
+      [ "$(grep -cx "quit $h" "$d/mps")" = 1 ] || fail "$d: expected the MPS daemon of $h stopped once, on $h"
+    done
+    local r=0 line
+    for h in edp-h1 edp-h1 edp-h2 edp-h2 edp-h3 edp-h3; do
+      [ $r -lt "$to" ] || break
+      line=$(cat "$d/p/rank.$r")
+      [[ "$line" == *" host=$h cpus="* ]] || fail "$d: rank $r: expected on $h: $line"
+      grep -q "mps threads" "$d/p/rank.$r" || fail "$d: rank $r was not set up for MPS: $line"
+      r=$((r + 1))
+    done
+  }
+  mps_rescale mps-grow 4 6
+  grep -q "edprun: MPS daemons stopped on no host, started on edp-h3" mps-grow/out || fail "mps-grow: no start on edp-h3 alone"
+  # edp-h3's daemon started after the others', before any was stopped.
+  [ "$(sed -n 3p mps-grow/mps)" = "start edp-h3" ] || fail "mps-grow: edp-h3's daemon was not the third started"
+  mps_rescale mps-shrink 6 4
+  grep -q "edprun: MPS daemons stopped on edp-h3, started on no host" mps-shrink/out || fail "mps-shrink: no stop on edp-h3 alone"
+  [ "$(sed -n 4p mps-shrink/mps)" = "quit edp-h3" ] || fail "mps-shrink: edp-h3's daemon was not stopped first, at the rescale"
+  # May grow in place: 4 ranks on edp-h1 and edp-h2, daemons on all three hosts from the start.
+  rm -rf mps-auto; mkdir -p mps-auto/p
+  PATH=$FAKE:$PATH EDP_FAKE_LOG=$PWD/mps-auto/fake.log EDP_TC_SENDENV="PATH EDP_FAKE_LOG" PROBE_OUT=$PWD/mps-auto/p \
+    on_h1 "$EDPRUN" --hostfile hosts2x3 -np 4 --ranks-per-gpu 2 --gpus 0 --mps on --control-file mps-auto/ctl.json \
+    --mpirun-args "-x PROBE_OUT" -- "$PROBE" ok > mps-auto/out 2>&1 || { cat mps-auto/out; fail "mps-auto: edprun failed"; }
+  for h in edp-h1 edp-h2 edp-h3; do
+    [ "$(grep -c "^start gpu=.* host=$h$" mps-auto/fake.log)" = 1 ] || fail "mps-auto: expected one MPS daemon started on $h"
+    [ "$(grep -c "^quit-on host=$h " mps-auto/fake.log)" = 1 ] || fail "mps-auto: expected the MPS daemon of $h stopped on $h"
+  done
+  [ ! -e mps-auto/p/rank.4 ] || fail "mps-auto: more than 4 ranks"
+  ;;
+
+slurm)
+  need_cluster
+  "$TC" slurm-check || exit 77  # prints why (no Slurm packages, no namespaces)
+  # Nothing of Slurm outlives the test, whatever way it ends.
+  trap '"$TC" slurm-down' EXIT
+  "$TC" slurm-down  # a Slurm of its own: no job of anyone else's in the queue
+  "$TC" slurm-up
+  "$TC" slurm-up 2>&1 | grep -q "slurm already up" || fail "a second slurm-up did not find Slurm up"
+  on_h1 sinfo
+  sinfo_line=$(on_h1 sinfo -h -o '%P %a %D %t %N')
+  [ "$sinfo_line" = "edp* up 3 idle edp-h[1-3]" ] || fail "sinfo: expected 'edp* up 3 idle edp-h[1-3]', got '$sinfo_line'"
+  rm -rf "$WORK/slurm"; mkdir -p "$WORK/slurm"; cd "$WORK/slurm"
+  # 1. Placement: a 3-node allocation with 2 tasks per node; edprun takes the hosts and slots from
+  # SLURM_JOB_NODELIST (edp-h[1-3]) and SLURM_TASKS_PER_NODE (2(x3)), mpirun starts its orted on the
+  # other nodes through srun, and each rank lands on its node, bound to its core.
+  cat > probe.sbatch <<EOF
+#!/bin/bash
+#SBATCH --nodes=3 --ntasks-per-node=2 --output=probe.out --job-name=edp-probe
+echo "allocation: \$SLURM_JOB_NODELIST, tasks per node \$SLURM_TASKS_PER_NODE, \$SLURM_NTASKS tasks"
+# Open MPI starts its orted on the other nodes through srun by itself inside an allocation; the
+# test makes sure: only its Slurm launcher is allowed, the cluster's rsh agent is not there.
+unset OMPI_MCA_plm_rsh_agent
+export OMPI_MCA_plm=slurm
+"$EDPRUN" --dry-run -- "$PROBE" ok
+PROBE_OUT=\$PWD/p "$EDPRUN" --mpirun-args "-x PROBE_OUT" -- "$PROBE" ok
+EOF
+  mkdir p
+  on_h1 sbatch --wait probe.sbatch || { cat probe.out; fail "the probe job failed"; }
+  cat probe.out
+  grep -q "^allocation: edp-h\[1-3\], tasks per node 2(x3), 6 tasks$" probe.out || fail "the job's SLURM_* variables"
+  grep -Eq "^  hosts +3 \(slurm\)$" probe.out || fail "dry run: not 3 hosts from Slurm"
+  expect_ranks p "edp-h1 1" "edp-h1 1" "edp-h2 1" "edp-h2 1" "edp-h3 1" "edp-h3 1"
+
+  # 2. Training: the MLP example on 3 nodes x 1 task, -np from SLURM_NTASKS. Same seed and world
+  # size as a run on one host: the same test accuracy and final loss (tolerance 0: the reduction
+  # order does not depend on where the ranks run).
+  cat > train.sbatch <<EOF
+#!/bin/bash
+#SBATCH --nodes=3 --ntasks-per-node=1 --output=train.out --job-name=edp-mlp
+"$EDPRUN" -- "$MLP" --epochs 1 --limit 1536 --threads 1 --seed 7
+EOF
+  on_h1 sbatch --wait train.sbatch || { cat train.out; fail "the training job failed"; }
+  cat train.out
+  js=$(grep '^{"model"' train.out) || fail "no JSON summary in train.out"
+  [ "$(json_field "$js" world_size)" = 3 ] || fail "Slurm run: world size $(json_field "$js" world_size), expected 3"
+  echo "edp-h1 slots=3" > hosts3x1
+  j1=$(on_h1 "$EDPRUN" --hostfile hosts3x1 -np 3 -- "$MLP" --epochs 1 --limit 1536 --threads 1 --seed 7 | grep '^{"model"')
+  echo "Slurm, 3 nodes: $js"; echo "1 host:         $j1"
+  for k in world_size global_batch test_acc final_loss; do
+    [ "$(json_field "$js" $k)" = "$(json_field "$j1" $k)" ] || fail "$k differs: Slurm $(json_field "$js" $k), 1 host $(json_field "$j1" $k)"
+  done
+
+  # 3. Elastic inside the allocation: 3 nodes x 1 task, started at 2 ranks; the job grows in place
+  # onto the third node (mpirun starts its orted there through srun) and shrinks back, every
+  # sample trained on once.
+  mkdir -p rec
+  cat > grow.sbatch <<EOF
+#!/bin/bash
+#SBATCH --nodes=3 --ntasks-per-node=1 --output=grow.out --job-name=edp-grow
+"$EDPRUN" -np 2 --control-file \$PWD/rec/control.json -- "$SEQ" --plan 4:3,8:2 --record \$PWD/rec --limit 1000 --epochs 1
+EOF
+  on_h1 sbatch --wait grow.sbatch || { cat grow.out; fail "the elastic job failed"; }
+  cat grow.out
+  got=$(cat rec/where.* | sort -u | tr '\n' ';')
+  want="size=2 rank=0 host=edp-h1;size=2 rank=1 host=edp-h2;size=3 rank=0 host=edp-h1;size=3 rank=1 host=edp-h2;size=3 rank=2 host=edp-h3;"
+  [ "$got" = "$want" ] || fail "Slurm, in place: ranks ran on $got, expected $want"
+  grep -q "^coverage: 1 epoch(s) x 1000 samples, each seen once (3 processes)$" grow.out || fail "Slurm, in place: coverage"
+  grep -q "after 2 rescale(s) (2 in place, 0 by restart" grow.out || fail "Slurm, in place: not 2 rescales in place"
+
+  # 4. GPU mode with the fake GPU tools inside the allocation (3 nodes x 2 tasks, one fake GPU per
+  # node shared by 2 ranks through MPS), by restart: 4 -> 6 ranks starts edp-h3's daemon alone.
+  mkdir -p gp
+  echo '{"workers": 6}' > gp/ctl.json
+  cat > mps.sbatch <<EOF
+#!/bin/bash
+#SBATCH --nodes=3 --ntasks-per-node=2 --output=mps.out --job-name=edp-mps
+export PATH=$FAKE:\$PATH EDP_FAKE_LOG=\$PWD/gp/fake.log PROBE_OUT=\$PWD/gp EDP_RESCALE_MODE=restart
+"$EDPRUN" -np 4 --ranks-per-gpu 2 --gpus 0 --mps on --control-file \$PWD/gp/ctl.json --mpirun-args "-x PROBE_OUT" -- "$PROBE" rescale 6 \$PWD/gp/ctl.json keep
+EOF
+  on_h1 sbatch --wait mps.sbatch || { cat mps.out; fail "the MPS job failed"; }
+  grep '^edprun' mps.out
+  grep -q "edprun: MPS daemons stopped on no host, started on edp-h3" mps.out || fail "Slurm, MPS: no start on edp-h3 alone"
+  for h in edp-h1 edp-h2 edp-h3; do
+    [ "$(grep -c "^start gpu=.* host=$h$" gp/fake.log)" = 1 ] || fail "Slurm, MPS: expected one MPS daemon started on $h"
+    [ "$(grep -c "^quit-on host=$h " gp/fake.log)" = 1 ] || fail "Slurm, MPS: expected the MPS daemon of $h stopped on $h"
+  done
+  grep -q " host=edp-h3 cpus=" gp/rank.5 || fail "Slurm, MPS: rank 5 not on edp-h3: $(cat gp/rank.5)"
+
+  # 5. An allocation smaller than asked: 3 task slots, -np 6. A clear error naming both, exit 2.
+  set +e
+  small=$(on_h1 salloc --nodes=3 --ntasks-per-node=1 "$EDPRUN" -np 6 -- "$MLP" --epochs 1 2>&1)
+  rc=$?
+  set -e
+  echo "$small"
+  [ $rc = 2 ] || fail "-np 6 in a 3-task allocation: exit $rc, expected 2"
+  grep -q "edprun: error: -np 6 is more ranks than the Slurm allocation has task slots: 3 on 3 node(s) (job [0-9]*: edp-h\[1-3\], SLURM_TASKS_PER_NODE=1(x3))" <<<"$small" ||
+    fail "no clear error for the too-small allocation"
+  [ -z "$(on_h1 squeue -h)" ] || fail "jobs left in the queue: $(on_h1 squeue -h)"
   ;;
 
 down)

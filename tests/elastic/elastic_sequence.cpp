@@ -11,6 +11,8 @@
 //   once by the job as a whole (all processes, present or gone) and prints
 //   "coverage: E epoch(s) x N samples, each seen once".
 // --die-at N  rank 1 dies by SIGKILL before step N (once), for the crash-and-restart test.
+// Every process also appends "size=W rank=R host=H" to DIR/where.<pid> whenever its place in the
+// job changes (its first step, and after each rescale): where the ranks ran, for the host test.
 // The last line is JSON: {"workers", "global_batch", "steps", "test_acc", "digest"}.
 #include <dirent.h>
 #include <unistd.h>
@@ -120,10 +122,19 @@ int main(int argc, char** argv) {
     jo.progress = false;
     elastic::Job job(world, model, opt, train, jo);
     std::ofstream seen(record + "/seen." + std::to_string(getpid()), std::ios::app);
+    std::ofstream where(record + "/where." + std::to_string(getpid()), std::ios::app);
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    int placed_rank = -1, placed_size = -1;
     nn::SoftmaxCrossEntropy ce;
     data::Batch b;
     while (job.next_epoch()) {
       while (job.next_batch(b)) {
+        if (job.rank() != placed_rank || job.size() != placed_size) {
+          placed_rank = job.rank();
+          placed_size = job.size();
+          where << "size=" << placed_size << " rank=" << placed_rank << " host=" << host << std::endl;
+        }
         for (int64_t i : b.indices) seen << job.epoch() << ' ' << i << '\n';
         seen.flush();
         if (o.i64("die-at") == job.steps() + 1 && job.rank() == 1 && access((record + "/died").c_str(), F_OK) != 0) {

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "edp/core/error.h"
+#include "edp/core/knobs.h"
 #include "edp/elastic/allowed.h"
 #include "edp/launch/placement.h"
 #include "launch/jobdir.h"
@@ -243,10 +244,10 @@ TEST(Planner, ElasticJobsLeaveRoomToSpawnOnOneHost) {
   EXPECT_TRUE(has_arg(gp, "--oversubscribe"));
   ASSERT_EQ(gp.daemons.size(), 2u);
   EXPECT_EQ(gp.daemons[1].gpu_uuid, "GPU-1001");
-  // A hostfile: exact slots.
+  // A hostfile of one host: exact slots (several hosts: Planner.ElasticOnSeveralHosts).
   LaunchRequest h = base(4, 1);
   h.host_source = HostSource::Hostfile;
-  h.hosts = {{"a", 2, 0}, {"b", 2, 0}};
+  h.hosts = {{"a", 4, 0}};
   h.elastic = true;
   EXPECT_FALSE(has_arg(make_plan(h, {}), "--oversubscribe"));
 }
@@ -394,6 +395,68 @@ TEST(Planner, MultiHostMpsGoesThroughMpirun) {
   EXPECT_NE(start.find("--host a:1,b:1 --map-by ppr:1:node"), std::string::npos) << start;
   EXPECT_NE(start.find("--mps-host start /tmp/edprun.test 0"), std::string::npos) << start;
   EXPECT_FALSE(make_plan(base(8, 4), fake_gpus(2)).mps_host_start_argv.size());
+  // The hosts the daemons run on, for a rescale that adds or removes hosts: those with ranks.
+  r.hosts.push_back({"c", 0, 0});
+  r.np = 6;  // 4 on a, 2 on b, none on c
+  const Plan q = make_plan(r, fake_gpus(1));
+  EXPECT_EQ(q.mps_hosts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(q.mps_gpus, "0");
+  EXPECT_EQ(shell_join(mps_host_argv(r, {"c"}, "start", "0")),
+            "mpirun -np 1 --host c:1 --map-by ppr:1:node --bind-to none /opt/edp/bin/edprun --mps-host start "
+            "/tmp/edprun.test 0");
+  EXPECT_EQ(shell_join(mps_host_argv(r, {"b", "c"}, "stop", "")),
+            "mpirun -np 2 --host b:1,c:1 --map-by ppr:1:node --bind-to none /opt/edp/bin/edprun --mps-host stop "
+            "/tmp/edprun.test");
+}
+
+// An elastic job on several hosts: mpirun learns every host with its capacity (room for an
+// in-place grow onto a host without ranks yet), may oversubscribe (parked ranks keep their slots),
+// and the ranks learn the hosts (EDP_LAUNCH_HOSTS) to place spawned ranks where a restart would.
+TEST(Planner, ElasticOnSeveralHosts) {
+  LaunchRequest r = base(2, 1);
+  r.gpus = {"none"};
+  r.host_source = HostSource::Hostfile;
+  r.hosts = {{"a", 1, 0}, {"b", 1, 0}, {"c", 1, 0}};
+  const Plan fixed = make_plan(r, {});
+  EXPECT_NE(shell_join(fixed.mpirun_argv).find("--host a:1,b:1 "), std::string::npos);
+  EXPECT_FALSE(has_arg(fixed, "--oversubscribe"));
+  EXPECT_EQ(env_of(fixed, "EDP_LAUNCH_HOSTS"), "<unset>");
+  r.elastic = true;
+  const Plan p = make_plan(r, {});
+  EXPECT_NE(shell_join(p.mpirun_argv).find("--oversubscribe -np 2 --host a:1,b:1,c:1 "), std::string::npos)
+      << shell_join(p.mpirun_argv);
+  EXPECT_EQ(env_of(p, "EDP_LAUNCH_HOSTS"), "a:1,b:1,c:1");
+  // GPU mode with MPS: daemons on every host from the start, unless the job only restarts.
+  LaunchRequest g = base(4, 2);
+  g.host_source = HostSource::Hostfile;
+  g.hosts = {{"a", 0, 0}, {"b", 0, 0}, {"c", 0, 0}};
+  g.mps = MpsMode::On;
+  g.elastic = true;
+  EXPECT_EQ(make_plan(g, fake_gpus(1)).mps_hosts, (std::vector<std::string>{"a", "b", "c"}));
+  g.elastic_restart_only = true;
+  EXPECT_EQ(make_plan(g, fake_gpus(1)).mps_hosts, (std::vector<std::string>{"a", "b"}));
+}
+
+// The fill rule the library and the shim place spawned ranks by (knobs::fill_slot).
+TEST(Placement, FillSlot) {
+  const std::vector<edp::knobs::LaunchHost> h = {{"a", 2}, {"b", 2}, {"c", 1}};
+  auto at = [&](int size, int rank) {
+    const auto s = edp::knobs::fill_slot(h, size, rank);
+    return std::to_string(s.host) + ":" + std::to_string(s.local_rank) + "/" + std::to_string(s.local_size);
+  };
+  EXPECT_EQ(at(3, 2), "1:0/1");  // a a b
+  EXPECT_EQ(at(5, 2), "1:0/2");  // a a b b c
+  EXPECT_EQ(at(5, 4), "2:0/1");
+  EXPECT_EQ(at(6, 0), "-1:0/0");  // more than the hosts take
+  setenv("EDP_LAUNCH_HOSTS", "edp-h1:2,edp-h2:1", 1);
+  const auto parsed = edp::knobs::launch_hosts();
+  ASSERT_EQ(parsed.size(), 2u);
+  EXPECT_EQ(parsed[1].name, "edp-h2");
+  EXPECT_EQ(parsed[1].capacity, 1);
+  setenv("EDP_LAUNCH_HOSTS", "edp-h1:2,edp-h2", 1);
+  EXPECT_THROW(edp::knobs::launch_hosts(), edp::Error);
+  unsetenv("EDP_LAUNCH_HOSTS");
+  EXPECT_TRUE(edp::knobs::launch_hosts().empty());
 }
 
 TEST(RankEnvironment, GpuAndCpu) {
@@ -481,6 +544,22 @@ TEST(Parsers, Slurm) {
   EXPECT_EQ(p.np, 16);
   EXPECT_FALSE(has_arg(p, "--host"));
   EXPECT_FALSE(has_arg(p, "--hostfile"));
+  // An allocation smaller than -np: an error naming both numbers and the allocation.
+  EXPECT_EQ(slurm_allocation_from_env(), "job 77: g[1-2], SLURM_TASKS_PER_NODE=8(x2)");
+  LaunchRequest c = base(20, 1);
+  c.gpus = {"none"};
+  c.host_source = HostSource::Slurm;
+  c.hosts = *hosts;
+  c.slurm_allocation = slurm_allocation_from_env();
+  try {
+    make_plan(c, {});
+    FAIL() << "-np 20 in 16 task slots was accepted";
+  } catch (const edp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("-np 20 is more ranks than the Slurm allocation has task slots: 16 on 2 node(s) "
+                                         "(job 77: g[1-2], SLURM_TASKS_PER_NODE=8(x2))"),
+              std::string::npos)
+        << e.what();
+  }
   for (const char* v : {"SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE"}) unsetenv(v);
   EXPECT_FALSE(slurm_hosts_from_env().has_value());
 }

@@ -60,4 +60,23 @@ struct OmpiWorld {
 };
 OmpiWorld ompi_world();
 
+// EDP_LAUNCH_HOSTS ("a:2,b:2,c:1"), which edprun gives the ranks of an elastic job on several
+// hosts: the hosts in edprun's order and the most ranks each takes. Ranks fill them in that order
+// (edprun's plan, Open MPI's by-slot mapping), so the host of any rank at any size follows, and an
+// in-place grow places its new ranks where a restart at the grown size would. Empty when unset;
+// a malformed value is an edp::Error naming the variable.
+struct LaunchHost {
+  std::string name;
+  int capacity = 0;
+};
+std::vector<LaunchHost> launch_hosts();
+// Where rank `rank` of a job of `size` ranks runs when the ranks fill `hosts` in order: the host's
+// index (-1 when `size` exceeds their capacity), the rank's local rank there and the ranks there.
+struct HostSlot {
+  int host = -1;
+  int local_rank = 0;
+  int local_size = 0;
+};
+HostSlot fill_slot(const std::vector<LaunchHost>& hosts, int size, int rank);
+
 }  // namespace edp::knobs
