@@ -633,6 +633,17 @@ int launcher(int argc, char** argv) {
     req = next;
     plan = std::move(p2);
   };
+  // The pause before a restart, doubling each time; a stop signal meanwhile is returned (else 0).
+  auto wait_backoff = [&]() {
+    timespec wait{static_cast<time_t>(backoff), static_cast<long>((backoff - std::floor(backoff)) * 1e9)};
+    const int s = sigtimedwait(&sigs, nullptr, &wait);
+    backoff *= 2;
+    if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
+      std::fprintf(stderr, "edprun: got %s while waiting to restart; stopping\n", strsignal(s));
+      return s;
+    }
+    return 0;
+  };
   for (;;) {
     if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(plan.mpirun_argv).c_str());
     std::remove(rescale_file.c_str());  // only this start's rank 0 may tell edprun a size
@@ -808,13 +819,7 @@ int launcher(int argc, char** argv) {
       std::fprintf(stderr, "edprun: host(s) %s lost (rank(s) %s did not answer); restart %d of %d on %s at %d rank(s) "
                    "in %.0f s\n", join_strings(lost).c_str(), join_ints(stall.silent_ranks).c_str(), restarts,
                    max_restarts, left.c_str(), plan.np, backoff);
-      timespec wait{static_cast<time_t>(backoff), static_cast<long>((backoff - std::floor(backoff)) * 1e9)};
-      const int s = sigtimedwait(&sigs, nullptr, &wait);
-      if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
-        std::fprintf(stderr, "edprun: got %s while waiting to restart; stopping\n", strsignal(s));
-        return finish(128 + s);
-      }
-      backoff *= 2;
+      if (const int sig = wait_backoff()) return finish(128 + sig);
       continue;
     }
     if (restarts >= max_restarts) {
@@ -836,13 +841,7 @@ int launcher(int argc, char** argv) {
     history.restart_failure(code, code == comm::kStallExitCode, plan.np, ended_t);
     std::fprintf(stderr, "edprun: %s; restart %d of %d at %d rank(s) in %.0f s\n", failure.c_str(), restarts,
                  max_restarts, plan.np, backoff);
-    timespec wait{static_cast<time_t>(backoff), static_cast<long>((backoff - std::floor(backoff)) * 1e9)};
-    const int s = sigtimedwait(&sigs, nullptr, &wait);
-    if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
-      std::fprintf(stderr, "edprun: got %s while waiting to restart; stopping\n", strsignal(s));
-      return finish(128 + s);
-    }
-    backoff *= 2;
+    if (const int sig = wait_backoff()) return finish(128 + sig);
   }
 }
 
