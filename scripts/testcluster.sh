@@ -3,7 +3,8 @@
 # "Several hosts"). Each host edp-h1..edp-hN is a Linux network namespace with its own address on a
 # private bridge (edp-br0, 10.77.0.0/24, through a veth pair), its own host name (a UTS namespace)
 # and its own /tmp (a mount namespace binds a private directory there, as /tmp is local on a real
-# node); every other path is the machine's, shared by all hosts as on a cluster with NFS.
+# node); every other path is the machine's, shared by all hosts as on a cluster with NFS — and so
+# are the source tree and EDP_TC_SHARED's directories when they lie under /tmp (bound back in).
 #
 # Open MPI reaches the hosts without sshd: `exec` sets plm_rsh_agent to scripts/testcluster-rsh,
 # which enters the target host's namespaces (nsenter) and runs orted there; its TCP traffic (oob
@@ -58,6 +59,14 @@ why_not() {
 }
 
 lock() { exec 9<"${BASH_SOURCE[0]}"; flock 9; }
+
+# The directories under /tmp every host must see as the machine does: the source tree this script
+# is in (CI may clone it under /tmp) and those in EDP_TC_SHARED (colon-separated), de-duplicated.
+shared_under_tmp() {
+  local p
+  { realpath -m "$HERE/.."; tr ':' '\n' <<< "${EDP_TC_SHARED:-}" | while read -r p; do [ -n "$p" ] && realpath -m "$p"; done; } |
+    grep -E '^/tmp/[^/]' | sort -u || true
+}
 
 hosts_present() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}[0-9]+$" | sort -V || true; }
 holder_pid() { cat "$STATE/$1/holder.pid" 2>/dev/null || true; }
@@ -151,10 +160,17 @@ do_up() {
     ip -n "$h" addr add "$NET.$i/24" dev eth0
     ip -n "$h" link set lo up
     ip -n "$h" link set eth0 up
+    # Shared paths under /tmp (the source tree when it was cloned there, EDP_TC_SHARED) are bound
+    # into the host's private /tmp at the same place, so that a checkout in /tmp works on every host.
+    local binds="" d
+    for d in $(shared_under_tmp); do
+      mkdir -p "$STATE/$h/tmp/${d#/tmp/}"
+      binds="$binds mount --rbind '$d' '$STATE/$h/tmp/${d#/tmp/}' &&"
+    done
     # The holder: in the host's network namespace, with its own UTS (host name) and mount (/tmp)
     # namespaces; everything run on the host enters all three through its pid.
     setsid ip netns exec "$h" unshare --mount --uts --propagation private sh -c \
-      "hostname $h && mount --bind '$STATE/$h/tmp' /tmp && echo \$\$ > '$STATE/$h/holder.pid.tmp' && \
+      "hostname $h && $binds mount --rbind '$STATE/$h/tmp' /tmp && echo \$\$ > '$STATE/$h/holder.pid.tmp' && \
        mv '$STATE/$h/holder.pid.tmp' '$STATE/$h/holder.pid' && exec sleep infinity" </dev/null >/dev/null 2>&1 9<&- &
     for _ in $(seq 50); do [ -f "$STATE/$h/holder.pid" ] && break; sleep 0.1; done
     holder_ok "$h" || { say "the holder of $h did not start"; false; }
