@@ -99,6 +99,23 @@ unsigned long long start_time(long pid) {
 
 bool alive(long pid, unsigned long long st) { return pid > 0 && st != 0 && start_time(pid) == st; }
 
+// A file's modification time and size as last seen: the controller polls every tick and reads a
+// job's status and events only when they changed (they are rewritten atomically or appended).
+struct FileStamp {
+  bool seen = false;
+  fs::file_time_type mtime{};
+  uintmax_t size = 0;
+};
+bool changed(const fs::path& p, FileStamp& s) {
+  std::error_code ec;
+  FileStamp now{true, fs::last_write_time(p, ec), 0};
+  if (!ec) now.size = fs::file_size(p, ec);
+  if (ec) now = FileStamp{true, {}, 0};  // missing: unchanged until it appears
+  if (s.seen && now.mtime == s.mtime && now.size == s.size) return false;
+  s = now;
+  return true;
+}
+
 // An exclusive lock on a file, held as long as the descriptor is open (and not inherited: every
 // child closes it, see start_keeper).
 int lock_file(const fs::path& p, bool wait) {
@@ -135,6 +152,9 @@ struct Job {
   std::vector<double> pauses;
   bool cancel_requested = false, preempt_requested = false;
   int exit_code = 0;
+  // In memory only: what poll() last read of status.json and events.jsonl.
+  FileStamp status_stamp, events_stamp;
+  std::vector<elastic::MembershipEvent> events;
   std::string error;
 };
 
@@ -361,7 +381,9 @@ void Controller::signal_job(Job& j, int sig) {
 void Controller::poll(Job& j) {
   if (j.state != "running") return;
   const fs::path d = dir(j);
-  if (const auto st = elastic::read_status((d / "status.json").string())) {
+  const auto st = changed(d / "status.json", j.status_stamp) ? elastic::read_status((d / "status.json").string())
+                                                              : std::nullopt;
+  if (st) {
     j.samples_done = st->samples_done;
     j.samples_total = st->samples_total;
     for (const elastic::ConfigMeasure& c : st->configs) {
@@ -388,7 +410,8 @@ void Controller::poll(Job& j) {
         j.samples_per_s = static_cast<double>(c.global_batch) / c.step_s;
     }
   }
-  const auto events = elastic::read_events((d / "events.jsonl").string());
+  if (changed(d / "events.jsonl", j.events_stamp)) j.events = elastic::read_events((d / "events.jsonl").string());
+  const auto& events = j.events;
   for (size_t i = j.events_seen; i < events.size(); ++i) {
     const elastic::MembershipEvent& e = events[i];
     if (e.event == "rescale") {
