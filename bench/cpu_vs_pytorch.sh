@@ -82,6 +82,16 @@ echo "# limit $LIMIT samples, $EPOCHS epoch(s), batch $BATCH per rank, $REPS int
 mpi_flags=(--oversubscribe --bind-to none)
 if [ "$(id -u)" = 0 ]; then mpi_flags+=(--allow-run-as-root); fi
 port=29500
+# Where the vCPUs sit right now: the cache-line round trip between them, before edp's run and after
+# the peers' (null on one CPU). On the VMs this was measured on it is ~55 ns or ~330 ns, changing
+# with the hypervisor's placement every few seconds to minutes, and a 2-thread MLP step runs at
+# half speed in the far placement; runs are summarised per placement (near: both probes below
+# FAR_NS, far: both above, mixed: it moved during the rep).
+FAR_NS=${FAR_NS:-150}
+core_rtt() {
+  "$BUILD/bench/corelat/edp_bench_core_latency" --round-trips 100000 2>/dev/null |
+    grep -o '"max_round_trip_ns":[0-9.]*' | cut -d: -f2 | grep . || echo null
+}
 run_edp() {  # model ranks threads -> JSON line
   local common=(--threads "$3" --batch "$BATCH" --epochs "$EPOCHS" --limit "$LIMIT" --no-eval)
   if [ "$2" = 1 ]; then
@@ -113,28 +123,34 @@ for model in $MODELS; do
   for cfg in $CONFIGS; do
     n=${cfg%x*} t=${cfg#*x}
     for rep in $(seq 1 "$REPS"); do
+      c0=$(core_rtt)
       e=$(run_edp "$model" "$n" "$t")
       p2=$(run_torch "$PY2" "$model" "$n" "$t")
       p1=null
       if [ $TORCH1 = 1 ]; then p1=$(run_torch "$PY1" "$model" "$n" "$t"); fi
-      echo "{\"bench\": \"cpu_vs_pytorch\", \"model\": \"fashion_mnist_$model\", \"ranks\": $n, \"threads\": $t, \"rep\": $rep, \"edp\": $e, \"torch2\": $p2, \"torch1\": $p1}" >> "$OUT"
+      c1=$(core_rtt)
+      echo "{\"bench\": \"cpu_vs_pytorch\", \"model\": \"fashion_mnist_$model\", \"ranks\": $n, \"threads\": $t, \"rep\": $rep, \"core_rtt_ns\": [$c0, $c1], \"edp\": $e, \"torch2\": $p2, \"torch1\": $p1}" >> "$OUT"
     done
   done
 done
 
-/usr/bin/python3 - "$OUT" "$REPS" <<'PY'
+/usr/bin/python3 - "$OUT" "$REPS" "$FAR_NS" <<'PY'
 import json, statistics, sys
-path, reps = sys.argv[1], int(sys.argv[2])
+path, reps, far_ns = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 runs = [json.loads(l) for l in open(path) if '"rep"' in l]
+def placement(r):
+    c = [x for x in r.get("core_rtt_ns", []) if x is not None]
+    if not c: return "-"
+    return "near" if max(c) < far_ns else "far" if min(c) >= far_ns else "mixed"
 groups = {}
 for r in runs:
-    groups.setdefault((r["model"], r["ranks"], r["threads"]), []).append(r)
+    groups.setdefault((r["model"], r["ranks"], r["threads"], placement(r)), []).append(r)
 def med(xs): return statistics.median(xs) if xs else float("nan")
 def rng(xs): return f"{min(xs):.0f}-{max(xs):.0f}" if xs else "-"
-print(f"{'model':<18} {'ranks':>5} {'thr':>3}  {'edp samples/s':>19}  {'torch2 samples/s':>19}  {'torch1 samples/s':>19}"
+print(f"{'model':<18} {'ranks':>5} {'thr':>3} {'cpus':>5}  {'edp samples/s':>19}  {'torch2 samples/s':>19}  {'torch1 samples/s':>19}"
       f"  {'edp/t2':>6} {'edp/t1':>6}  {'rss edp':>7} {'t2':>5} {'t1':>5} {'edp/t2':>6}  {'comm_exp':>8}  {'acc edp':>7} {'t2':>6} {'t1':>6}")
 summary = []
-for (m, n, t), rs in groups.items():
+for (m, n, t, pl), rs in groups.items():
     e = [r["edp"]["samples_per_s"] for r in rs]
     p2 = [r["torch2"]["samples_per_s"] for r in rs]
     p1 = [r["torch1"]["samples_per_s"] for r in rs if r["torch1"]]
@@ -145,10 +161,10 @@ for (m, n, t), rs in groups.items():
     ratio2 = med(e) / med(p2)
     ratio1 = med(e) / med(p1) if p1 else float("nan")
     a = (rs[-1]["edp"]["test_acc"], rs[-1]["torch2"]["test_acc"], rs[-1]["torch1"]["test_acc"] if rs[-1]["torch1"] else float("nan"))
-    print(f"{m:<18} {n:>5} {t:>3}  {med(e):>7.0f} ({rng(e):>11})  {med(p2):>7.0f} ({rng(p2):>11})  "
+    print(f"{m:<18} {n:>5} {t:>3} {pl:>5}  {med(e):>7.0f} ({rng(e):>11})  {med(p2):>7.0f} ({rng(p2):>11})  "
           f"{med(p1):>7.0f} ({rng(p1):>11})  {ratio2:>6.2f} {ratio1:>6.2f}  {re:>7.0f} {r2:>5.0f} {r1:>5.0f} {re / r2:>6.2f}  "
           f"{share:>8.3f}  {a[0]:>7.4f} {a[1]:>6.4f} {a[2]:>6.4f}")
-    summary.append({"bench": "cpu_vs_pytorch_summary", "model": m, "ranks": n, "threads": t, "reps": len(rs),
+    summary.append({"bench": "cpu_vs_pytorch_summary", "model": m, "ranks": n, "threads": t, "placement": pl, "reps": len(rs),
                     "edp_samples_per_s_median": med(e), "edp_samples_per_s_range": [min(e), max(e)],
                     "torch2_samples_per_s_median": med(p2), "torch2_samples_per_s_range": [min(p2), max(p2)],
                     "torch1_samples_per_s_median": med(p1) if p1 else None,
@@ -161,5 +177,7 @@ with open(path, "a") as f:
         f.write(json.dumps(s) + "\n")
 print("# samples/s: median of the runs (range); rss: peak resident set per process, MiB, the largest of the runs;")
 print("# comm_exp: edp's comm_exposed_share (time waiting for gradient buckets after backward / step time)")
+print(f"# cpus: the vCPUs' placement during the rep, from edp_bench_core_latency before and after it: near (< {far_ns:.0f} ns")
+print("# round trip both times), far (both above), mixed (it moved); '-': one CPU, no probe")
 PY
 echo "# load at end: $(cut -d' ' -f1-3 /proc/loadavg); JSON lines: $OUT"
