@@ -162,7 +162,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
                      e.samples / std::max(1e-9, e.seconds));
     }
   }
-  if (job.left() || job.exit_code() != 0) return job.exit_code();  // left in a shrink (0), or 75: restart me
+  if (job.left() || job.exit_code() != 0) return job.exit_code();  // left in a shrink (0), 75: restart me, 78: stopped
   const ddp::DDPStats st = job.ddp_stats();
   const double step_s = train_seconds / std::max<int64_t>(1, st.steps);
   const double exposed = st.exposed_comm_s / std::max<int64_t>(1, st.steps);

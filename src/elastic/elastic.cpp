@@ -35,12 +35,17 @@ RescaleRequest read_control_file(const std::string& path) {
   RescaleRequest r;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
-    if (k != "workers" && k != "global_batch")
-      throw DataError("control file " + path + ": unknown field '" + k + "' (known: workers, global_batch)");
-    if (!it->is_number_integer())
-      throw DataError("control file " + path + ": '" + k + "' must be an integer, got " + it->dump());
+    if (k != "workers" && k != "global_batch" && k != "stop")
+      throw DataError("control file " + path + ": unknown field '" + k + "' (known: workers, global_batch, stop)");
+    if (k == "stop" ? !it->is_boolean() : !it->is_number_integer())
+      throw DataError("control file " + path + ": '" + k + "' must be " + (k == "stop" ? "true or false" : "an integer") +
+                      ", got " + it->dump());
   }
-  if (!j.contains("workers")) throw DataError("control file " + path + ": 'workers' is missing");
+  r.stop = j.value("stop", false);
+  if (!j.contains("workers")) {
+    if (r.stop) return r;
+    throw DataError("control file " + path + ": 'workers' is missing");
+  }
   const int64_t w = j["workers"].get<int64_t>();
   if (w < 1 || w > 1 << 20) throw DataError("control file " + path + ": 'workers' must be >= 1, got " + std::to_string(w));
   r.workers = static_cast<int>(w);
@@ -89,7 +94,7 @@ ElasticControl::ElasticControl(std::string path, int workers, int64_t global_bat
     : path_(std::move(path)), current_{workers, global_batch}, limits_(std::move(limits)) {}
 
 std::optional<RescaleRequest> ElasticControl::poll(comm::Communicator& world) {
-  int64_t msg[3] = {0, 0, 0};  // wants a rescale, workers, global batch
+  int64_t msg[3] = {0, 0, 0};  // 1: wants a rescale, 2: to stop; workers, global batch
   if (world.rank() == 0) {
     struct stat st {};
     if (::stat(path_.c_str(), &st) == 0) {
@@ -101,9 +106,10 @@ std::optional<RescaleRequest> ElasticControl::poll(comm::Communicator& world) {
         try {
           last_ = read_control_file(path_);
           // Without a global batch the per-worker batch stays: B' = B / W * W'.
-          if (last_->global_batch == 0)
+          if (!last_->stop && last_->global_batch == 0)
             last_->global_batch = current_.global_batch / current_.workers * last_->workers;
-          if (const std::string why = refusal_reason(*last_, limits_); !why.empty() && !(*last_ == current_)) {
+          if (const std::string why = last_->stop ? "" : refusal_reason(*last_, limits_);
+              !why.empty() && !(*last_ == current_)) {
             log::warn("refusing the rescale request in ", path_, " (", last_->workers, " worker(s), global batch ",
                       last_->global_batch, "): ", why, "; the job continues at ", current_.workers,
                       " worker(s), global batch ", current_.global_batch);
@@ -118,7 +124,7 @@ std::optional<RescaleRequest> ElasticControl::poll(comm::Communicator& world) {
     if (last_) {
       const RescaleRequest want = *last_;
       if (!(want == current_)) {
-        msg[0] = 1;
+        msg[0] = want.stop ? 2 : 1;
         msg[1] = want.workers;
         msg[2] = want.global_batch;
       }
@@ -126,6 +132,7 @@ std::optional<RescaleRequest> ElasticControl::poll(comm::Communicator& world) {
   }
   world.broadcast(msg, 3, DType::I64, 0);
   if (msg[0] == 0) return std::nullopt;
+  if (msg[0] == 2) return RescaleRequest{0, 0, true};
   return RescaleRequest{static_cast<int>(msg[1]), msg[2]};
 }
 

@@ -193,9 +193,9 @@ void StatusReporter::step(const std::string& name, int workers, int64_t global_b
   if (now - last_write_ >= 1.0) write(now);
 }
 
-void StatusReporter::finish() {
+void StatusReporter::finish(const std::string& state) {
   if (!active()) return;
-  status_.state = "done";
+  status_.state = state;
   write(wall_time());
 }
 

@@ -249,6 +249,34 @@ struct Job::Impl {
     if (root()) log::info(o.name, ": stopping to be restarted at ", W2, " worker(s) (exit code ", kRescaleExitCode, ")");
   }
 
+  // ---- stop (a preemption that loses nothing) ----
+  // Every rank at the same step boundary: rank 0 commits a checkpoint of this step, then every
+  // rank stops with kStopExitCode. Started again (at any size), the job resumes at this step.
+  void stop() {
+    const double t = wall_time();
+    std::string written;
+    if (ckpt)
+      written = commit(nullptr, t);
+    else if (root())
+      log::warn(o.name, ": stopping as the control file asks, without a checkpoint directory (JobOptions::checkpoint_dir, "
+                "the examples' --checkpoint-dir): the job's progress is lost, it starts over when started again");
+    world->barrier();  // the checkpoint is committed before any rank reports the stop
+    job.exit_code_ = kStopExitCode;
+    if (progress) progress->finish();
+    progress.reset();
+    if (!root()) return;
+    MembershipEvent ev;
+    ev.event = "stop";
+    ev.workers = size();
+    ev.global_batch = job.global_batch_;
+    ev.step = job.step_;
+    ev.t = wall_time();
+    append_event(ev);
+    status.finish("stopped");
+    log::info(o.name, ": stopped at step ", job.step_, " as the control file asks (exit code ", kStopExitCode, ")",
+              written.empty() ? std::string() : ": started again, it resumes from " + written);
+  }
+
   // True when done (or this rank left); false to fall back to the restart path.
   bool in_place(int W2, int64_t gb2, double requested_t) {
     const int W = size(), me = rank();
@@ -549,7 +577,12 @@ void Job::step(double loss) {
   }
   if (m.o.checkpoint_every > 0 && step_ % m.o.checkpoint_every == 0) m.commit(nullptr, 0);
   if (m.control && step_ % m.o.control_every == 0) {
-    if (const auto next = m.control->poll(*m.world)) m.rescale(*next);
+    if (const auto next = m.control->poll(*m.world)) {
+      if (next->stop)
+        m.stop();
+      else
+        m.rescale(*next);
+    }
   }
 }
 

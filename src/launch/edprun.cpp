@@ -336,8 +336,8 @@ int launcher(int argc, char** argv) {
       .add("mpirun-args", "", "extra arguments for mpirun, space-separated (e.g. \"--mca btl ^openib\")")
       .add("kill-grace", "10", "seconds mpirun gets to stop the ranks after a signal before it is killed")
       .add("control-file", "", "elastic: the job's control file, given to the ranks as EDP_CONTROL_FILE (edprun never "
-           "reads it: after exit code 75 it restarts the job at the size the job committed, EDP_RESCALE_FILE); the "
-           "ranks also get EDP_SPAWN_WRAPPER (in-place grow) and, on one host, mpirun --oversubscribe")
+           "reads it: after exit code 75 it restarts the job at the size the job committed, EDP_RESCALE_FILE; after "
+           "78, a stop the file asked for, it ends with 78 and does not restart the job); the ranks also get EDP_SPAWN_WRAPPER (in-place grow) and, on one host, mpirun --oversubscribe")
       .add("max-restarts", "0", "start a job that failed (a crash, a stall: exit 76) again, up to N times, at its "
            "current size (EDP_EVENTS_FILE; it resumes from its checkpoint)")
       .add("events-file", "", "where the job's rank 0 appends its membership events (EDP_EVENTS_FILE; default: "
@@ -753,6 +753,12 @@ int launcher(int argc, char** argv) {
                      e.what());
         failure = "the job stopped for a rescale without a usable rescale file (exit 75)";
       }
+    } else if (code == elastic::kStopExitCode) {
+      // Not a failure: the job committed a checkpoint and stopped because its control file said
+      // {"stop": true} (a preemption). Restarting it here would only stop it again.
+      std::fprintf(stderr, "edprun: the job stopped as its control file asked (exit %d); started again, with a control file "
+                   "that no longer asks it to stop, it resumes from the checkpoint it committed at that step\n", code);
+      return finish(code);
     } else if (code == comm::kStallExitCode) {
       failure = "the job stalled (a collective timed out, exit 76)";
     } else if (code != 0) {

@@ -47,6 +47,14 @@ TEST(Elastic, ControlFileParsesAndNamesBadFields) {
   EXPECT_EQ(elastic::read_control_file(p), (elastic::RescaleRequest{4, 512}));
   write_file(p, R"({"workers": 3})");
   EXPECT_EQ(elastic::read_control_file(p), (elastic::RescaleRequest{3, 0}));
+  // A stop needs no size; with one, the size is read (and checked) but the stop is what counts.
+  write_file(p, R"({"stop": true})");
+  EXPECT_TRUE(elastic::read_control_file(p).stop);
+  write_file(p, R"({"workers": 2, "global_batch": 128, "stop": true})");
+  EXPECT_TRUE(elastic::read_control_file(p).stop);
+  EXPECT_EQ(elastic::read_control_file(p), (elastic::RescaleRequest{5, 7, true}));  // stops compare equal
+  write_file(p, R"({"workers": 2, "stop": false})");
+  EXPECT_EQ(elastic::read_control_file(p), (elastic::RescaleRequest{2, 0}));
   auto expect = [&](const std::string& text, const std::string& what) {
     write_file(p, text);
     try {
@@ -65,6 +73,9 @@ TEST(Elastic, ControlFileParsesAndNamesBadFields) {
   expect(R"({"workers": 2, "batch": 64})", "unknown field 'batch'");
   expect(R"({"workers": 3, "global_batch": 100})", "not divisible by 'workers' 3");
   expect(R"({"workers": 2, "global_batch": -64})", "'global_batch' must be >= 1");
+  expect(R"({"stop": 1})", "'stop' must be true or false");
+  expect(R"({"stop": false})", "'workers' is missing");
+  expect(R"({"stop": true, "workers": 0})", "'workers' must be >= 1");
   fs::remove(p);
   EXPECT_THROW(elastic::read_control_file(p), DataError);
 }
@@ -107,6 +118,13 @@ TEST(Elastic, PollGivesEveryRankTheSameDecision) {
   r = poll_all("shrink with a batch");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(*r, (elastic::RescaleRequest{1, 32}));
+  // A stop reaches every rank, whatever size the file names; it is never refused.
+  if (world.rank() == 0) write_file(p, "{\"workers\": " + std::to_string(W + 100) + ", \"stop\": true}");
+  r = poll_all("stop");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->stop);
+  const int64_t stop_flag = r->stop ? 1 : 0;
+  EXPECT_EQ(world.allreduce_value<int64_t>(stop_flag, comm::ReduceOp::Min), 1) << "a rank missed the stop";
   world.barrier();
   if (world.rank() == 0) fs::remove(p);
 }

@@ -43,6 +43,7 @@
 #include "edp/autoscale/live.h"
 #include "edp/autoscale/simulator.h"
 #include "edp/core/error.h"
+#include "edp/elastic/elastic.h"
 #include "edp/elastic/events.h"
 
 namespace fs = std::filesystem;
@@ -151,6 +152,11 @@ struct Job {
   std::vector<Measured> measured;
   std::vector<double> pauses;
   bool cancel_requested = false, preempt_requested = false;
+  // A preemption: when the stop was asked for through the control file, and whether the job then
+  // got SIGTERM for not stopping within --preempt-grace.
+  double preempt_t = 0;
+  bool preempt_signalled = false;
+  int preemptions = 0;
   int exit_code = 0;
   // In memory only: what poll() last read of status.json and events.jsonl.
   FileStamp status_stamp, events_stamp;
@@ -192,6 +198,9 @@ json job_json(const Job& j) {
           {"pauses", j.pauses},
           {"cancel_requested", j.cancel_requested},
           {"preempt_requested", j.preempt_requested},
+          {"preempt_t", j.preempt_t},
+          {"preempt_signalled", j.preempt_signalled},
+          {"preemptions", j.preemptions},
           {"exit_code", j.exit_code},
           {"error", j.error}};
 }
@@ -226,6 +235,9 @@ Job job_from_json(const json& x) {
   j.pauses = x.value("pauses", std::vector<double>{});
   j.cancel_requested = x.value("cancel_requested", false);
   j.preempt_requested = x.value("preempt_requested", false);
+  j.preempt_t = x.value("preempt_t", 0.0);
+  j.preempt_signalled = x.value("preempt_signalled", false);
+  j.preemptions = x.value("preemptions", 0);
   j.exit_code = x.value("exit_code", 0);
   j.error = x.value("error", "");
   return j;
@@ -257,7 +269,8 @@ struct ServeOptions {
   int slots = 0;
   std::string kind = "auto";
   std::string policy = "goodput";
-  double replan_s = 30, tick_s = 0.05, hysteresis = 0.15, pause_s = -1, start_s = 3, rescale_timeout_s = 120;
+  double replan_s = 30, tick_s = 0.05, hysteresis = 0.15, pause_s = -1, start_s = 3, rescale_timeout_s = 120,
+         preempt_grace_s = 60;
   int max_ranks_per_gpu = 1;
   std::string edprun;
   std::vector<std::string> edprun_args;
@@ -280,6 +293,7 @@ class Controller {
   void replan(const std::string& trigger);
   void start(Job& j, int workers, int k, int64_t batch);
   void request(Job& j, int workers, int64_t batch);
+  void preempt(Job& j, const std::string& reason);
   void signal_job(Job& j, int sig);
   int slots_held() const;
   void save() { save_table(o_.root, jobs_); }
@@ -446,6 +460,13 @@ void Controller::poll(Job& j) {
     j.target_batch = 0;
     write_atomic(d / "control.json", json{{"workers", j.workers}, {"global_batch", j.batch}}.dump() + "\n");
   }
+  if (j.preempt_requested && !j.preempt_signalled && now_s() - j.preempt_t > o_.preempt_grace_s) {
+    log("job " + j.id + ": did not stop within " + std::to_string(static_cast<int>(o_.preempt_grace_s)) +
+        " s of the stop request; SIGTERM to edprun (it loses the steps since its last checkpoint)");
+    signal_job(j, SIGTERM);
+    j.preempt_signalled = true;
+    save();
+  }
   // Its end: the keeper wrote exit.json, or the keeper is gone without one.
   const fs::path ex = d / "exit.json";
   if (fs::exists(ex)) {
@@ -490,14 +511,22 @@ void Controller::finish(Job& j, const json& ex) {
   j.target_workers = 0;
   j.target_batch = 0;
   dirty_ = true;
-  if (j.preempt_requested && !j.cancel_requested) {
+  const bool signalled = j.preempt_signalled;
+  j.preempt_signalled = false;
+  // A preempted job that ended for another reason (it finished, or failed, before it saw the
+  // stop) ends as that.
+  if (j.preempt_requested && !j.cancel_requested && (code == elastic::kStopExitCode || (signalled && code != 0))) {
     j.preempt_requested = false;
     j.state = "queued";
     j.samples_per_s = 0;
-    log("job " + j.id + " preempted: queued again (it resumes from its last checkpoint)");
+    ++j.preemptions;
+    log("job " + j.id + " preempted: " +
+        (code == elastic::kStopExitCode ? "it committed a checkpoint and stopped; queued again (it resumes there)"
+                                        : "stopped by SIGTERM; queued again (it resumes from its last checkpoint)"));
     trigger_ += "preempted " + j.id + "; ";
     return;
   }
+  j.preempt_requested = false;
   j.end_t = now_s();
   if (j.cancel_requested) {
     j.state = "cancelled";
@@ -620,6 +649,18 @@ void Controller::request(Job& j, int workers, int64_t batch) {
   write_atomic(dir(j) / "control.json", json{{"workers", workers}, {"global_batch", batch}}.dump() + "\n");
 }
 
+// Asks the job to commit a checkpoint and stop (exit 78) at its next look at the control file;
+// poll() sends SIGTERM if it has not stopped within --preempt-grace.
+void Controller::preempt(Job& j, const std::string& reason) {
+  j.preempt_requested = true;
+  j.preempt_t = now_s();
+  j.preempt_signalled = false;
+  j.target_workers = 0;
+  j.target_batch = 0;
+  write_atomic(dir(j) / "control.json", json{{"workers", j.workers}, {"global_batch", j.batch}, {"stop", true}}.dump() + "\n");
+  log("job " + j.id + ": preempted (asked to checkpoint and stop): " + reason);
+}
+
 void Controller::replan(const std::string& trigger) {
   const double t0 = now_s();
   std::vector<LiveJob> live;
@@ -704,9 +745,7 @@ void Controller::replan(const std::string& trigger) {
         request(j, c.workers, c.batch);
         log("job " + j.id + ": " + c.action + ": " + c.reason);
       } else if (c.action == "stop") {
-        j.preempt_requested = true;
-        signal_job(j, SIGTERM);
-        log("job " + j.id + ": preempted: " + c.reason);
+        preempt(j, c.reason);
       }
       decisions.push_back(d);
     }
@@ -868,8 +907,8 @@ int status(const fs::path& root, bool as_json) {
     return 0;
   }
   std::printf("%s: controller %s\n", root.string().c_str(), serving ? "running" : "not running");
-  std::printf("%-6s %-16s %-10s %7s %5s %7s %10s %8s %8s %8s  %s\n", "job", "name", "state", "workers", "k",
-              "batch", "samples/s", "progress", "restarts", "rescales", "note");
+  std::printf("%-6s %-16s %-10s %7s %5s %7s %10s %8s %8s %8s %8s  %s\n", "job", "name", "state", "workers", "k",
+              "batch", "samples/s", "progress", "restarts", "rescales", "preempts", "note");
   for (const Job& j : jobs) {
     const bool run = j.state == "running";
     char prog[16] = "-";
@@ -878,10 +917,11 @@ int status(const fs::path& root, bool as_json) {
     if (run && j.samples_per_s > 0) std::snprintf(sps, sizeof sps, "%.0f", j.samples_per_s);
     std::string note = j.error;
     if (run && j.target_workers > 0) note = "rescaling to " + std::to_string(j.target_workers) + "x" + std::to_string(j.target_batch);
-    std::printf("%-6s %-16s %-10s %7s %5s %7s %10s %8s %8d %8d  %s\n", j.id.c_str(), j.spec.name.substr(0, 16).c_str(),
+    if (run && j.preempt_requested) note = "stopping (preempted)";
+    std::printf("%-6s %-16s %-10s %7s %5s %7s %10s %8s %8d %8d %8d  %s\n", j.id.c_str(), j.spec.name.substr(0, 16).c_str(),
                 j.state.c_str(), run ? std::to_string(j.workers).c_str() : "-",
                 run ? std::to_string(j.ranks_per_slot).c_str() : "-", run ? std::to_string(j.batch).c_str() : "-", sps,
-                prog, j.restarts, j.rescales, note.c_str());
+                prog, j.restarts, j.rescales, j.preemptions, note.c_str());
   }
   return 0;
 }
@@ -924,6 +964,8 @@ int live_main(int argc, char** argv) {
         ->envname("EDP_AUTOSCALE_START_COST")->capture_default_str();
     app.add_option("--rescale-timeout", o.rescale_timeout_s, "seconds after which a rescale that did not land is given up")
         ->check(CLI::Range(1.0, 86400.0))->capture_default_str();
+    app.add_option("--preempt-grace", o.preempt_grace_s, "seconds a preempted job has to checkpoint and stop before "
+                   "it gets SIGTERM")->check(CLI::Range(0.0, 86400.0))->envname("EDP_AUTOSCALE_PREEMPT_GRACE")->capture_default_str();
     app.add_option("--max-ranks-per-gpu", o.max_ranks_per_gpu, "GPU slots: the most ranks one job may run per GPU (MPS)")
         ->check(CLI::Range(1, 8))->envname("EDP_AUTOSCALE_MAX_RANKS_PER_GPU")->capture_default_str();
     app.add_option("--tick", o.tick_s, "seconds between looks at the jobs")->check(CLI::Range(0.01, 10.0))->capture_default_str();

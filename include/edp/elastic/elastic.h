@@ -4,7 +4,8 @@
 //
 // The flow (docs/elastic.md): a controller (a person, or edp-autoscale) writes the desired size
 // to the job's control file, JSON {"workers": W, "global_batch": B} ("global_batch" optional:
-// absent keeps the per-worker batch), replacing it atomically (write + rename). Every
+// absent keeps the per-worker batch), or {"stop": true} to have the job commit a checkpoint and
+// stop (a preemption that loses no step), replacing it atomically (write + rename). Every
 // `--control-every` steps rank 0 looks at the file (only when its modification time or size
 // changed) and broadcasts what it found, so every rank takes the same decision at the same step
 // boundary. By restart, a request that differs from the job's current size makes every rank commit one
@@ -27,16 +28,24 @@ namespace edp::elastic {
 
 // The exit code of every rank of a job that stopped to be restarted at another size (EX_TEMPFAIL).
 constexpr int kRescaleExitCode = 75;
+// The exit code of every rank of a job that stopped because its control file asked it to
+// ({"stop": true}: a preemption), after committing a checkpoint at that step: started again, it
+// resumes there. edprun does not restart it. (77 is left alone: CTest's "skipped".)
+constexpr int kStopExitCode = 78;
 
 struct RescaleRequest {
   int workers = 0;
   int64_t global_batch = 0;  // 0: keep the per-worker batch
-  bool operator==(const RescaleRequest& o) const { return workers == o.workers && global_batch == o.global_batch; }
+  bool stop = false;         // checkpoint and stop (workers and global_batch are then ignored)
+  bool operator==(const RescaleRequest& o) const {
+    return stop == o.stop && (stop || (workers == o.workers && global_batch == o.global_batch));
+  }
 };
 
 // Parses a control file. Throws edp::DataError naming the file and the field for malformed JSON,
 // unknown fields, a missing or non-positive "workers", a non-positive "global_batch", or a
-// global batch that the workers do not divide.
+// global batch that the workers do not divide. {"stop": true} (a boolean; "workers" may then be
+// left out) asks the job to commit a checkpoint and stop with kStopExitCode.
 RescaleRequest read_control_file(const std::string& path);
 
 // What a request must satisfy before any rank acts on it.
@@ -64,7 +73,7 @@ class ElasticControl {
   // can run, a global batch the workers do not divide or the job cannot take), is reported on
   // stderr once per version of the file and ignored: a controller's mistake never stops or
   // poisons a job. Returns the request on every rank when it asks for another size than the
-  // current one, else nullopt.
+  // current one or to stop, else nullopt.
   std::optional<RescaleRequest> poll(comm::Communicator& world);
   const std::string& path() const { return path_; }
   const ControlLimits& limits() const { return limits_; }

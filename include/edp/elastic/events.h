@@ -7,12 +7,15 @@
 //    "from_global_batch": 128, "global_batch": 256, "step": 37, "requested_t": ..., "t": ...,
 //    "pause_s": 0.41, "phases": {"decide_s": ..., "spawn_s": ..., "state_s": ..., ...}}
 //   {"event": "rescale", "mode": "restart", ...same fields...}
+//   {"event": "stop",    "workers": 2, "global_batch": 128, "step": 80, "t": ...}
 //
 // "t" is the wall time (seconds since the epoch) the event was written; for a rescale, it is
 // written when the first step at the new size has finished, and pause_s = t - requested_t, the
 // time from rank 0 reading the request to the end of that first step (the restart path carries
 // requested_t through the rescale checkpoint). "start" is written each time the processes start
-// (a first start, a restart after a crash or for a rescale). Unknown fields are to be ignored.
+// (a first start, a restart after a crash or for a rescale); "stop" when the job committed a
+// checkpoint at "step" and stopped because its control file asked ({"stop": true}). Unknown
+// fields are to be ignored.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -24,7 +27,7 @@
 namespace edp::elastic {
 
 struct MembershipEvent {
-  std::string event;  // "start" or "rescale"
+  std::string event;  // "start", "rescale" or "stop"
   std::string mode;   // rescale: "in_place" or "restart"
   int from_workers = 0, workers = 0;
   int64_t from_global_batch = 0, global_batch = 0;
@@ -58,7 +61,8 @@ double wall_time();
 // median wall time of a step (from the end of one step to the end of the next, over the last 256
 // steps), comm_s the mean exposed communication per step. Steps that span something else are
 // left out: the first two after a start or a change of size, and the first of each epoch
-// (evaluation runs between epochs). state: "running" or "done".
+// (evaluation runs between epochs). state: "running", "done", or "stopped" (its control file asked
+// it to stop; started again, it resumes).
 struct ConfigMeasure {
   int workers = 0;
   int64_t global_batch = 0;
@@ -89,7 +93,7 @@ class StatusReporter {
   // After a step at (workers, global_batch); comm_total_s: the job's exposed communication so far.
   void step(const std::string& name, int workers, int64_t global_batch, int64_t epoch, int64_t epochs, int64_t step,
             int64_t samples_done, int64_t samples_total, double comm_total_s);
-  void finish();  // the training ended: state "done", written now
+  void finish(const std::string& state = "done");  // the training ended ("done") or stopped: written now
 
  private:
   struct Window {

@@ -19,7 +19,8 @@
 //   return job.exit_code();
 //
 // A rescale (docs/elastic.md). Every `control_every` steps rank 0 reads the control file; a valid
-// request for another size is broadcast and carried out by every rank at the same step boundary:
+// request for another size (or to stop: a checkpoint of that step, then exit_code() =
+// kStopExitCode) is broadcast and carried out by every rank at the same step boundary:
 //   in place (the default): a shrink splits the communicator — the leaving ranks see
 //     next_batch() and next_epoch() return false and end their program with exit code 0 — and a
 //     grow starts the new ranks with MPI_Comm_spawn (edp/comm/membership.h). They run the same
@@ -127,7 +128,8 @@ class Job {
 
   // ---- the training loop ----
   // Starts the next epoch; false when the training is over: every epoch done, this rank left
-  // the job (a shrink), or the job stops to be restarted at another size (see exit_code()).
+  // the job (a shrink), or the job stops (for a restart at another size, or as asked: see
+  // exit_code()).
   bool next_epoch();
   // This rank's next batch of the epoch (on the job's device); false at the end of the epoch or
   // when next_epoch() would return false. A step in which this rank has no sample (the uneven
@@ -154,8 +156,9 @@ class Job {
   // Still training: not left, not stopping for a restart. After next_batch() returned false,
   // true means the epoch ended (evaluate, report) and false that the program should end.
   bool active() const { return !left_ && exit_code_ == 0; }
-  // 0, or kRescaleExitCode when the job stopped to be restarted at another size: return it from
-  // main, so that edprun restarts the job.
+  // 0; kRescaleExitCode when the job stopped to be restarted at another size (edprun restarts
+  // it); kStopExitCode when it committed a checkpoint and stopped because the control file asked
+  // ({"stop": true}). Return it from main.
   int exit_code() const { return exit_code_; }
   // Where the synchronised backward passes' time went, over every world the job has had.
   ddp::DDPStats ddp_stats() const;
