@@ -253,10 +253,9 @@ struct Job::Impl {
   // Every rank at the same step boundary: rank 0 commits a checkpoint of this step, then every
   // rank stops with kStopExitCode. Started again (at any size), the job resumes at this step.
   void stop() {
-    const double t = wall_time();
     std::string written;
     if (ckpt)
-      written = commit(nullptr, t);
+      written = commit(nullptr, 0);
     else if (root())
       log::warn(o.name, ": stopping as the control file asks, without a checkpoint directory (JobOptions::checkpoint_dir, "
                 "the examples' --checkpoint-dir): the job's progress is lost, it starts over when started again");
