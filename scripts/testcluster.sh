@@ -301,6 +301,29 @@ do_slurm_up() {
   say "slurm up: slurmctld on $first, slurmd on $(echo $hosts) (SLURM_CONF=$d/slurm.conf)"
 }
 
+# Cuts or restores a host's link (its veth's bridge end). `up` returns once the host answers TCP
+# from another host (a refused connection to port 9 is an answer), at most 10 s: a test that starts
+# a job right after restoring a link must not race the carrier coming back.
+do_link() {
+  local h=$1 state=$2 from addr reply
+  [ "$state" = up ] || [ "$state" = down ] || die "link: up or down, not '$state'"
+  holder_ok "$h" || die "host $h is not up"
+  ip link set "$h-v" "$state"
+  if [ "$state" = up ]; then
+    addr=$(cat "$STATE/$h/addr")
+    from=$(grep -vx "$h" "$STATE/hosts" | head -1 || true)
+    [ -n "$from" ] || from=$h
+    local ok=0
+    for _ in $(seq 50); do
+      reply=$(nsenter -t "$(holder_pid "$from")" -n -- timeout 1 bash -c "exec 3<>/dev/tcp/$addr/9" 2>&1 || true)
+      if [[ "$reply" == *refused* ]]; then ok=1; break; fi
+      sleep 0.2
+    done
+    [ $ok = 1 ] || die "link of $h is up but $from cannot reach $addr within 10 s"
+  fi
+  say "link of $h $state"
+}
+
 # Runs a command inside HOST's namespaces, in the caller's working directory.
 run_on() {
   local h=$1; shift
@@ -343,10 +366,7 @@ case "$cmd" in
       i=$((i + 1)); [ "$n" -gt 0 ] && [ "$i" -gt "$n" ] && break
       echo "$h slots=$slots"
     done ;;
-  link)
-    [ $# -eq 2 ] || die "usage: link HOST up|down"
-    holder_ok "$1" || die "host $1 is not up"
-    ip link set "$1-v" "$2"; say "link of $1 $2" ;;
+  link) [ $# -eq 2 ] || die "usage: link HOST up|down"; do_link "$1" "$2" ;;
   kill) [ $# -eq 1 ] || die "usage: kill HOST"; holder_ok "$1" || die "host $1 is not up"; kill_host_procs "$1" keep ;;
   pids) [ $# -eq 1 ] || die "usage: pids HOST"; all_pids "$1" | grep -vx "$(holder_pid "$1")" || true ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;

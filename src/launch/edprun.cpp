@@ -349,12 +349,17 @@ int launcher(int argc, char** argv) {
       .add("min-np", "0", "hostfile: the fewest ranks to restart at on the hosts that are left when a host is lost "
            "(its ranks did not answer in a stalled collective); 0: the job's size (a lost host is then fatal unless "
            "the other hosts have the slots)")
+      .add("max-np", "0", "elastic: the largest size a rescale may ask for (0: what the hosts take at the start); "
+           "with --reread-hostfile the hostfile must hold the size asked for when the job restarts at it")
+      .add_flag("reread-hostfile", "elastic, hostfile: read the hostfile again before every restart (a rescale or a "
+                "failure), so that whoever writes it (edp-autoscale serve --hostfile) chooses the hosts of the next start; "
+                "rescales then restart (EDP_RESCALE_MODE=restart), lost hosts stay out")
       .add_flag("dry-run", "print the plan (ranks, GPUs, cores, environment, daemons, mpirun command) and exit")
       .add_flag("verbose", "print what edprun does")
       .add_flag("allow-run-as-root", "allow running as root (passes --allow-run-as-root to mpirun)")
       .add_flag("oversubscribe", "allow more ranks than cores on a host");
   o.parse(static_cast<int>(cargs.size()), cargs.data());
-  const bool dry = o.flag("dry-run"), verbose = o.flag("verbose");
+  const bool dry = o.flag("dry-run"), verbose = o.flag("verbose"), reread = o.flag("reread-hostfile");
   // From here on a Ctrl-C waits (pending) until edprun can clean up what it created.
   sigset_t sigs;
   block_signals(sigs);
@@ -422,6 +427,15 @@ int launcher(int argc, char** argv) {
       req.slurm_ntasks = sys_env_int("SLURM_NTASKS", 0);
       req.slurm_allocation = slurm_allocation_from_env();
     }
+    if (o.i64("max-np") < 0) throw Error("--max-np must be >= 0");
+    if (reread) {
+      if (req.host_source != HostSource::Hostfile) throw Error("--reread-hostfile needs --hostfile");
+      if (!req.elastic) throw Error("--reread-hostfile needs --control-file (it is for elastic jobs)");
+      // A grow in place would put its ranks where the hostfile of the start said; a restart reads
+      // the file again.
+      req.elastic_restart_only = true;
+      req.extra_env.emplace_back("EDP_RESCALE_MODE", "restart");
+    }
     const bool forced_cpu = req.gpus.size() == 1 && req.gpus[0] == "none";
     disc = forced_cpu ? Discovery{{}, "--gpus none"} : discover_gpus(o.str("gpu-discovery"));
     req.gpu_source = disc.source;
@@ -474,7 +488,20 @@ int launcher(int argc, char** argv) {
         if (private_ompi) mkdir(req.ompi_session_dir.c_str(), 0700);
       }
       // The sizes a rescale may ask for: the ranks refuse any other before acting on it.
-      const std::vector<int> allowed = allowed_worker_counts(req, disc.gpus);
+      std::vector<int> allowed = allowed_worker_counts(req, disc.gpus);
+      if (const int max_np = static_cast<int>(o.i64("max-np")); max_np > 0) {
+        if (max_np > elastic::kMaxAllowedWorkers)
+          throw Error(concat("--max-np ", max_np, ": at most ", elastic::kMaxAllowedWorkers));
+        if (max_np < req.np) throw Error(concat("--max-np ", max_np, " is below -np ", req.np));
+        if (reread) {
+          // The hosts of a later start are the hostfile's then: every size up to --max-np may be
+          // asked for; the restart checks that the hostfile holds it.
+          allowed.clear();
+          for (int n = 1; n <= max_np; ++n) allowed.push_back(n);
+        } else {
+          allowed.erase(std::remove_if(allowed.begin(), allowed.end(), [&](int n) { return n > max_np; }), allowed.end());
+        }
+      }
       req.extra_env.emplace_back("EDP_ALLOWED_WORKERS", elastic::format_allowed_workers(allowed));
       plan = make_plan(req, disc.gpus);
       plan.notes.push_back("elastic: the job can run at " + elastic::format_allowed_workers(allowed) +
@@ -569,9 +596,21 @@ int launcher(int argc, char** argv) {
   // The next start at np ranks: a new plan, and the MPS daemons follow a change of GPUs or hosts.
   // Throws (leaving the current plan) when np cannot run. `lost`: hosts that cannot be reached,
   // whose daemons are not stopped (mpirun would wait for them).
+  // --reread-hostfile: the hosts the hostfile names now, less those lost so far.
+  const std::string hostfile = o.str("hostfile");
+  std::vector<std::string> lost_hosts;
+  auto current_hosts = [&]() {
+    std::vector<HostSpec> hs = parse_hostfile(hostfile);
+    hs.erase(std::remove_if(hs.begin(), hs.end(), [&](const HostSpec& h) {
+               return std::find(lost_hosts.begin(), lost_hosts.end(), h.name) != lost_hosts.end();
+             }), hs.end());
+    if (hs.empty()) throw Error("the hostfile " + hostfile + " names no host that is not lost (" + join_strings(lost_hosts) + ")");
+    return hs;
+  };
   auto move_to = [&](int np, const std::vector<std::string>& lost = {}) {
     LaunchRequest next = req;
     next.np = np;
+    if (reread) next.hosts = current_hosts();
     Plan p2 = make_plan(next, disc.gpus);
     const bool remote_now = !plan.mps_host_start_argv.empty(), remote_next = !p2.mps_host_start_argv.empty();
     if (remote_now || remote_next) {
@@ -729,6 +768,7 @@ int launcher(int argc, char** argv) {
       // The job stopped at a step boundary after committing a checkpoint, and rank 0 recorded the
       // size it committed. That record, not the control file (which a controller may have changed
       // or broken since), is the size to continue at.
+      bool have_record = false;
       try {
         RescaleRecord rec;
         try {
@@ -738,6 +778,7 @@ int launcher(int argc, char** argv) {
           throw;
         }
         std::remove(rescale_file.c_str());
+        have_record = true;
         const int from = history.workers();
         move_to(rec.workers);
         history.restart_rescale(from, rec.workers, rec.global_batch, rec.step, ended_t);
@@ -746,12 +787,18 @@ int launcher(int argc, char** argv) {
                      static_cast<long long>(rec.step), rec.checkpoint.c_str());
         continue;
       } catch (const std::exception& e) {
-        std::fprintf(stderr,
-                     "edprun: error: the job exited with 75 (stopped for a rescale) but cannot be restarted at the size "
-                     "it committed: %s. Rank 0 records that size in EDP_RESCALE_FILE after committing its checkpoint, "
-                     "before exiting with 75 (docs/elastic.md); without it this is a bug of the job, treated as a crash\n",
-                     e.what());
-        failure = "the job stopped for a rescale without a usable rescale file (exit 75)";
+        if (have_record) {
+          std::fprintf(stderr, "edprun: error: the job committed a rescale but cannot be started at its new size: %s; "
+                       "treated as a crash\n", e.what());
+          failure = "the job stopped for a rescale to a size the hosts cannot run (exit 75)";
+        } else {
+          std::fprintf(stderr,
+                       "edprun: error: the job exited with 75 (stopped for a rescale) but cannot be restarted at the size "
+                       "it committed: %s. Rank 0 records that size in EDP_RESCALE_FILE after committing its checkpoint, "
+                       "before exiting with 75 (docs/elastic.md); without it this is a bug of the job, treated as a crash\n",
+                       e.what());
+          failure = "the job stopped for a rescale without a usable rescale file (exit 75)";
+        }
       }
     } else if (code == elastic::kStopExitCode) {
       // Not a failure: the job committed a checkpoint and stopped because its control file said
@@ -779,7 +826,17 @@ int launcher(int argc, char** argv) {
                      "the allocation decides the hosts)\n", join_strings(lost).c_str());
         return finish(code);
       }
+      for (const auto& h : lost)
+        if (std::find(lost_hosts.begin(), lost_hosts.end(), h) == lost_hosts.end()) lost_hosts.push_back(h);
       LaunchRequest next = req;
+      if (reread) {
+        try {
+          next.hosts = current_hosts();
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "edprun: error: cannot restart without host(s) %s: %s\n", join_strings(lost).c_str(), e.what());
+          return finish(code);
+        }
+      }
       next.hosts.erase(std::remove_if(next.hosts.begin(), next.hosts.end(), [&](const HostSpec& s) {
                          return std::find(lost.begin(), lost.end(), s.name) != lost.end();
                        }), next.hosts.end());
@@ -808,7 +865,7 @@ int launcher(int argc, char** argv) {
         return finish(code);
       }
       for (auto& [k, v] : next.extra_env)
-        if (k == "EDP_ALLOWED_WORKERS") v = elastic::format_allowed_workers(allowed);
+        if (k == "EDP_ALLOWED_WORKERS" && !reread) v = elastic::format_allowed_workers(allowed);
       LaunchRequest saved = req;
       req = next;
       try {
@@ -836,7 +893,7 @@ int launcher(int argc, char** argv) {
     ++restarts;
     // At the job's current size: an in-place rescale may have changed it since this start. The job
     // resumes from its last checkpoint, which re-shards to whatever size it is loaded at.
-    if (history.workers() != plan.np) {
+    if (history.workers() != plan.np || reread) {
       try {
         move_to(history.workers());
       } catch (const std::exception& e) {

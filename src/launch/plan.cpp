@@ -12,6 +12,7 @@
 
 #include "edp/core/error.h"
 #include "edp/elastic/allowed.h"
+#include "edp/launch/placement.h"
 
 namespace edp::launch {
 
@@ -140,6 +141,12 @@ std::vector<HostSpec> parse_hostfile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_hostfile_text(ss.str(), path);
+}
+
+std::vector<HostSlots> read_hostfile(const std::string& path) {
+  std::vector<HostSlots> out;
+  for (const HostSpec& h : parse_hostfile(path)) out.push_back({h.name, h.slots});
+  return out;
 }
 
 std::vector<std::string> expand_slurm_nodelist(const std::string& list) {

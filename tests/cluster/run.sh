@@ -4,9 +4,9 @@
 # up before and down after). Exit 77 (CTest: skipped) with the reason where namespaces cannot be
 # made; every check prints what it expected and what it got.
 #
-#   run.sh up | hosts | lost | rescale | slurm | down
+#   run.sh up | hosts | lost | rescale | serve | slurm | down
 # Environment: TC (testcluster.sh), EDPRUN, MLP (fashion_mnist_mlp), PROBE (launch_rank_probe),
-# SEQ (elastic_sequence), FAKE (tests/launch/fake), WORK (a directory on the shared file system).
+# SEQ (elastic_sequence), CNN (fashion_mnist_cnn), AUTOSCALE (edp-autoscale), FAKE (tests/launch/fake), WORK (a directory on the shared file system).
 set -euo pipefail
 scenario=$1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -31,6 +31,34 @@ need_cluster() {
     "$TC" check || exit 77  # prints why namespaces cannot be made here
     fail "the test cluster is not up (the fixture cluster_up failed?)"
   fi
+  # A link a failed test left cut (cluster_lost) must not fail the tests after it.
+  local h link
+  while read -r h _ _ link; do
+    [ "$link" = "link=DOWN" ] || [ "$link" = "link=LOWERLAYERDOWN" ] || continue
+    echo "the link of $h was left cut; restoring it"
+    "$TC" link "$h" up
+  done < <("$TC" status)
+}
+# Runs edprun on edp-h1 with its output in $1, for at most $2 seconds: a job that hangs fails the
+# test with what it printed and what still runs on each host, instead of running into CTest's
+# timeout with nothing to show. Returns edprun's exit code.
+edprun_bounded() {
+  local out=$1 limit=$2 rc=0 h p pid; shift 2
+  "$TC" exec edp-h1 -- "$EDPRUN" "$@" > "$out" 2>&1 &
+  pid=$!
+  for _ in $(seq $((limit * 10))); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $pid 2>/dev/null; then
+    echo "--- $out (edprun has not ended after $limit s)"; cat "$out"
+    for h in edp-h1 edp-h2 edp-h3; do
+      echo "--- processes on $h"
+      for p in $("$TC" pids "$h"); do echo "$p $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)"; done
+    done
+    for h in edp-h1 edp-h2 edp-h3; do "$TC" kill "$h"; done
+    wait $pid || true
+    fail "edprun $* did not end within $limit s"
+  fi
+  wait $pid || rc=$?
+  return $rc
 }
 
 mkdir -p "$WORK"
@@ -129,20 +157,26 @@ lost)
   # name rank 2 on edp-h3, edprun ends the mpirun that cannot reach edp-h3 and restarts on edp-h1
   # and edp-h2 (--min-np 2) from the last checkpoint.
   every=10
-  (
-    for _ in $(seq 600); do ls lost/ck/*.edp >/dev/null 2>&1 && break; sleep 0.1; done
-    "$TC" link edp-h3 down
-  ) &
+  # Whatever way this ends, edp-h3 gets its link back and loses its leftovers (its orted could not
+  # be told): the tests after this one use all three hosts.
+  trap '"$TC" kill edp-h3 || true; "$TC" link edp-h3 up || true' EXIT
+  # Cuts edp-h3's link once the job in $1 has committed a checkpoint; a job that commits none in
+  # 90 s is left alone (and fails below), so that a slow start is never mistaken for a lost host.
+  cut_after_checkpoint() {
+    for _ in $(seq 900); do
+      if ls "$1"/ck/*.edp >/dev/null 2>&1; then "$TC" link edp-h3 down; return; fi
+      sleep 0.1
+    done
+    echo "no checkpoint in $1/ck within 90 s; edp-h3's link left up"
+  }
+  cut_after_checkpoint lost &
   cutter=$!
-  set +e
-  on_h1 "$EDPRUN" --hostfile hosts1x3 -np 3 --max-restarts 1 --restart-backoff 0 --kill-grace 3 --min-np 2 -- \
+  rc=0
+  edprun_bounded lost/out 120 --hostfile hosts1x3 -np 3 --max-restarts 1 --restart-backoff 0 --kill-grace 3 --min-np 2 -- \
     stdbuf -oL "$MLP" --epochs 2 --limit 20000 --threads 1 --no-eval --checkpoint-dir lost/ck \
-    --checkpoint-every $every --comm-timeout 6 > lost/out 2>&1
-  rc=$?
-  set -e
+    --checkpoint-every $every --comm-timeout 6 || rc=$?
   wait $cutter || true
   grep -v '^epoch .*%' lost/out | grep -v '^\[' | tail -40
-  # The host's leftovers (its orted could not be told): killed, link back.
   "$TC" kill edp-h3; "$TC" link edp-h3 up
   [ $rc = 0 ] || fail "edprun exited with $rc"
   grep -q "rank 2 on host edp-h3: no answer" lost/out || fail "the stall report does not name rank 2 on edp-h3"
@@ -157,20 +191,15 @@ lost)
   grep -q '^{"model".*"world_size": 2,' lost/out || fail "the job did not finish at 2 ranks"
   # Without --min-np a lost host whose ranks the others cannot take ends the job, saying so.
   rm -rf lost2; mkdir -p lost2
-  (
-    for _ in $(seq 600); do ls lost2/ck/*.edp >/dev/null 2>&1 && break; sleep 0.1; done
-    "$TC" link edp-h3 down
-  ) &
+  cut_after_checkpoint lost2 &
   cutter=$!
-  set +e
-  on_h1 "$EDPRUN" --hostfile hosts1x3 -np 3 --max-restarts 1 --restart-backoff 0 --kill-grace 3 -- \
-    "$MLP" --epochs 2 --limit 20000 --threads 1 --no-eval --checkpoint-dir lost2/ck --checkpoint-every $every \
-    --comm-timeout 6 > lost2/out 2>&1
-  rc=$?
-  set -e
+  rc=0
+  edprun_bounded lost2/out 120 --hostfile hosts1x3 -np 3 --max-restarts 1 --restart-backoff 0 --kill-grace 3 -- \
+    stdbuf -oL "$MLP" --epochs 2 --limit 20000 --threads 1 --no-eval --checkpoint-dir lost2/ck --checkpoint-every $every \
+    --comm-timeout 6 || rc=$?
   wait $cutter || true
   "$TC" kill edp-h3; "$TC" link edp-h3 up
-  grep '^edprun' lost2/out
+  grep -E "^(edprun|edp\[)" lost2/out || true
   [ $rc = 76 ] || fail "without --min-np: exit $rc, expected 76"
   grep -q "edprun: error: host(s) edp-h3 lost (rank(s) 2 did not answer); the other host(s) take 2 of the job's 3 rank(s), fewer than --min-np 3 allows; not restarting" lost2/out ||
     fail "without --min-np: no clear error"
@@ -281,6 +310,78 @@ EOF
     [ "$(grep -c "^quit-on host=$h " mps-auto/fake.log)" = 1 ] || fail "mps-auto: expected the MPS daemon of $h stopped on $h"
   done
   [ ! -e mps-auto/p/rank.4 ] || fail "mps-auto: more than 4 ranks"
+  ;;
+
+serve)
+  # The live autoscaler across hosts: `edp-autoscale serve --hostfile` with 3 hosts x 1 slot runs
+  # two CNN jobs submitted apart. Each job gets a hostfile of its own slots, rewritten before each
+  # rescale; edprun reads it again at every restart (--reread-hostfile). Checks: both jobs done
+  # with every sample; every rank of every start ran on a host of the job's hostfile; one job spanned
+  # hosts; the controller never handed out more slots of a host than it has (decision log); the
+  # plan changed the jobs' sizes (rescale events in the jobs' own files); nothing left running.
+  need_cluster
+  rm -rf "$WORK/serve"; mkdir -p "$WORK/serve"; cd "$WORK/serve"
+  "$TC" hostfile 1 > hosts
+  cat > where.sh <<'EOF2'
+#!/bin/sh
+# where.sh LOG PROGRAM...: records "size rank host hostfile-hosts" for this rank, then runs PROGRAM.
+log=$1; shift
+echo "$EDP_WORLD_SIZE $EDP_RANK $(hostname) $(grep -v '^#' "$(dirname "$log")/hostfile" | cut -d' ' -f1 | tr '\n' ',')" >> "$log"
+exec "$@"
+EOF2
+  chmod +x where.sh
+  AS=$AUTOSCALE
+  spec() {  # name limit
+    cat <<JSON
+{"name": "$1", "command": ["$PWD/where.sh", "{job_dir}/where", "$CNN", "--limit", "$2", "--epochs", "2", "--threads", "1",
+  "--no-eval", "--checkpoint-dir", "{job_dir}/ck", "--control-every", "5"],
+ "min_workers": 1, "max_workers": 3, "workers": 1, "min_batch": 64, "max_batch": 192, "batch": 64,
+ "max_worker_batch": 64, "max_restarts": 1}
+JSON
+  }
+  spec a 6000 > a.json; spec b 3000 > b.json
+  on_h1 "$AS" serve --root root --hostfile hosts --policy dp --replan 2 --tick 0.1 --exit-when-idle > serve.log 2>&1 &
+  serve_pid=$!
+  trap 'kill $serve_pid 2>/dev/null || true' EXIT
+  for _ in $(seq 50); do [ -e root/serve.json ] && break; sleep 0.1; done
+  ida=$(on_h1 "$AS" submit --root root a.json)
+  sleep 5
+  idb=$(on_h1 "$AS" submit --root root b.json)
+  for _ in $(seq 240); do kill -0 $serve_pid 2>/dev/null || break; sleep 1; done
+  if kill -0 $serve_pid 2>/dev/null; then cat serve.log; on_h1 "$AS" status --root root; fail "the controller did not end within 240 s"; fi
+  wait $serve_pid || { cat serve.log; fail "edp-autoscale serve failed"; }
+  grep -E "started|rescaled|done|deferred" serve.log | sed 's/^edp-autoscale serve: //' | cut -c1-160
+  on_h1 "$AS" status --root root
+  python3 - root "$ida" "$idb" hosts <<'PY' || { cat serve.log; fail "serve across hosts"; }
+import json, os, sys
+root, a, b, hostfile = sys.argv[1:]
+cap = {l.split()[0]: int(l.split()[1].split("=")[1]) for l in open(hostfile) if l.strip()}
+jobs = {j["id"]: j for j in json.load(open(os.path.join(root, "jobs.json")))["jobs"]}
+rescales, spanned = 0, False
+for i, total in ((a, 12000), (b, 6000)):
+    j = jobs[i]
+    assert j["state"] == "done", f"{i}: {j['state']} {j['error']}"
+    st = json.load(open(os.path.join(root, "jobs", i, "status.json")))
+    assert st["samples_done"] == st["samples_total"] == total, f"{i}: {st['samples_done']} of {st['samples_total']} samples, expected {total}"
+    for line in open(os.path.join(root, "jobs", i, "where")):
+        size, rank, host, listed = line.split()
+        assert host in listed.split(","), f"{i}: rank {rank} of {size} ran on {host}, not in its hostfile ({listed})"
+        spanned |= len(set(listed.strip(",").split(","))) > 1
+    ev = [json.loads(l) for l in open(os.path.join(root, "jobs", i, "events.jsonl"))]
+    rescales += sum(e["event"] == "rescale" for e in ev)
+    print(f"{i}: done, {st['samples_done']} samples, sizes {[e['workers'] for e in ev]}")
+assert spanned, "no job ran on more than one host"
+assert rescales >= 1, "no job was rescaled"
+plans = [json.loads(l) for l in open(os.path.join(root, "decisions.jsonl"))]
+for p in plans:
+    for h, u in p["hosts"].items():
+        assert u["slots"] == cap[h] and 0 <= u["used"] <= u["slots"], f"plan at {p['t']}: host {h} {u}"
+print(f"ok: {rescales} rescale(s), {len(plans)} plans, no host over its slots")
+PY
+  for h in edp-h1 edp-h2 edp-h3; do
+    left=$("$TC" pids "$h" | while read -r p; do tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null; echo; done | grep -E "edprun|orted|fashion" || true)
+    [ -z "$left" ] || fail "left running on $h: $left"
+  done
   ;;
 
 slurm)

@@ -12,7 +12,8 @@
 //   ROOT/jobs/<id>/      spec.json, log (edprun's and the job's output), control.json (the size
 //                        the controller asks for), status.json (EDP_STATUS_FILE: measured step
 //                        times), events.jsonl (EDP_EVENTS_FILE: starts and rescales), keeper.json,
-//                        edprun.pid, exit.json
+//                        edprun.pid, exit.json, hostfile (serve --hostfile: the job's hosts and
+//                        slots; edprun reads it again at every restart)
 //
 // A job runs as: keeper (a process of its own session, which outlives the controller) -> edprun
 // -> mpirun -> ranks. The keeper waits for edprun and writes exit.json with its exit status; a
@@ -45,6 +46,7 @@
 #include "edp/core/error.h"
 #include "edp/elastic/elastic.h"
 #include "edp/elastic/events.h"
+#include "edp/launch/placement.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -139,6 +141,10 @@ struct Job {
   int workers = 0, ranks_per_slot = 1;
   int64_t batch = 0;
   std::vector<int> gpus;  // GPU slots held (gpu kind)
+  // serve --hostfile: the slots the job runs on per host (in its hostfile's order), and those of a
+  // rescale asked for and not landed yet (its hostfile already says them; a shrink keeps holding
+  // what it leaves until it lands, a grow holds what it takes from the moment it asks).
+  std::vector<std::pair<std::string, int>> hosts, next_hosts;
   // A rescale asked for (control.json written) and not seen in the events yet.
   int target_workers = 0;
   int64_t target_batch = 0;
@@ -182,6 +188,8 @@ json job_json(const Job& j) {
           {"ranks_per_slot", j.ranks_per_slot},
           {"batch", j.batch},
           {"gpus", j.gpus},
+          {"hosts", j.hosts},
+          {"next_hosts", j.next_hosts},
           {"target_workers", j.target_workers},
           {"target_batch", j.target_batch},
           {"target_t", j.target_t},
@@ -217,6 +225,8 @@ Job job_from_json(const json& x) {
   j.ranks_per_slot = x.value("ranks_per_slot", 1);
   j.batch = x.value("batch", int64_t{0});
   j.gpus = x.value("gpus", std::vector<int>{});
+  j.hosts = x.value("hosts", std::vector<std::pair<std::string, int>>{});
+  j.next_hosts = x.value("next_hosts", std::vector<std::pair<std::string, int>>{});
   j.target_workers = x.value("target_workers", 0);
   j.target_batch = x.value("target_batch", int64_t{0});
   j.target_t = x.value("target_t", 0.0);
@@ -272,6 +282,8 @@ struct ServeOptions {
   double replan_s = 30, tick_s = 0.05, hysteresis = 0.15, pause_s = -1, start_s = 3, rescale_timeout_s = 120,
          preempt_grace_s = 60;
   int max_ranks_per_gpu = 1;
+  std::string hostfile;                            // --hostfile: CPU hosts and their slots
+  std::vector<launch::HostSlots> hosts;            // what it lists
   std::string edprun;
   std::vector<std::string> edprun_args;
   bool exit_when_idle = false, quiet = false;
@@ -296,6 +308,13 @@ class Controller {
   void preempt(Job& j, const std::string& reason);
   void signal_job(Job& j, int sig);
   int slots_held() const;
+  // --hostfile: the slots of each host held by running jobs other than `except`.
+  std::map<std::string, int> host_use(const Job* except) const;
+  // --hostfile: `workers` slots for j, keeping the hosts it has (rank 0's first), then taking
+  // the hosts with the most free slots; written to its hostfile.
+  std::vector<std::pair<std::string, int>> assign_hosts(const Job& j, int workers) const;
+  void write_hostfile(const Job& j, const std::vector<std::pair<std::string, int>>& hs) const;
+  json hosts_json() const;
   void save() { save_table(o_.root, jobs_); }
 
   ServeOptions o_;
@@ -314,6 +333,67 @@ int Controller::slots_held() const {
       held += (w + j.ranks_per_slot - 1) / j.ranks_per_slot;
     }
   return held;
+}
+
+std::map<std::string, int> Controller::host_use(const Job* except) const {
+  std::map<std::string, int> use;
+  for (const Job& j : jobs_) {
+    if (&j == except || j.state != "running") continue;
+    std::map<std::string, int> mine;
+    for (const auto& [h, n] : j.hosts) mine[h] = std::max(mine[h], n);
+    for (const auto& [h, n] : j.next_hosts) mine[h] = std::max(mine[h], n);
+    for (const auto& [h, n] : mine) use[h] += n;
+  }
+  return use;
+}
+
+std::vector<std::pair<std::string, int>> Controller::assign_hosts(const Job& j, int workers) const {
+  const std::map<std::string, int> use = host_use(&j);
+  std::map<std::string, int> cap;
+  for (const auto& h : o_.hosts) cap[h.name] = h.slots;
+  auto free_on = [&](const std::string& h) { return cap[h] - (use.count(h) ? use.at(h) : 0); };
+  std::vector<std::pair<std::string, int>> out;
+  int left = workers;
+  // The hosts it runs on, in order, as far as they have room (a shrink keeps the first ones).
+  for (const auto& [h, n] : j.state == "running" ? j.hosts : std::vector<std::pair<std::string, int>>{}) {
+    if (left == 0) break;
+    (void)n;  // its own slots count as free for it (host_use leaves the job out)
+    const int take = std::min(left, free_on(h));
+    if (take > 0) {
+      out.emplace_back(h, take);
+      left -= take;
+    }
+  }
+  // Then the other hosts, the freest first (fewer hosts per job), the hostfile's order on ties.
+  std::vector<launch::HostSlots> others;
+  for (const auto& h : o_.hosts)
+    if (std::none_of(out.begin(), out.end(), [&](const auto& x) { return x.first == h.name; })) others.push_back(h);
+  std::stable_sort(others.begin(), others.end(),
+                   [&](const launch::HostSlots& a, const launch::HostSlots& b) { return free_on(a.name) > free_on(b.name); });
+  for (const auto& h : others) {
+    if (left == 0) break;
+    const int take = std::min(left, free_on(h.name));
+    if (take > 0) {
+      out.emplace_back(h.name, take);
+      left -= take;
+    }
+  }
+  if (left > 0)
+    throw Error("job " + j.id + ": " + std::to_string(workers) + " worker(s) do not fit the hosts' free slots");
+  return out;
+}
+
+void Controller::write_hostfile(const Job& j, const std::vector<std::pair<std::string, int>>& hs) const {
+  std::string text = "# edp-autoscale serve: job " + j.id + "'s slots (edprun reads this again at every restart)\n";
+  for (const auto& [h, n] : hs) text += h + " slots=" + std::to_string(n) + "\n";
+  write_atomic(dir(j) / "hostfile", text);
+}
+
+json Controller::hosts_json() const {
+  json out = json::object();
+  const std::map<std::string, int> use = host_use(nullptr);
+  for (const auto& h : o_.hosts) out[h.name] = {{"used", use.count(h.name) ? use.at(h.name) : 0}, {"slots", h.slots}};
+  return out;
 }
 
 void Controller::take_inbox() {
@@ -440,6 +520,7 @@ void Controller::poll(Job& j) {
     if (j.target_workers > 0 && j.workers == j.target_workers && j.batch == j.target_batch) {
       j.target_workers = 0;
       j.target_batch = 0;
+      j.hosts = j.next_hosts;
       j.samples_per_s = 0;
       dirty_ = true;
       trigger_ += "rescaled " + j.id + "; ";
@@ -458,6 +539,10 @@ void Controller::poll(Job& j) {
         std::to_string(o_.rescale_timeout_s) + " s (see its log); it stays at " + std::to_string(j.workers));
     j.target_workers = 0;
     j.target_batch = 0;
+    if (!o_.hosts.empty()) {
+      j.next_hosts = j.hosts;  // it runs where it ran; a later restart too
+      write_hostfile(j, j.hosts);
+    }
     write_atomic(d / "control.json", json{{"workers", j.workers}, {"global_batch", j.batch}}.dump() + "\n");
   }
   if (j.preempt_requested && !j.preempt_signalled && now_s() - j.preempt_t > o_.preempt_grace_s) {
@@ -508,6 +593,8 @@ void Controller::finish(Job& j, const json& ex) {
   const fs::path d = dir(j);
   j.exit_code = code;
   j.gpus.clear();
+  j.hosts.clear();
+  j.next_hosts.clear();
   j.target_workers = 0;
   j.target_batch = 0;
   dirty_ = true;
@@ -560,6 +647,13 @@ void Controller::start(Job& j, int workers, int k, int64_t batch) {
     std::string list;
     for (int g : j.gpus) list += (list.empty() ? "" : ",") + std::to_string(g);
     argv.insert(argv.end(), {"--gpus", list, "--ranks-per-gpu", std::to_string(k)});
+  } else if (!o_.hosts.empty()) {
+    // Several hosts: the job's own hostfile, which the controller rewrites before each rescale and
+    // edprun reads again at each restart; sizes up to the whole cluster may be asked for.
+    j.hosts = j.next_hosts = assign_hosts(j, workers);
+    write_hostfile(j, j.hosts);
+    argv.insert(argv.end(), {"--gpus", "none", "--hostfile", (d / "hostfile").string(), "--reread-hostfile",
+                             "--max-np", std::to_string(o_.slots), "--bind-to", "none", "--threads-per-rank", "1"});
   } else {
     // A slot is a core: one thread per rank, ranks unbound (other jobs share the host), and
     // edprun plans up to the whole cluster so that the job may be grown to any size.
@@ -643,6 +737,10 @@ void Controller::start(Job& j, int workers, int k, int64_t batch) {
 }
 
 void Controller::request(Job& j, int workers, int64_t batch) {
+  if (!o_.hosts.empty() && workers != j.workers) {
+    j.next_hosts = assign_hosts(j, workers);  // throws (nothing asked) when it does not fit
+    write_hostfile(j, j.next_hosts);
+  }
   j.target_workers = workers;
   j.target_batch = batch;
   j.target_t = now_s();
@@ -742,14 +840,19 @@ void Controller::replan(const std::string& trigger) {
           j.end_t = now_s();
         }
       } else if (c.action == "grow" || c.action == "shrink" || c.action == "rebatch") {
-        request(j, c.workers, c.batch);
-        log("job " + j.id + ": " + c.action + ": " + c.reason);
+        try {
+          request(j, c.workers, c.batch);
+          log("job " + j.id + ": " + c.action + ": " + c.reason);
+        } catch (const std::exception& e) {
+          d["action"] = "deferred";
+          d["reason"] = c.action + " deferred: " + e.what();
+        }
       } else if (c.action == "stop") {
         preempt(j, c.reason);
       }
       decisions.push_back(d);
     }
-  const json line = {{"t", t0},
+  json line = {{"t", t0},
                      {"trigger", trigger},
                      {"policy", o_.policy},
                      {"slots", o_.slots},
@@ -758,6 +861,7 @@ void Controller::replan(const std::string& trigger) {
                      {"solve_ms", plan.solve_ms},
                      {"decide_ms", (now_s() - t0) * 1e3},
                      {"jobs", decisions}};
+  if (!o_.hosts.empty()) line["hosts"] = hosts_json();
   std::ofstream(o_.root / "decisions.jsonl", std::ios::app) << line.dump() << "\n";
   last_plan_ = now_s();
   save();
@@ -774,6 +878,7 @@ int Controller::run() {
   gpu_ = o_.kind == "gpu";
   write_atomic(o_.root / "serve.json", json{{"pid", getpid()}, {"slots", o_.slots}, {"kind", o_.kind},
                                             {"policy", o_.policy}, {"max_ranks_per_gpu", o_.max_ranks_per_gpu},
+                                            {"hostfile", o_.hostfile},
                                             {"started_t", now_s()}}.dump() + "\n");
   jobs_ = load_table(o_.root);
   int adopted = 0;
@@ -783,7 +888,9 @@ int Controller::run() {
       poll(j);  // ended while no controller ran? exit.json or a dead keeper tells
     }
   if (adopted) log("re-adopted " + std::to_string(adopted) + " job(s) from " + (o_.root / "jobs.json").string());
-  log(std::to_string(o_.slots) + " " + o_.kind + " slot(s), policy " + o_.policy + ", root " + o_.root.string());
+  log(std::to_string(o_.slots) + " " + o_.kind + " slot(s)" +
+      (o_.hosts.empty() ? std::string() : " on " + std::to_string(o_.hosts.size()) + " host(s) of " + o_.hostfile) +
+      ", policy " + o_.policy + ", root " + o_.root.string());
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   dirty_ = true;
@@ -948,8 +1055,12 @@ int live_main(int argc, char** argv) {
   std::string edprun_args;
   app.add_option("--root", root, "the controller's directory (jobs, table, decision log)")->required()->envname("EDP_AUTOSCALE_ROOT");
   if (cmd == "serve") {
-    app.add_option("--slots", o.slots, "slots of the cluster: GPUs, or CPU workers (cores) on a machine without GPUs")
-        ->required()->check(CLI::Range(1, 4096))->envname("EDP_AUTOSCALE_SLOTS");
+    app.add_option("--slots", o.slots, "slots of the cluster: GPUs, or CPU workers (cores) on a machine without GPUs "
+                   "(with --hostfile: the sum of its slots)")
+        ->check(CLI::Range(1, 4096))->envname("EDP_AUTOSCALE_SLOTS");
+    app.add_option("--hostfile", o.hostfile, "CPU jobs on several hosts: an Open MPI hostfile (host slots=N); each job "
+                   "gets a hostfile of its own slots, rewritten before its rescales")
+        ->envname("EDP_AUTOSCALE_HOSTFILE");
     app.add_option("--slot-kind", o.kind, "auto (gpu when nvidia-smi lists GPUs), cpu or gpu")
         ->check(CLI::IsMember({"auto", "cpu", "gpu"}))->envname("EDP_AUTOSCALE_SLOT_KIND")->capture_default_str();
     app.add_option("--policy", o.policy, "goodput (restart-aware; efficiency from the spec's grad_noise_scale), dp, static")
@@ -990,6 +1101,23 @@ int live_main(int argc, char** argv) {
   try {
     if (cmd == "serve") {
       o.root = fs::absolute(root);
+      if (!o.hostfile.empty()) {
+        o.hostfile = fs::absolute(o.hostfile).string();
+        if (o.kind == "gpu") throw DataError("--hostfile: jobs on several hosts run on CPU slots for now (--slot-kind cpu)");
+        o.kind = "cpu";
+        o.hosts = launch::read_hostfile(o.hostfile);
+        int sum = 0;
+        for (const auto& h : o.hosts) {
+          if (h.slots < 1) throw DataError(o.hostfile + ": host " + h.name + " has no slots=N (the controller hands out slots)");
+          sum += h.slots;
+        }
+        if (o.slots > 0 && o.slots != sum)
+          throw DataError("--slots " + std::to_string(o.slots) + " contradicts the hostfile's " + std::to_string(sum) +
+                          " slot(s); leave --slots out");
+        o.slots = sum;
+      } else if (o.slots < 1) {
+        throw DataError("--slots N (or --hostfile FILE) is needed");
+      }
       if (o.edprun.empty()) o.edprun = default_edprun();
       std::stringstream ss(edprun_args);
       for (std::string a; ss >> a;) o.edprun_args.push_back(a);

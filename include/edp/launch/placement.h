@@ -4,6 +4,7 @@
 // contexts: it tells which GPU to use) and check_placement() once its device is set.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace edp::launch {
 
@@ -32,5 +33,14 @@ Placement placement_from_env();
 // build it also verifies that the current device is the GPU of EDP_GPU_UUID and whether
 // cudaDevAttrMpsEnabled is set. Returns the warnings it printed (empty: all good).
 std::string check_placement(const Placement& p);
+
+// One host of an Open MPI hostfile and its slots (0: the line gave none).
+struct HostSlots {
+  std::string name;
+  int slots = 0;
+};
+// Reads an Open MPI hostfile as edprun does ("host [slots=N] [max_slots=M]", # comments, repeated
+// lines add up). Throws edp::Error naming the file and line of what it cannot read.
+std::vector<HostSlots> read_hostfile(const std::string& path);
 
 }  // namespace edp::launch
