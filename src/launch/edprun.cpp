@@ -593,9 +593,6 @@ int launcher(int argc, char** argv) {
     job.cleanup();
     return code;
   };
-  // The next start at np ranks: a new plan, and the MPS daemons follow a change of GPUs or hosts.
-  // Throws (leaving the current plan) when np cannot run. `lost`: hosts that cannot be reached,
-  // whose daemons are not stopped (mpirun would wait for them).
   // --reread-hostfile: the hosts the hostfile names now, less those lost so far.
   const std::string hostfile = o.str("hostfile");
   std::vector<std::string> lost_hosts;
@@ -607,6 +604,9 @@ int launcher(int argc, char** argv) {
     if (hs.empty()) throw Error("the hostfile " + hostfile + " names no host that is not lost (" + join_strings(lost_hosts) + ")");
     return hs;
   };
+  // The next start at np ranks: a new plan, and the MPS daemons follow a change of GPUs or hosts.
+  // Throws (leaving the current plan) when np cannot run. `lost`: hosts that cannot be reached,
+  // whose daemons are not stopped (mpirun would wait for them).
   auto move_to = [&](int np, const std::vector<std::string>& lost = {}) {
     LaunchRequest next = req;
     next.np = np;
