@@ -352,29 +352,24 @@ std::vector<std::pair<std::string, int>> Controller::assign_hosts(const Job& j, 
   std::map<std::string, int> cap;
   for (const auto& h : o_.hosts) cap[h.name] = h.slots;
   auto free_on = [&](const std::string& h) { return cap[h] - (use.count(h) ? use.at(h) : 0); };
+  // Its own hosts first, in order (its own slots count as free for it: host_use leaves the job
+  // out; a shrink keeps the first ones), then the others, the freest first (fewer hosts per job),
+  // the hostfile's order on ties.
+  std::vector<std::string> order;
+  if (j.state == "running")
+    for (const auto& held : j.hosts) order.push_back(held.first);
+  std::vector<std::string> others;
+  for (const auto& h : o_.hosts)
+    if (std::find(order.begin(), order.end(), h.name) == order.end()) others.push_back(h.name);
+  std::stable_sort(others.begin(), others.end(),
+                   [&](const std::string& x, const std::string& y) { return free_on(x) > free_on(y); });
+  order.insert(order.end(), others.begin(), others.end());
   std::vector<std::pair<std::string, int>> out;
   int left = workers;
-  // The hosts it runs on, in order, as far as they have room (a shrink keeps the first ones).
-  for (const auto& [h, n] : j.state == "running" ? j.hosts : std::vector<std::pair<std::string, int>>{}) {
-    if (left == 0) break;
-    (void)n;  // its own slots count as free for it (host_use leaves the job out)
+  for (const std::string& h : order) {
     const int take = std::min(left, free_on(h));
     if (take > 0) {
       out.emplace_back(h, take);
-      left -= take;
-    }
-  }
-  // Then the other hosts, the freest first (fewer hosts per job), the hostfile's order on ties.
-  std::vector<launch::HostSlots> others;
-  for (const auto& h : o_.hosts)
-    if (std::none_of(out.begin(), out.end(), [&](const auto& x) { return x.first == h.name; })) others.push_back(h);
-  std::stable_sort(others.begin(), others.end(),
-                   [&](const launch::HostSlots& a, const launch::HostSlots& b) { return free_on(a.name) > free_on(b.name); });
-  for (const auto& h : others) {
-    if (left == 0) break;
-    const int take = std::min(left, free_on(h.name));
-    if (take > 0) {
-      out.emplace_back(h.name, take);
       left -= take;
     }
   }
