@@ -109,6 +109,20 @@ TEST(GradCheck, LinearNoBias) {
   gradcheck_module(l, {5, 3});
 }
 
+TEST(GradCheck, LinearSplitAcrossThreads) {
+  // The CPU linear splits each GEMM by output columns or rows into shares of 16 per thread
+  // (parallel_ranges): 45 outputs and 37 inputs give shares 16/16/13 with 3 threads and 32/13
+  // with 2, so y, dw (by output rows) and dx (by input columns) each cross share boundaries.
+  for (int threads : {2, 3}) {
+    SCOPED_TRACE(threads);
+    set_num_threads(threads);
+    manual_seed(30 + threads);
+    Linear l(37, 45);
+    gradcheck_module(l, {3, 37});
+  }
+  set_num_threads(2);
+}
+
 TEST(GradCheck, Conv2dPad1Stride1) {
   manual_seed(3);
   Conv2d c(2, 3, 3, 1, 1);

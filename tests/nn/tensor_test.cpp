@@ -1,8 +1,12 @@
 // Tensor core: shapes, views, conversions, error messages.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "edp/backend/ops.h"
 #include "edp/core/random.h"
 #include "edp/core/tensor.h"
+#include "edp/core/threads.h"
 
 using namespace edp;
 
@@ -64,4 +68,31 @@ TEST(Rng, ReproducibleAndUnbiasedEnough) {
   // Sample mean of 20000 N(0,1): sd 0.007, so |mean| < 0.05 is > 7 sd; variance within 5%.
   EXPECT_LT(std::abs(s / n), 0.05);
   EXPECT_NEAR(s2 / n, 1.0, 0.05);
+}
+
+TEST(Reduce, SumAndSumSquaresOnCpu) {
+  // Sizes around the 16 partial sums per chunk and the 65536-element chunks. Reference: a long
+  // double loop over the same float values (their squares are exact in double). Both sides add
+  // n rounded terms, so they may differ by about n * 2^-53 of the sum of magnitudes: tolerance
+  // 1e-12 of it. The chunking is fixed, so the result must not depend on the thread count.
+  Rng rng(7);
+  for (int64_t n : {0, 1, 15, 16, 17, 65536, 65537, 200003}) {
+    SCOPED_TRACE(n);
+    Tensor x({n}, DType::F32);
+    long double s = 0, ss = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(rng.normal());
+      x.data<float>()[i] = v;
+      s += v;
+      ss += static_cast<long double>(v) * v;
+      mag += std::fabs(v);
+    }
+    set_num_threads(1);
+    const double s1 = ops::sum(x), ss1 = ops::sum_squares(x);
+    set_num_threads(2);
+    EXPECT_NEAR(s1, static_cast<double>(s), 1e-12 * static_cast<double>(mag) + 1e-300);
+    EXPECT_NEAR(ss1, static_cast<double>(ss), 1e-12 * static_cast<double>(ss) + 1e-300);
+    EXPECT_EQ(ops::sum(x), s1);
+    EXPECT_EQ(ops::sum_squares(x), ss1);
+  }
 }

@@ -58,4 +58,27 @@ inline void thread_range(int64_t n, int t, int T, int64_t& begin, int64_t& end) 
   end = n * (t + 1) / T;
 }
 
+// Calls f(begin, end) once per OpenMP thread on contiguous shares of [0, n), each share a
+// multiple of `align` items (but the last), in one parallel region. For splitting a GEMM by output
+// columns or rows: each thread runs its own single-threaded Eigen product (Eigen does not nest
+// inside a parallel region), so the threads meet once, at the region's end, instead of at every
+// packed panel as in Eigen's own parallel GEMM. With one thread, or fewer than two shares of
+// `align`, f(0, n) runs on the calling thread (and Eigen may parallelise it itself).
+template <typename F>
+void parallel_ranges(int64_t n, int64_t align, F&& f) {
+  const int64_t blocks = (n + align - 1) / align;
+  const int T = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), blocks));
+  if (T <= 1 || omp_in_parallel()) {
+    f(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel num_threads(T)
+  {
+    const int t = omp_get_thread_num();
+    const int64_t begin = std::min(n, blocks * t / T * align);
+    const int64_t end = std::min(n, blocks * (t + 1) / T * align);
+    if (end > begin) f(begin, end);
+  }
+}
+
 }  // namespace edp::ops::cpu

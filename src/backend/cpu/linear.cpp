@@ -6,7 +6,11 @@
 //
 // Gradient contract: parameter gradients accumulate (dw +=, db +=); the input gradient is
 // returned (dx =, a fresh tensor, or undefined when want_dx is false).
-// Eigen GEMM, multi-threaded through OpenMP inside Eigen.
+// Eigen GEMMs, each split across the OpenMP threads by output columns or rows
+// (parallel_ranges: one synchronisation per GEMM; every output element has one owner thread and
+// is reduced in the same order for a given thread count). Split this way the example MLP's five
+// GEMMs took 346 us per step with 2 threads against 384 us with Eigen's parallel GEMM (session 10,
+// 2-core EPYC, near vCPUs) and no more with 1 thread.
 #include "common.h"
 #include "edp/backend/ops.h"
 #include "edp/config.h"
@@ -16,6 +20,11 @@
 
 namespace edp::ops {
 using namespace cpu;
+
+namespace {
+// Shares of 16 columns: a 64-byte line of a float row belongs to one thread.
+constexpr int64_t kAlign = 16;
+}  // namespace
 
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
 #if EDP_HAVE_CUDA
@@ -38,7 +47,9 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
     using T = decltype(tag);
     MatR<T> Y(y.data<T>(), N, O);
     CMatR<T> X(x.data<T>(), N, I), W(w.data<T>(), O, I);
-    Y.noalias() = X * W.transpose();
+    parallel_ranges(O, kAlign, [&](int64_t o, int64_t e) {
+      Y.middleCols(o, e - o).noalias() = X * W.middleRows(o, e - o).transpose();
+    });
     if (b.defined()) {
       Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> B(b.data<T>(), O);
       Y.rowwise() += B;
@@ -65,14 +76,18 @@ Tensor linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
     using T = decltype(tag);
     CMatR<T> X(x.data<T>(), N, I), W(w.data<T>(), O, I), DY(dy.data<T>(), N, O);
     MatR<T> DW(dw.data<T>(), O, I);
-    DW.noalias() += DY.transpose() * X;
+    parallel_ranges(O, kAlign, [&](int64_t o, int64_t e) {
+      DW.middleRows(o, e - o).noalias() += DY.middleCols(o, e - o).transpose() * X;
+    });
     if (db) {
       Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> DB(db->data<T>(), O);
       DB += DY.colwise().sum();
     }
     if (want_dx) {
       MatR<T> DX(dx.data<T>(), N, I);
-      DX.noalias() = DY * W;
+      parallel_ranges(I, kAlign, [&](int64_t i, int64_t e) {
+        DX.middleCols(i, e - i).noalias() = DY * W.middleCols(i, e - i);
+      });
     }
   });
   return dx;

