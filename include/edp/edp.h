@@ -6,6 +6,7 @@
 //   edp/backend/cuda_ops.h       the CUDA ops called directly (tests, benchmarks); edp/backend/
 //                                ops.h dispatches to them
 //   edp/launch/edprun.h          edprun's entry point (the launcher tool)
+//   edp/launch/process.h         process identity (pid, start time) for launchers' records
 //   edp/autoscale/cluster_sim.h  the autoscaler's optimizer, policies, simulators, throughput
 //   edp/autoscale/live.h         model and live planning (the edp-autoscale tool and programs that
 //   edp/autoscale/optimizer.h    plan clusters)

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "edp/launch/process.h"
+
 namespace edp::launch {
 
 // Who created a job directory. start_time is the process's start in clock ticks since boot
@@ -37,8 +39,6 @@ JobOwner current_owner(const std::string& shm_dir);
 void write_owner(const std::string& job_dir, const JobOwner& o);
 // Throws edp::Error when owner.json is missing or malformed.
 JobOwner read_owner(const std::string& job_dir);
-// Start time of a live process, 0 when there is no such process.
-unsigned long long process_start_time(long pid);
 // The owner is this host's and pid namespace's, and that process is gone (or its pid reused).
 bool owner_is_dead(const JobOwner& o);
 

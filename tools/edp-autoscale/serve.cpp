@@ -47,6 +47,7 @@
 #include "edp/elastic/elastic.h"
 #include "edp/elastic/events.h"
 #include "edp/launch/placement.h"
+#include "edp/launch/process.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -82,25 +83,9 @@ void write_atomic(const fs::path& p, const std::string& text) {
   }
 }
 
-// Start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), 0 if it is gone.
-unsigned long long start_time(long pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string s;
-  if (!std::getline(f, s)) return 0;
-  const size_t rp = s.rfind(')');
-  if (rp == std::string::npos) return 0;
-  std::istringstream is(s.substr(rp + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && is >> field; ++i)
-    if (i == 3 && field == "Z") return 0;  // a zombie is gone for our purposes
-  try {
-    return std::stoull(field);
-  } catch (...) {
-    return 0;
-  }
+bool alive(long pid, unsigned long long st) {
+  return pid > 0 && st != 0 && launch::process_start_time(pid) == st;
 }
-
-bool alive(long pid, unsigned long long st) { return pid > 0 && st != 0 && start_time(pid) == st; }
 
 // A file's modification time and size as last seen: the controller polls every tick and reads a
 // job's status and events only when they changed (they are rewritten atomically or appended).
@@ -701,7 +686,7 @@ void Controller::start(Job& j, int workers, int k, int64_t batch) {
       _exit(127);
     }
     if (child > 0) {
-      std::ofstream(pidp + ".tmp") << child << " " << start_time(child) << "\n";
+      std::ofstream(pidp + ".tmp") << child << " " << launch::process_start_time(child) << "\n";
       std::rename((pidp + ".tmp").c_str(), pidp.c_str());
     }
     int status = 0;
@@ -714,7 +699,7 @@ void Controller::start(Job& j, int workers, int k, int64_t batch) {
   }
   j.keeper_pid = keeper;
   // The child's start time: read until /proc shows it (it exists from fork on).
-  for (int i = 0; i < 100 && (j.keeper_start = start_time(keeper)) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 100 && (j.keeper_start = launch::process_start_time(keeper)) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   write_atomic(d / "keeper.json", json{{"pid", keeper}, {"start_time", j.keeper_start}}.dump() + "\n");
   j.state = "running";
   j.workers = workers;
