@@ -298,6 +298,10 @@ class Controller {
   // --hostfile: `workers` slots for j, keeping the hosts it has (rank 0's first), then taking
   // the hosts with the most free slots; written to its hostfile.
   std::vector<std::pair<std::string, int>> assign_hosts(const Job& j, int workers) const;
+  // Re-adopted running jobs must fit this controller's hosts: the same mode (hostfile or not),
+  // every host they hold listed, no host holding more than its slots. Throws naming the job and
+  // host otherwise (a changed hostfile would else hand out slots that are taken).
+  void check_adopted_hosts() const;
   void write_hostfile(const Job& j, const std::vector<std::pair<std::string, int>>& hs) const;
   json hosts_json() const;
   void save() { save_table(o_.root, jobs_); }
@@ -318,6 +322,34 @@ int Controller::slots_held() const {
       held += (w + j.ranks_per_slot - 1) / j.ranks_per_slot;
     }
   return held;
+}
+
+void Controller::check_adopted_hosts() const {
+  const std::string again = "; start serve again with the hostfile the jobs were started with, or stop them first";
+  for (const Job& j : jobs_) {
+    if (j.state != "running") continue;
+    if (o_.hosts.empty() && !j.hosts.empty())
+      throw Error("running job " + j.id + " holds slots on " + std::to_string(j.hosts.size()) + " host(s) (" +
+                  j.hosts.front().first + " first) under --hostfile, and this serve has none" + again);
+    if (!o_.hosts.empty() && j.hosts.empty())
+      throw Error("running job " + j.id + " was started without --hostfile and holds no hosts of " + o_.hostfile + again);
+  }
+  if (o_.hosts.empty()) return;
+  for (const auto& [host, used] : host_use(nullptr)) {
+    const auto h = std::find_if(o_.hosts.begin(), o_.hosts.end(), [&](const auto& x) { return x.name == host; });
+    std::string who;
+    for (const Job& j : jobs_)
+      if (j.state == "running")
+        if (std::any_of(j.hosts.begin(), j.hosts.end(), [&](const auto& x) { return x.first == host; }) ||
+            std::any_of(j.next_hosts.begin(), j.next_hosts.end(), [&](const auto& x) { return x.first == host; }))
+          who += (who.empty() ? "" : ", ") + j.id;
+    if (h == o_.hosts.end())
+      throw Error("running job(s) " + who + " hold " + std::to_string(used) + " slot(s) on host " + host + ", which " +
+                  o_.hostfile + " does not list" + again);
+    if (used > h->slots)
+      throw Error("running job(s) " + who + " hold " + std::to_string(used) + " slot(s) on host " + host + ", and " +
+                  o_.hostfile + " gives it " + std::to_string(h->slots) + again);
+  }
 }
 
 std::map<std::string, int> Controller::host_use(const Job* except) const {
@@ -856,10 +888,6 @@ int Controller::run() {
     o_.kind = std::system("nvidia-smi -L >/dev/null 2>&1") == 0 ? "gpu" : "cpu";
   }
   gpu_ = o_.kind == "gpu";
-  write_atomic(o_.root / "serve.json", json{{"pid", getpid()}, {"slots", o_.slots}, {"kind", o_.kind},
-                                            {"policy", o_.policy}, {"max_ranks_per_gpu", o_.max_ranks_per_gpu},
-                                            {"hostfile", o_.hostfile},
-                                            {"started_t", now_s()}}.dump() + "\n");
   jobs_ = load_table(o_.root);
   int adopted = 0;
   for (Job& j : jobs_)
@@ -867,6 +895,11 @@ int Controller::run() {
       ++adopted;
       poll(j);  // ended while no controller ran? exit.json or a dead keeper tells
     }
+  check_adopted_hosts();  // before serve.json: a refused start leaves the last one's settings
+  write_atomic(o_.root / "serve.json", json{{"pid", getpid()}, {"slots", o_.slots}, {"kind", o_.kind},
+                                            {"policy", o_.policy}, {"max_ranks_per_gpu", o_.max_ranks_per_gpu},
+                                            {"hostfile", o_.hostfile},
+                                            {"started_t", now_s()}}.dump() + "\n");
   if (adopted) log("re-adopted " + std::to_string(adopted) + " job(s) from " + (o_.root / "jobs.json").string());
   log(std::to_string(o_.slots) + " " + o_.kind + " slot(s)" +
       (o_.hosts.empty() ? std::string() : " on " + std::to_string(o_.hosts.size()) + " host(s) of " + o_.hostfile) +
