@@ -337,12 +337,12 @@ void Controller::check_adopted_hosts() const {
   if (o_.hosts.empty()) return;
   for (const auto& [host, used] : host_use(nullptr)) {
     const auto h = std::find_if(o_.hosts.begin(), o_.hosts.end(), [&](const auto& x) { return x.name == host; });
+    const auto lists = [&](const auto& hs) {
+      return std::any_of(hs.begin(), hs.end(), [&](const auto& x) { return x.first == host; });
+    };
     std::string who;
     for (const Job& j : jobs_)
-      if (j.state == "running")
-        if (std::any_of(j.hosts.begin(), j.hosts.end(), [&](const auto& x) { return x.first == host; }) ||
-            std::any_of(j.next_hosts.begin(), j.next_hosts.end(), [&](const auto& x) { return x.first == host; }))
-          who += (who.empty() ? "" : ", ") + j.id;
+      if (j.state == "running" && (lists(j.hosts) || lists(j.next_hosts))) who += (who.empty() ? "" : ", ") + j.id;
     if (h == o_.hosts.end())
       throw Error("running job(s) " + who + " hold " + std::to_string(used) + " slot(s) on host " + host + ", which " +
                   o_.hostfile + " does not list" + again);
