@@ -2,7 +2,7 @@
 # edp vs PyTorch on the CPU, side by side in one run: the same model, per-rank batch, thread
 # count and data; training throughput and peak RSS. Two peers:
 #   torch2  a current PyTorch 2.x from PyPI, as a user has it (pip; MKL and oneDNN inside), in a
-#           virtual environment made once and cached (.cache/venv-torch2, git-ignored);
+#           virtual environment made once and cached by bench/torch_venv.sh (.cache/venv-torch2);
 #   torch1  Debian 12's python3-torch 1.13 on OpenBLAS (the peer of the earlier comparisons).
 # Each configuration (ranks x threads) runs --reps times, edp and the peers interleaved; the table
 # shows the median samples/s and the range, the JSON lines every run and a summary per
@@ -15,7 +15,7 @@
 # 256 samples (edp's train::evaluate default), so peak RSS compares like with like.
 #   bench/cpu_vs_pytorch.sh [--limit N] [--epochs E] [--configs "1x1 1x2 2x1"] [--reps 3]
 #                           [--models "mlp cnn"] [--batch 64] [--no-torch1]
-# TORCH2_VERSION (default 2.15.0) and TORCH2_VENV choose the PyTorch 2.x environment.
+# TORCH2_VERSION (default 2.15.0) and TORCH2_VENV choose the PyTorch 2.x environment (bench/torch_venv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LIMIT=20000 EPOCHS=1 CONFIGS="1x1 1x2 2x1" MODELS="mlp cnn" BATCH=64 REPS=3 TORCH1=1
@@ -31,50 +31,19 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-./scripts/setup.sh python3-torch libopenblas0-pthread python3-venv >&2
+if [ $TORCH1 = 1 ]; then ./scripts/setup.sh python3-torch libopenblas0-pthread python3-venv >&2; fi
 ./scripts/build.sh >&2
 BUILD=${EDP_BUILD_DIR:-build}
 OUT=${OUT:-bench-results/cpu_vs_pytorch.jsonl}
-TORCH2_VERSION=${TORCH2_VERSION:-2.15.0}
-VENV=$(realpath -m "${TORCH2_VENV:-.cache/venv-torch2}")  # absolute: torch is imported from /tmp
-
-# ---- the PyTorch 2.x environment (once) ------------------------------------------------------
-# Smallest working set first: the CPU-only wheel from PyTorch's own index when that is reachable.
-# Else PyPI's wheel, which is built with CUDA and loads its CUDA libraries at import even without
-# a GPU: the wheel without dependencies, its pure-Python requirements, and those NVIDIA wheels
-# that a CUDA 13 toolkit in /usr/local/cuda does not supply (cuFile, cuSPARSELt, NVSHMEM, and an
-# NCCL >= 2.30: the system's 2.28 lacks a symbol torch needs), at the versions torch pins. Where
-# even that does not import (no toolkit), everything torch requires is installed.
-torch2_ok() { [ -x "$VENV/bin/python" ] && (cd /tmp && "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1); }
-if ! torch2_ok; then
-  echo "cpu_vs_pytorch: creating $VENV with torch $TORCH2_VERSION (once; cached)" >&2
-  /usr/bin/python3 -m venv "$VENV"
-  pip=("$VENV/bin/pip" install -q)
-  if curl -sfI --max-time 10 https://download.pytorch.org/whl/cpu/ >/dev/null 2>&1; then
-    echo "cpu_vs_pytorch: download.pytorch.org reachable: CPU-only wheel" >&2
-    "${pip[@]}" "torch==$TORCH2_VERSION" numpy --index-url https://download.pytorch.org/whl/cpu \
-      --extra-index-url https://pypi.org/simple
-  else
-    echo "cpu_vs_pytorch: download.pytorch.org not reachable: PyPI wheel with the NVIDIA libraries it needs" >&2
-    "${pip[@]}" --no-deps "torch==$TORCH2_VERSION"
-    meta=$(ls -d "$VENV"/lib/python3*/site-packages/torch-"$TORCH2_VERSION"*.dist-info)/METADATA
-    pins() { sed -n "s/^Requires-Dist: \($1[^;]*\).*/\1/p" "$meta" | tr -d ' '; }
-    "${pip[@]}" filelock typing-extensions sympy networkx jinja2 fsspec numpy "setuptools>=77.0.3"
-    "${pip[@]}" --no-deps nvidia-cufile $(pins nvidia-cusparselt) $(pins nvidia-nccl) $(pins nvidia-nvshmem)
-    if ! torch2_ok; then
-      echo "cpu_vs_pytorch: torch does not import with the minimal set; installing all its requirements" >&2
-      "${pip[@]}" "torch==$TORCH2_VERSION"
-    fi
-  fi
-  torch2_ok || { echo "cpu_vs_pytorch: torch $TORCH2_VERSION in $VENV does not import" >&2; exit 1; }
-fi
-PY2="$VENV/bin/python" PY1=/usr/bin/python3
+# ---- the PyTorch 2.x environment (once; bench/torch_venv.sh) ---------------------------------
+PY2=$(./bench/torch_venv.sh) PY1=/usr/bin/python3
+VENV=$(dirname "$(dirname "$PY2")")
 
 mkdir -p "$(dirname "$OUT")"; : > "$OUT"
 tv() { (cd /tmp && "$1" -c 'import re, torch; m = re.search(r"MKL-DNN v([0-9.]+)", torch.__config__.show()); print(torch.__version__, "(oneDNN", (m.group(1) if m else "?") + ")")' 2>/dev/null); }
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "# cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|fma|f16c|amx)' | sort | tr '\n' ' ')"
-echo "# edp $(git rev-parse --short HEAD 2>/dev/null || echo '?') ($BUILD, $(grep -o 'EDP_CPU_ARCH "[^"]*"' "$BUILD/include/edp/config.h" | cut -d'"' -f2), oneDNN $(grep -q 'EDP_HAVE_DNNL 1' "$BUILD/include/edp/config.h" && echo on || echo off))"
+echo "# edp $(git rev-parse --short HEAD 2>/dev/null || echo '?') ($BUILD, $(grep -o 'EDP_CPU_ARCH "[^"]*"' "$BUILD/include/edp/config.h" | cut -d'"' -f2), oneDNN $(grep -q 'EDP_HAVE_DNNL 1' "$BUILD/include/edp/config.h" && echo on || echo off), EDP_CPU_ISA=${EDP_CPU_ISA:-host})"
 echo "# torch2: $(tv "$PY2") ($VENV); torch1: $( [ $TORCH1 = 1 ] && tv "$PY1" || echo skipped)"
 echo "# threads: edp --threads t; torch torch.set_num_threads(t), OMP_NUM_THREADS=t, MKL_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t"
 echo "# limit $LIMIT samples, $EPOCHS epoch(s), batch $BATCH per rank, $REPS interleaved runs each; load at start: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Rescale cost of an elastic job (elastic::Job), measured the way it happens, in one run:
-#   in place   mpirun -np 2 runs a Fashion-MNIST example with a control file; the script asks
-#              for 1 worker (a shrink: the communicator is split, rank 1 leaves), waits for the
-#              job's event, then asks for 2 again (a grow: MPI_Comm_spawn starts a rank, which
-#              loads the data, builds the model and receives the state by broadcast).
+# Rescale of an elastic job (elastic::Job): what it costs and what it is for, in one run.
+#   in place   edprun -np 2 runs a Fashion-MNIST example with a control file; the script asks for 1
+#              worker (a shrink: the communicator is split, rank 1 leaves, rank 0 takes its cores),
+#              waits for the job's settled speed at 1, then asks for 2 again (a grow: MPI_Comm_spawn
+#              starts a rank, which loads the data, builds the model and receives the state).
+#   fresh      the same job started at 1 and at 2 workers: the speed a rescale should reach.
 #   by restart edprun -np 2 with EDP_RESCALE_MODE=restart, the control file asking for 1 worker:
 #              checkpoint, exit 75, edprun starts the job again on 1 rank, which resumes.
 # The pause is the wall time from rank 0 reading the request to the end of the first optimizer
 # step at the new size (the job's membership events, EDP_EVENTS_FILE); in-place pauses are split
-# into the job's phases (split / spawn / state / rebuild / first step). Prints a table and one
-# JSON line per measurement.
+# into the job's phases (split / background / state / rebuild / first step). The visible pause is
+# what the training lost: a grow starts its new ranks in the background while the job trains on,
+# so only its join (state, rebuild) and first step count, less a typical step. The speed after a change
+# is the job's "rate" event: samples/s over the 20 steps after the first one at the new size; it is
+# compared with the rate of a job started at that size (after_vs_fresh). Compute threads follow the
+# ranks on the host (no --threads), as a user runs it. Prints a table and one JSON line per row.
 #   bench/rescale.sh [--reps N] [--models "cnn mlp"]
 # Needs the build of scripts/build.sh (build/examples, build/tools/edprun) and python3.
 set -euo pipefail
@@ -27,63 +32,85 @@ ROOT=(); [ "$(id -u)" = 0 ] && ROOT=(--allow-run-as-root)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 W=$(mktemp -d /tmp/edp-rescale.XXXXXX)
 PID=""
-trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$W"' EXIT
+trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 
 ask() {  # ask WORKERS: replace the control file atomically
   echo "{\"workers\": $1}" > "$W/control.tmp" && mv "$W/control.tmp" "$W/control.json"
 }
-wait_events() {  # wait_events N: until the events file has N rescale lines (or the job ended)
-  for _ in $(seq 1 600); do
-    [ "$(grep -c '"rescale"' "$W/events.jsonl" 2>/dev/null || true)" -ge "$1" ] && return 0
+report() {  # report MODEL KIND EVENTS_FILE N FRESH_RATE: the N-th rescale of the file and the rate after it
+  python3 - "$@" <<'PY'
+import json, sys
+model, kind, path, n, fresh = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+ev = [json.loads(l) for l in open(path)]
+idx = [i for i, e in enumerate(ev) if e["event"] == "rescale"][n - 1]
+e = ev[idx]
+after = next((x["samples_per_s"] for x in ev[idx + 1:] if x["event"] == "rate"), float("nan"))
+ph = e.get("phases", {})
+cols = " ".join(f"{k[:-2]}={v:.3f}" for k, v in ph.items())
+ratio = after / fresh if fresh > 0 else float("nan")
+print(f"{'fashion_mnist_' + model:<18} {kind:<9} {e['from_workers']}->{e['workers']:<3} {e['pause_s']:8.3f} {e.get('visible_s', float('nan')):9.3f} "
+      f"{after:10.0f} {fresh:10.0f} {ratio:6.2f}  threads={e.get('threads')}  {cols}")
+print("JSON " + json.dumps({"bench": "rescale", "model": "fashion_mnist_" + model, "kind": kind,
+                            "from": e["from_workers"], "to": e["workers"], "pause_s": round(e["pause_s"], 4),
+                            "visible_s": round(e.get("visible_s", float("nan")), 4),
+                            "rate_after": round(after, 1), "rate_fresh": round(fresh, 1),
+                            "after_vs_fresh": round(ratio, 3), "threads": e.get("threads"),
+                            "phases": {k: round(v, 4) for k, v in ph.items()}}))
+PY
+}
+first_rate() {  # first_rate EVENTS_FILE: samples/s of the first "rate" event
+  python3 -c 'import json,sys; print(next(json.loads(l)["samples_per_s"] for l in open(sys.argv[1]) if "\"rate\"" in l))' "$1"
+}
+count() { local n; n=$(grep -c "\"$2\"" "$1" 2>/dev/null); echo "${n:-0}"; }
+wait_count() {  # wait_count FILE EVENT N: until the events file has N such lines (or the job ended)
+  for _ in $(seq 1 1200); do
+    [ "$(count "$1" "$2")" -ge "$3" ] && return 0
     kill -0 "$PID" 2>/dev/null || return 1
     sleep 0.1
   done
   return 1
 }
-report() {  # report MODEL KIND EVENT_JSON
-  python3 - "$@" <<'PY'
-import json, sys
-model, kind, line = sys.argv[1], sys.argv[2], sys.argv[3]
-e = json.loads(line)
-ph = e.get("phases", {})
-cols = " ".join(f"{k[:-2]}={v:.3f}" for k, v in ph.items())
-print(f"{'fashion_mnist_' + model:<18} {kind:<10} {e['from_workers']}->{e['workers']:<3} {e['pause_s']:8.3f}  {cols}")
-print("JSON " + json.dumps({"bench": "rescale", "model": "fashion_mnist_" + model, "kind": kind,
-                            "from": e["from_workers"], "to": e["workers"], "pause_s": round(e["pause_s"], 4),
-                            "phases": {k: round(v, 4) for k, v in ph.items()}}))
-PY
+start_job() {  # start_job MODEL WORKERS EVENTS_FILE [edprun/env args...]: a long job, in the background
+  local m=$1 np=$2 ev=$3; shift 3
+  rm -rf "$W/ckpt"
+  "$EDPRUN" "${ROOT[@]}" --oversubscribe -np "$np" --control-file "$W/control.json" -- \
+    env EDP_EVENTS_FILE="$ev" "$@" "build/examples/fashion_mnist_$m" --epochs 20 --limit 12000 --no-eval \
+    --checkpoint-dir "$W/ckpt" \
+    > "$W/out.txt" 2> "$W/err.txt" &
+  PID=$!
 }
+stop_job() { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; PID=""; }
 
-printf "%-18s %-10s %-6s %8s  %s\n" model kind "from->to" pause_s "phases (s)"
+printf "%-18s %-9s %-6s %8s %9s %10s %10s %6s  %s\n" model kind "from->to" pause_s visible_s rate_after rate_fresh ratio "threads, phases (s)"
 for m in $MODELS; do
-  limit=60000 epochs=5; [ "$m" = cnn ] && limit=12000 epochs=1  # long enough for both requests
   for r in $(seq 1 "$REPS"); do
-    # In place: shrink 2 -> 1, then grow 1 -> 2, in one job.
-    rm -f "$W/events.jsonl"; ask 2
-    EDP_EVENTS_FILE="$W/events.jsonl" mpirun --oversubscribe -np 2 "build/examples/fashion_mnist_$m" \
-      --epochs $epochs --limit $limit --threads 1 --no-eval --control-file "$W/control.json" \
-      > "$W/out.txt" 2> "$W/err.txt" &
-    PID=$!
-    until grep -q '"start"' "$W/events.jsonl" 2>/dev/null; do sleep 0.1; done
-    sleep 1; ask 1
-    wait_events 1 || { cat "$W/err.txt" >&2; exit 1; }
-    sleep 1; ask 2
-    wait_events 2 || { cat "$W/err.txt" >&2; exit 1; }
-    wait "$PID" || { cat "$W/err.txt" >&2; exit 1; }
-    PID=""
-    report "$m" in_place "$(grep '"rescale"' "$W/events.jsonl" | sed -n 1p)"
-    report "$m" in_place "$(grep '"rescale"' "$W/events.jsonl" | sed -n 2p)"
+    # The speed of a job started at 1 and at 2 workers.
+    declare -A fresh=()
+    for np in 1 2; do
+      rm -f "$W/ev.jsonl"; ask "$np"
+      start_job "$m" "$np" "$W/ev.jsonl"
+      wait_count "$W/ev.jsonl" rate 1 || { cat "$W/err.txt" >&2; exit 1; }
+      fresh[$np]=$(first_rate "$W/ev.jsonl")
+      stop_job
+    done
+    # In place: shrink 2 -> 1, then grow 1 -> 2, in one job, each once the speed has settled.
+    rm -f "$W/ev.jsonl"; ask 2
+    start_job "$m" 2 "$W/ev.jsonl"
+    wait_count "$W/ev.jsonl" rate 1 || { cat "$W/err.txt" >&2; exit 1; }
+    ask 1
+    wait_count "$W/ev.jsonl" rate 2 || { cat "$W/err.txt" >&2; exit 1; }
+    ask 2
+    wait_count "$W/ev.jsonl" rate 3 || { cat "$W/err.txt" >&2; exit 1; }
+    stop_job
+    report "$m" in_place "$W/ev.jsonl" 1 "${fresh[1]}"
+    report "$m" in_place "$W/ev.jsonl" 2 "${fresh[2]}"
     # By restart: 2 -> 1 through edprun.
-    rm -rf "$W/events.jsonl" "$W/ckpt"; ask 1
-    EDP_RESCALE_MODE=restart EDP_EVENTS_FILE="$W/events.jsonl" "$EDPRUN" "${ROOT[@]}" --oversubscribe -np 2 \
-      --control-file "$W/control.json" -- "build/examples/fashion_mnist_$m" --epochs 1 --limit 4000 --threads 1 \
-      --no-eval --checkpoint-dir "$W/ckpt" --control-every 20 > "$W/out.txt" 2> "$W/err.txt" \
-      || { cat "$W/err.txt" >&2; exit 1; }
-    ev=$( (grep '"rescale"' "$W/events.jsonl" 2>/dev/null || true) | sed -n 1p)
-    if [ -z "$ev" ]; then  # an edprun that points EDP_EVENTS_FILE at its job directory: its log line
-      p=$(sed -n 's/.*first step at 1 worker(s) done, \([0-9.e-]*\) s after the request (by restart).*/\1/p' "$W/err.txt")
-      ev="{\"from_workers\": 2, \"workers\": 1, \"pause_s\": $p}"
-    fi
-    report "$m" restart "$ev"
+    rm -f "$W/ev.jsonl"; ask 2
+    start_job "$m" 2 "$W/ev.jsonl" EDP_RESCALE_MODE=restart
+    wait_count "$W/ev.jsonl" rate 1 || { cat "$W/err.txt" >&2; exit 1; }
+    ask 1
+    wait_count "$W/ev.jsonl" rate 2 || { cat "$W/err.txt" >&2; exit 1; }
+    stop_job
+    report "$m" restart "$W/ev.jsonl" 1 "${fresh[1]}"
   done
 done

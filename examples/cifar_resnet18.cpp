@@ -15,10 +15,7 @@ int main(int argc, char** argv) {
       // 12,000 learnable samples of 3x32x32 from one seed (shared class prototypes), split into
       // 10,000 for training and 2,000 for testing.
       auto all = edp::data::make_synthetic(12000, {3, 32, 32}, 10, /*seed=*/1);
-      std::vector<int32_t> test_labels(all->labels().begin() + 10000, all->labels().end());
-      auto test = std::make_shared<edp::data::TensorDataset>(all->features().narrow(10000, 2000),
-                                                             std::move(test_labels), 10);
-      return std::make_pair(all->head(10000), test);
+      return std::make_pair(all->head(10000), all->slice(10000, 2000));
     }
     return std::make_pair(edp::data::load_cifar10(dir, "train"), edp::data::load_cifar10(dir, "test"));
   };

@@ -1,15 +1,18 @@
 // An elastic data-parallel training program: Fashion-MNIST, a small MLP. Run it with
-//   mpirun -np 2 ./elastic_mnist [checkpoint-dir]   or   edprun -np 2 --control-file F -- ./elastic_mnist DIR
+//   mpirun -np 2 ./elastic_mnist [--checkpoint-dir DIR]
+//   edprun -np 2 --control-file F -- ./elastic_mnist --checkpoint-dir DIR
 // It resumes from the newest checkpoint at any world size, and changes size on request (the
 // control file): in place, or by a restart that edprun carries out.
 #include <cstdio>
-#include <string>
 
 #include "edp/edp.h"
 
 using namespace edp;
 
 int main(int argc, char** argv) {
+  train::Options opts("elastic_mnist", "An elastic MLP on Fashion-MNIST: 2 epochs at global batch 128.");
+  opts.add("checkpoint-dir", "", "commit checkpoints here; resume from the newest one at any world size");
+  opts.parse(argc, argv);  // --help lists the options; an unknown one is an error (exit 2)
   return comm::run_main(argc, argv, [&](comm::Communicator& world) {
     const auto train = data::load_fashion_mnist(data::kFashionMnistDir, "train");
     const auto test = data::load_fashion_mnist(data::kFashionMnistDir, "test");
@@ -27,7 +30,7 @@ int main(int argc, char** argv) {
     o.global_batch = 128;  // the LR follows it (linear rule from 64)
     o.lr = 0.1;
     o.warmup_steps = 50;
-    o.checkpoint_dir = argc > 1 ? argv[1] : "";
+    o.checkpoint_dir = opts.str("checkpoint-dir");
     elastic::Job job(world, model, opt, train, o);
 
     nn::SoftmaxCrossEntropy loss_fn;

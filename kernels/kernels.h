@@ -49,6 +49,52 @@ void softmax_xent_backward(const float* probs, const int32_t* labels, float* dz,
 void correct_rows(const float* z, const int32_t* labels, int32_t* row_flag, int64_t N, int64_t C,
                   cudaStream_t s);
 
+// Sequence form: rows whose label is ignore_index have loss 0, flag 0 and valid 0; other labels
+// outside [0, C) are flagged. valid[n] = 1 for a counted row.
+void softmax_xent_forward_ignore(const float* z, const int32_t* labels, int32_t ignore_index, float* probs,
+                                 double* row_loss, int32_t* row_flag, int32_t* valid, int64_t N, int64_t C,
+                                 cudaStream_t s);
+// dz = (probs - onehot(label)) · scale, and 0 on rows labelled ignore_index.
+void softmax_xent_backward_ignore(const float* probs, const int32_t* labels, int32_t ignore_index, float* dz,
+                                  int64_t N, int64_t C, float scale, cudaStream_t s);
+
+// ---- bf16.cu: y[i] = bfloat16(x[i]), round to nearest even (y: n 2-byte values) -------------------
+void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s);
+
+// ---- embedding.cu --------------------------------------------------------------------------------
+// y[i, :] = wte[ids[i], :] + wpe[i % T, :] for i < N = B·T.
+void embedding_forward(const int32_t* ids, const float* wte, const float* wpe, float* y, int64_t N, int64_t T,
+                       int64_t D, cudaStream_t s);
+// dwte[tokens[k], :] += Σ_{j in [start[k], start[k+1])} dy[order[j], :] for k < P (one block per k);
+// dwpe[t, :] += Σ_b dy[b·T + t, :].
+void embedding_backward(const float* dy, const int64_t* order, const int64_t* start, const int32_t* tokens,
+                        int64_t P, float* dwte, float* dwpe, int64_t B, int64_t T, int64_t D, cudaStream_t s);
+
+// ---- layernorm.cu --------------------------------------------------------------------------------
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float eps, float* y, float* mean,
+                       float* rstd, int64_t R, int64_t D, cudaStream_t s);
+// dx for every row; partial [chunks][2][D] of Σ dy·x̂ and Σ dy over chunks of 64 rows; then
+// dgamma/dbeta += Σ over chunks in order.
+void layernorm_backward(const float* x, const float* dy, const float* gamma, const float* mean, const float* rstd,
+                        float* dx, float* partial, float* dgamma, float* dbeta, int64_t R, int64_t D, cudaStream_t s);
+int64_t layernorm_chunks(int64_t R);
+
+// ---- attention.cu ---------------------------------------------------------------------------------
+// qkv [B, T, 3, H, hd] <-> q, k, v [B, H, T, hd] each.
+void attention_split(const float* qkv, float* q, float* k, float* v, int64_t B, int64_t T, int64_t H, int64_t hd,
+                     cudaStream_t s);
+// dqkv [B, T, 3, H, hd] from dq, dk, dv [B, H, T, hd].
+void attention_merge_grads(const float* dq, const float* dk, const float* dv, float* dqkv, int64_t B, int64_t T,
+                           int64_t H, int64_t hd, cudaStream_t s);
+// y [B, T, H, hd] from o [B, H, T, hd], and back (dy -> do).
+void attention_heads_to_rows(const float* o, float* y, int64_t B, int64_t T, int64_t H, int64_t hd, cudaStream_t s);
+void attention_rows_to_heads(const float* y, float* o, int64_t B, int64_t T, int64_t H, int64_t hd, cudaStream_t s);
+// In place over S [rows = B·H·T, T] (already scaled): the causal softmax of each row t (columns
+// s ≤ t; others become 0); lse[row] = log Σ e^S.
+void causal_softmax_forward(float* S, float* lse, int64_t BH, int64_t T, cudaStream_t s);
+// In place over dP: dS = P ∘ (dP - Σ_s P·dP) per row.
+void causal_softmax_backward(const float* P, float* dP, int64_t BH, int64_t T, cudaStream_t s);
+
 // ---- pool.cu ------------------------------------------------------------------------------------
 void maxpool2d_forward(const float* x, float* y, int32_t* argmax, int64_t planes, int64_t H,
                        int64_t W, int64_t Ho, int64_t Wo, int64_t k, int64_t stride, cudaStream_t s);

@@ -10,6 +10,8 @@
 // sum are in double like the CPU backend, so probabilities agree to float rounding. The mean is
 // taken by one block over the per-row losses in a fixed order (deterministic). An invalid label
 // does not read out of bounds: its row is flagged, and the host reports the first flagged row.
+// The sequence form's ignored rows (label == ignore_index) have no loss and a zero gradient; the
+// plain form passes INT_MIN, which no label equals.
 #include <cfloat>
 #include <climits>
 
@@ -22,8 +24,9 @@ constexpr int kRowsPerBlock = kBlock / 32;
 
 __global__ void softmax_xent_fwd_kernel(const float* __restrict__ z,
                                         const int32_t* __restrict__ labels,
-                                        float* __restrict__ probs, double* __restrict__ row_loss,
-                                        int32_t* __restrict__ row_flag, int64_t N, int64_t C) {
+                                        int32_t ignore, float* __restrict__ probs,
+                                        double* __restrict__ row_loss, int32_t* __restrict__ row_flag,
+                                        int32_t* __restrict__ valid, int64_t N, int64_t C) {
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   if (row >= N) return;  // uniform per warp
@@ -40,9 +43,11 @@ __global__ void softmax_xent_fwd_kernel(const float* __restrict__ z,
     pr[c] = static_cast<float>(exp(static_cast<double>(zr[c] - mx) - log_s));
   if (lane == 0) {
     const int32_t lab = labels[row];
-    const bool bad = lab < 0 || lab >= C;
+    const bool skip = lab == ignore;
+    const bool bad = !skip && (lab < 0 || lab >= C);
     row_flag[row] = bad ? 1 : 0;
-    row_loss[row] = bad ? 0.0 : -(static_cast<double>(zr[lab] - mx) - log_s);
+    if (valid) valid[row] = bad || skip ? 0 : 1;
+    row_loss[row] = bad || skip ? 0.0 : -(static_cast<double>(zr[lab] - mx) - log_s);
   }
 }
 
@@ -83,13 +88,14 @@ __global__ void __launch_bounds__(1024) rows_finalize_kernel(const double* __res
 }
 
 __global__ void softmax_xent_bwd_kernel(const float* __restrict__ probs,
-                                        const int32_t* __restrict__ labels,
+                                        const int32_t* __restrict__ labels, int32_t ignore,
                                         float* __restrict__ dz, int64_t N, int64_t C, float scale) {
   const int64_t n = N * C;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t row = i / C, c = i - row * C;
-    dz[i] = (probs[i] - (c == labels[row] ? 1.f : 0.f)) * scale;
+    const int32_t lab = labels[row];
+    dz[i] = lab == ignore ? 0.f : (probs[i] - (c == lab ? 1.f : 0.f)) * scale;
   }
 }
 
@@ -126,7 +132,17 @@ unsigned row_blocks(int64_t N) { return static_cast<unsigned>((N + kRowsPerBlock
 void softmax_xent_forward(const float* z, const int32_t* labels, float* probs, double* row_loss,
                           int32_t* row_flag, int64_t N, int64_t C, cudaStream_t s) {
   if (N <= 0) return;
-  softmax_xent_fwd_kernel<<<row_blocks(N), kBlock, 0, s>>>(z, labels, probs, row_loss, row_flag, N, C);
+  softmax_xent_fwd_kernel<<<row_blocks(N), kBlock, 0, s>>>(z, labels, INT_MIN, probs, row_loss, row_flag,
+                                                           nullptr, N, C);
+  CUDA_CHECK_LAUNCH("softmax_xent_fwd_kernel");
+}
+
+void softmax_xent_forward_ignore(const float* z, const int32_t* labels, int32_t ignore_index, float* probs,
+                                 double* row_loss, int32_t* row_flag, int32_t* valid, int64_t N, int64_t C,
+                                 cudaStream_t s) {
+  if (N <= 0) return;
+  softmax_xent_fwd_kernel<<<row_blocks(N), kBlock, 0, s>>>(z, labels, ignore_index, probs, row_loss, row_flag,
+                                                           valid, N, C);
   CUDA_CHECK_LAUNCH("softmax_xent_fwd_kernel");
 }
 
@@ -139,7 +155,14 @@ void rows_finalize(const double* row_val, const int32_t* row_flag, int64_t N, bo
 void softmax_xent_backward(const float* probs, const int32_t* labels, float* dz, int64_t N,
                            int64_t C, float scale, cudaStream_t s) {
   if (N * C <= 0) return;
-  softmax_xent_bwd_kernel<<<grid_for(N * C), kBlock, 0, s>>>(probs, labels, dz, N, C, scale);
+  softmax_xent_bwd_kernel<<<grid_for(N * C), kBlock, 0, s>>>(probs, labels, INT_MIN, dz, N, C, scale);
+  CUDA_CHECK_LAUNCH("softmax_xent_bwd_kernel");
+}
+
+void softmax_xent_backward_ignore(const float* probs, const int32_t* labels, int32_t ignore_index, float* dz,
+                                  int64_t N, int64_t C, float scale, cudaStream_t s) {
+  if (N * C <= 0) return;
+  softmax_xent_bwd_kernel<<<grid_for(N * C), kBlock, 0, s>>>(probs, labels, ignore_index, dz, N, C, scale);
   CUDA_CHECK_LAUNCH("softmax_xent_bwd_kernel");
 }
 

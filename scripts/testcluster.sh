@@ -5,6 +5,10 @@
 # and its own /tmp (a mount namespace binds a private directory there, as /tmp is local on a real
 # node); every other path is the machine's, shared by all hosts as on a cluster with NFS — and so
 # are the source tree and EDP_TC_SHARED's directories when they lie under /tmp (bound back in).
+# A directory under /tmp that a command needs (its working directory, a build, a program) must be
+# named in EDP_TC_SHARED (colon-separated) when `up` runs; `up` re-makes a running cluster that
+# lacks one, and `exec` refuses a command whose working directory or absolute paths a host cannot
+# see, naming this fix.
 #
 # Open MPI reaches the hosts without sshd: `exec` sets plm_rsh_agent to scripts/testcluster-rsh,
 # which enters the target host's namespaces (nsenter) and runs orted there; its TCP traffic (oob
@@ -135,8 +139,13 @@ do_up() {
   local n=${1:-3} h i
   [[ "$n" =~ ^[1-9]$ ]] || die "up: 1..9 hosts, not '$n'"
   if [ -f "$STATE/hosts" ] && [ "$(wc -w < "$STATE/hosts")" = "$n" ] && do_status >/dev/null 2>&1; then
-    say "already up: $(tr '\n' ' ' < "$STATE/hosts")"
-    return 0
+    local missing
+    missing=$(shared_under_tmp | grep -vxF -f <(cat "$STATE/shared" 2>/dev/null) || true)
+    if [ -z "$missing" ]; then
+      say "already up: $(tr '\n' ' ' < "$STATE/hosts")"
+      return 0
+    fi
+    say "re-making the cluster: its hosts do not see $(echo $missing) (EDP_TC_SHARED)"
   fi
   if [ -n "$(hosts_present)" ] || [ -d "$STATE" ] || ip link show "$BRIDGE" >/dev/null 2>&1; then
     say "removing a previous or half-made cluster first"
@@ -176,6 +185,7 @@ do_up() {
     holder_ok "$h" || { say "the holder of $h did not start"; false; }
     echo "$h" >> "$STATE/hosts.tmp"
   done
+  shared_under_tmp > "$STATE/shared"
   mv "$STATE/hosts.tmp" "$STATE/hosts"
   trap - ERR INT TERM
   say "up: $(tr '\n' ' ' < "$STATE/hosts")(bridge $BRIDGE, $NET.0/24)"
@@ -324,10 +334,18 @@ do_link() {
   say "link of $h $state"
 }
 
-# Runs a command inside HOST's namespaces, in the caller's working directory.
+# Runs a command inside HOST's namespaces, in the caller's working directory. That directory and
+# every absolute path of the command that exists here must exist there too (each host has its own
+# /tmp): otherwise stop before running anything, with the fix.
 run_on() {
   local h=$1; shift
   holder_ok "$h" || die "host $h is not up (run: $0 up)"
+  local paths=("$PWD") a unseen
+  for a in "$@"; do [[ "$a" == /* ]] && [ -e "$a" ] && paths+=("$a"); done
+  unseen=$(nsenter -t "$(holder_pid "$h")" -m -- sh -c 'for p; do [ -e "$p" ] || echo "$p"; done' sh "${paths[@]}")
+  if [ -n "$unseen" ]; then
+    die "host $h cannot see $(echo $unseen): /tmp is each host's own. Name the directories under /tmp that the hosts need (working directory, build, data) in EDP_TC_SHARED, colon-separated, and run '$0 up' again (it re-makes the cluster with them), or work outside /tmp"
+  fi
   nsenter -t "$(holder_pid "$h")" -n -u -m --wd="$PWD" -- "$@"
 }
 

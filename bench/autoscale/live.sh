@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The live autoscaler on real jobs: a controller with SLOTS CPU slots and three Fashion-MNIST jobs
 # submitted at different times, run once per policy; prints per-job completion times, accuracy,
-# rescales and restarts, and one JSON line per policy. docs/autoscaler.md §8 shows a run.
+# rescales and restarts, and one JSON line per policy. docs/results/autoscaler.md shows a run.
 #
 #   bench/autoscale/live.sh [--policies static,dp,goodput] [--slots 4] [--root DIR] [--build build]
 #                           [--gap 8] [--max-batch 256] [--keep]
 # Slots default to 2, the cores of the project's CI VM (one slot = one core). The global batch is
-# chosen by the policies between 64 and --max-batch (default 256; 64 fixes it, as the first
-# measurements in docs/autoscaler.md §8 did).
+# chosen by the policies between 64 and --max-batch (default 256; 64 fixes it, as the second
+# table in docs/results/autoscaler.md does).
 # Each job: the CNN on the first LIMIT training samples (EPOCHS epochs), started at 1 worker;
 # B is submitted GAP seconds after A, C 2 x GAP after.
 set -euo pipefail

@@ -3,18 +3,21 @@
 // <= 50 ms). Each job's raw options are every (GPUs, batch) pair its model allows: GPU counts
 // 1..max_gpus (or powers of two), batches from the model's per-GPU grid (4-11 per GPU count),
 // valued by the step-time model of three model shapes (synthetic_model_profiles, so the bench
-// needs no data files). The envelope/pruning work is included in the time.
+// needs no data files). The envelope/pruning work is included in the time. decide_ms: the same
+// instance through plan.h's decide() (the request's checks and the valuation of every option on
+// top of the solve), which is what plan, the simulators and serve call.
 //
 //   bench_autoscale_solve [--reps N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "edp/autoscale/optimizer.h"
+#include "edp/autoscale/plan.h"
 #include "edp/autoscale/throughput.h"
+#include "edp/core/cli.h"
 #include "edp/core/random.h"
 
 using namespace edp::autoscale;
@@ -54,12 +57,36 @@ std::vector<JobOptions> make_instance(const Case& c, uint64_t seed, long* raw_op
   return jobs;
 }
 
+// The same instance as a request of plan.h (objective throughput with own.samples_per_s = 1, so
+// that every option's value is the instance's): what every caller of the autoscaler now times, the
+// valuation and the request's checks included.
+PlanRequest as_request(const std::vector<JobOptions>& jobs, int gpus) {
+  PlanRequest r;
+  r.gpus = gpus;
+  r.objective = Objective::Throughput;
+  r.hysteresis = 0;
+  for (const JobOptions& j : jobs) {
+    PlanJob p;
+    p.own = Config{1, 1, 1, 1.0, 1.0};
+    if (j.current_gpus > 0) p.current = Config{j.current_gpus, j.current_batch, 1, 0, 1.0};
+    for (const Option& o : j.options) p.options.push_back(Config{o.gpus, o.batch, 1, o.value, 1.0});
+    r.jobs.push_back(std::move(p));
+  }
+  return r;
+}
+
+double median_ms(std::vector<double>& ms) {
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 20;
-  for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+  edp::cli::Options o("bench_autoscale_solve", "Times the exact DP optimizer (solve) on the autoscaler's sizes.");
+  o.add("reps", "20", "repetitions per case (median and min are reported)").int_range(1, 100000);
+  o.parse(argc, argv);
+  const int reps = static_cast<int>(o.i64("reps"));
   const Case cases[] = {
       {"64x64_all_g<=16", 64, 64, 16, false},
       {"64x64_all_g<=64", 64, 64, 64, false},
@@ -68,8 +95,8 @@ int main(int argc, char** argv) {
       {"1000x4096_all_g<=64", 1000, 4096, 64, false},
   };
   std::printf("edp autoscale DP solve time (single thread, %d reps, median and min)\n", reps);
-  std::printf("%-24s %6s %6s %11s %13s %11s %11s %9s\n", "case", "jobs", "gpus", "raw_opts/j", "cells", "median_ms",
-              "min_ms", "objective");
+  std::printf("%-24s %6s %6s %11s %13s %11s %11s %9s %11s\n", "case", "jobs", "gpus", "raw_opts/j", "cells", "median_ms",
+              "min_ms", "objective", "decide_ms");
   std::string json = "{\"bench\":\"autoscale_solve\",\"reps\":" + std::to_string(reps) + ",\"cases\":[";
   bool first = true;
   for (const Case& c : cases) {
@@ -82,16 +109,28 @@ int main(int argc, char** argv) {
       s = solve(jobs, c.gpus);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2], mn = ms.front();
-    std::printf("%-24s %6d %6d %11.1f %13lld %11.3f %11.3f %9.2f\n", c.name, c.jobs, c.gpus,
-                static_cast<double>(raw) / c.jobs, static_cast<long long>(s.cells), med, mn, s.objective);
-    char buf[400];
+    const double med = median_ms(ms), mn = ms.front();
+    // The same through decide() (median over reps; its plan must have the solve's objective).
+    const PlanRequest req = as_request(jobs, c.gpus);
+    Planner planner;
+    std::vector<double> dms;
+    double dobj = 0;
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      dobj = planner.decide(req).objective;
+      dms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (dobj != s.objective) std::fprintf(stderr, "decide() and solve() disagree on %s: %g vs %g\n", c.name, dobj, s.objective);
+    const double dmed = median_ms(dms);
+    std::printf("%-24s %6d %6d %11.1f %13lld %11.3f %11.3f %9.2f %11.3f\n", c.name, c.jobs, c.gpus,
+                static_cast<double>(raw) / c.jobs, static_cast<long long>(s.cells), med, mn, s.objective, dmed);
+    char buf[480];
     std::snprintf(buf, sizeof buf,
                   "%s{\"case\":\"%s\",\"jobs\":%d,\"gpus\":%d,\"max_gpus_per_job\":%d,\"pow2\":%s,"
-                  "\"raw_options_per_job\":%.2f,\"cells\":%lld,\"median_ms\":%.4f,\"min_ms\":%.4f}",
+                  "\"raw_options_per_job\":%.2f,\"cells\":%lld,\"median_ms\":%.4f,\"min_ms\":%.4f,"
+                  "\"decide_median_ms\":%.4f}",
                   first ? "" : ",", c.name, c.jobs, c.gpus, c.max_gpus, c.pow2 ? "true" : "false",
-                  static_cast<double>(raw) / c.jobs, static_cast<long long>(s.cells), med, mn);
+                  static_cast<double>(raw) / c.jobs, static_cast<long long>(s.cells), med, mn, dmed);
     json += buf;
     first = false;
   }

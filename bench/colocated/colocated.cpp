@@ -7,7 +7,7 @@
 //
 //   edprun -np 4 --ranks-per-gpu 4 -- build/bench/colocated/edp_bench_colocated -b 1M -e 64M -f 4
 //
-// Goal (issue 5): colocated >= 5x the host path in busbw at 64 MiB with K = 2 and 4.
+// Goal: colocated >= 5x the host path in busbw at 64 MiB with K = 2 and 4.
 #include <cuda_runtime.h>
 #include <unistd.h>
 

@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "edp/core/cli.h"
+
 namespace {
 
 bool pin(int cpu) {
@@ -63,20 +65,10 @@ double round_trip_ns(int a, int b, long n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  long n = 200000;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--round-trips") == 0 && i + 1 < argc) {
-      char* end = nullptr;
-      n = std::strtol(argv[++i], &end, 10);
-      if (*end != '\0' || n < 1 || n > 1000000000L) {
-        std::fprintf(stderr, "edp_bench_core_latency: --round-trips needs an integer in 1..1e9, got %s\n", argv[i]);
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "usage: edp_bench_core_latency [--round-trips N]\n");
-      return 2;
-    }
-  }
+  edp::cli::Options o("edp_bench_core_latency", "Round-trip latency between pairs of cores.");
+  o.add("round-trips", "200000", "round trips per pair of cores").int_range(1, 1000000000);
+  o.parse(argc, argv);
+  const long n = static_cast<long>(o.i64("round-trips"));
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) != 0) {

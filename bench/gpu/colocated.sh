@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Several ranks per GPU on a GPU machine (issue 5): training throughput of the CNN example with
+# Several ranks per GPU on a GPU machine: training throughput of the CNN example with
 # K = 1, 2, 4 ranks on one GPU under MPS, and K = 2 without MPS (time-sliced), then the
 # colocated allreduce benchmark for K = 2 and 4. Prints a table and writes one JSON line per run
 # to $OUT (default bench-results/colocated-<date>.jsonl).

@@ -110,6 +110,8 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
                     .warmup_steps = o.i64("warmup-steps"),
                     .seed = static_cast<uint64_t>(o.i64("seed")),
                     .loader_workers = static_cast<int>(o.i64("workers")),
+                    // --threads given: that count; otherwise the threads follow the ranks on the host
+                    .threads = o.source("threads") == "default" ? 0 : static_cast<int>(o.i64("threads")),
                     .checkpoint_dir = o.str("checkpoint-dir"),
                     .keep_checkpoints = static_cast<int>(o.i64("keep-checkpoints")),
                     .checkpoint_every = o.i64("checkpoint-every"),
@@ -120,7 +122,18 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
                     .device = device,
                     .bucket_cap_bytes = o.i64("bucket-cap-mb") << 20,
                     .on_nonfinite = o.str("on-nonfinite"),
-                    .settings = settings});
+                    .progress = true,
+                    .settings = settings,
+                    .min_global_batch = o.i64("min-global-batch"),
+                    .max_global_batch = o.i64("max-global-batch"),
+                    .divergence_factor = o.f64("divergence-factor"),
+                    // How often checkpoints are written and looked at, evaluation, the guards: a
+                    // resume may change them; every other flag is the training run's identity.
+                    .resume_may_change = {"--checkpoint-every", "--keep-checkpoints", "--control-every",
+                                          "--stop-after-steps", "--no-eval", "--checkpoint-dir", "--on-nonfinite",
+                                          "--bucket-cap-mb", "--min-global-batch", "--max-global-batch",
+                                          "--divergence-factor", "--accept-config-change"},
+                    .accept_config_change = o.flag("accept-config-change")});
   if (job.is_root())
     std::fprintf(stderr,
                  "%s: %lld train / %lld test samples, %lld parameters, %d rank(s) x batch %lld (global %lld), "
@@ -163,6 +176,17 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
     }
   }
   if (job.left() || job.exit_code() != 0) return job.exit_code();  // left in a shrink (0), 75: restart me, 78: stopped
+  if (job.complete_at_start()) {
+    // Nothing was left to train: the checkpoint's model, evaluated; no training figures to report.
+    test = train::evaluate(*model, *test_set, job.world());
+    if (job.is_root())
+      std::printf("{\"model\": \"%s\", \"world_size\": %d, \"already_complete\": true, \"epochs\": %lld, "
+                  "\"steps\": %lld, \"test_acc\": %.4f, \"test_loss\": %.4f, \"final_loss\": null, "
+                  "\"samples_per_s\": null}\n",
+                  spec.name.c_str(), job.size(), static_cast<long long>(o.i64("epochs")),
+                  static_cast<long long>(job.steps()), test.accuracy, test.loss);
+    return 0;
+  }
   const ddp::DDPStats st = job.ddp_stats();
   const double step_s = train_seconds / std::max<int64_t>(1, st.steps);
   const double exposed = st.exposed_comm_s / std::max<int64_t>(1, st.steps);
@@ -184,12 +208,13 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
 }
 }  // namespace
 
-int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
-  // EDP_NUM_THREADS (set by edprun) wins; otherwise the ranks on one host share its cores.
+int default_threads_per_rank() {
   const comm::LaunchInfo li = comm::launch_info();
-  const int default_threads = knobs::is_set("EDP_NUM_THREADS")
-                                  ? num_threads()
-                                  : std::max(1, available_cores() / std::max(1, li.local_size));
+  return knobs::is_set("EDP_NUM_THREADS") ? num_threads() : std::max(1, available_cores() / std::max(1, li.local_size));
+}
+
+int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
+  const int default_threads = default_threads_per_rank();
   train::Options o(spec.name, spec.description);
   o.add("epochs", std::to_string(spec.default_epochs), "training epochs")
       .add("batch", "64", "batch size per rank (global batch = batch x ranks)")
@@ -216,6 +241,14 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
            "them (0: forever)")
       .add("on-nonfinite", "stop", "a NaN/inf loss or gradient: stop (an error naming the step and parameter) or "
            "skip (the update; gives up after max(10, 10% of the steps))")
+      .add("min-global-batch", "0", "smallest global batch a rescale request may ask for (0: the first global "
+           "batch / 8)")
+      .add("max-global-batch", "0", "largest global batch a rescale request may ask for (0: the first global "
+           "batch x 8, at most the training set); the learning rate follows the batch, so this bounds it")
+      .add("divergence-factor", "4", "stop when the mean loss of 3 windows of 10 steps in a row exceeds this "
+           "multiple of its running level, resuming later from the last good checkpoint (0: no guard)")
+      .add_flag("accept-config-change", "resume from a checkpoint written with other settings (a deliberate "
+                "change, e.g. of --lr)")
       .add_flag("no-eval", "skip the per-epoch test-set evaluation (the final one still runs)");
   o.parse(argc, argv);
   return comm::run_main(argc, argv, [&](comm::Communicator& world) { return train(world, o, spec); });

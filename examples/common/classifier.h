@@ -25,4 +25,8 @@ struct ClassifierSpec {
 
 int run_classifier(int argc, char** argv, const ClassifierSpec& spec);
 
+// The examples' default --threads: EDP_NUM_THREADS (set by edprun) wins; otherwise the ranks on
+// one host share its cores.
+int default_threads_per_rank();
+
 }  // namespace edp::examples

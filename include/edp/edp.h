@@ -10,6 +10,7 @@
 //   edp/autoscale/cluster_sim.h  the autoscaler's optimizer, policies, simulators, throughput
 //   edp/autoscale/live.h         model and live planning (the edp-autoscale tool and programs that
 //   edp/autoscale/optimizer.h    plan clusters)
+//   edp/autoscale/plan.h
 //   edp/autoscale/policy.h
 //   edp/autoscale/simulator.h
 //   edp/autoscale/throughput.h
@@ -17,10 +18,13 @@
 #include "edp/config.h"
 
 #include "edp/core/allocator.h"
+#include "edp/core/cli.h"
 #include "edp/core/dtype.h"
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 #include "edp/core/knobs.h"
 #include "edp/core/log.h"
+#include "edp/core/process.h"
 #include "edp/core/random.h"
 #include "edp/core/stopwatch.h"
 #include "edp/core/tensor.h"
@@ -28,6 +32,7 @@
 #include "edp/core/timeline.h"
 #include "edp/cuda/runtime.h"
 #include "edp/backend/ops.h"
+#include "edp/nn/gpt.h"
 #include "edp/nn/init.h"
 #include "edp/nn/layers.h"
 #include "edp/nn/module.h"
@@ -38,6 +43,7 @@
 #include "edp/comm/comm_thread.h"
 #include "edp/comm/communicator.h"
 #include "edp/comm/device.h"
+#include "edp/comm/layout.h"
 #include "edp/comm/membership.h"
 #include "edp/comm/nccl.h"
 #include "edp/comm/stall.h"
@@ -46,6 +52,7 @@
 #include "edp/data/distributed_loader.h"
 #include "edp/data/distributed_sampler.h"
 #include "edp/data/loader.h"
+#include "edp/data/tokens.h"
 #include "edp/train/checkpoint.h"
 #include "edp/train/evaluate.h"
 #include "edp/train/options.h"

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "csv.h"
-#include "edp/autoscale/optimizer.h"
+#include "edp/autoscale/plan.h"
 #include "edp/core/error.h"
 
 namespace edp::autoscale {
@@ -508,11 +508,12 @@ class OptimusPolicy final : public ClusterPolicy {
 };
 
 // edp's DP in the node-level simulator. Each job's options are GPU counts that pack onto nodes
-// (1-4 on one node, then whole nodes), each with the best batch for that count; an option's
-// value is 1 / (the time the job would still need at it), the time including the restart pause
-// when the option changes the job's allocation (restart-aware) — so a change must pay for its
-// pause over the job's remaining time, and the sum favours short jobs (SRPT-like). The eager
-// variant values rate / remaining work with only the hysteresis (the formulation of policy.h).
+// (1-4 on one node, then whole nodes), each with the best batch for that count (the job adapts
+// it: batch 0 in the request); fill_cluster_request() makes them a request of plan.h, whose
+// restart-aware valuation is 1 / (the time the job would still need at an option, counting the
+// pause every allocation change and every start costs here) — so a change must pay for its pause
+// over the job's remaining time, and the sum favours short jobs (SRPT-like). The eager variant
+// values rate / remaining work (objective remaining) with only the hysteresis.
 // Jobs whose GPU count stays keep their nodes; the others are placed whole-nodes first and
 // best-fit inside nodes, preferring the nodes they had.
 class EdpDpPolicy final : public ClusterPolicy {
@@ -526,44 +527,34 @@ class EdpDpPolicy final : public ClusterPolicy {
                                      double) override {
     const size_t J = active.size();
     const int capacity = nodes * gpn;
-    problem_.resize(J);
+    jobs_.resize(J);
     for (size_t i = 0; i < J; ++i) {
       const ClusterJobView& j = active[i];
-      JobOptions& jo = problem_[i];
-      jo.options.clear();
-      jo.may_wait = true;
+      ClusterDpJob& d = jobs_[i];
       const int cur = static_cast<int>(j.alloc.size());
-      jo.current_gpus = cur;
-      jo.current_batch = cur;  // the DP's "batch" slot carries the GPU count: the batch follows it
-      const double R = std::max(1e-9, j.app->total_progress() - j.progress);
+      d.current_gpus = cur;
+      d.remaining = std::max(1e-9, j.app->total_progress() - j.progress);
+      d.rates.clear();
       for (const Rate& r : rates(*j.app, j.epoch, gpn, capacity)) {
         double rate = r.rate;
         if (r.gpus == cur && j.goodput > 0 && by_goodput_) rate = j.goodput;  // actual placement
-        if (!(rate > 0)) continue;
-        const bool change = r.gpus != cur;
-        double v;
-        if (restart_aware_) {
-          v = 1.0 / (R / rate + (change || cur == 0 ? cfg_.restart_s : 0.0));
-        } else {
-          v = rate / R;
-        }
-        if (change && cur > 0) v *= 1.0 - cfg_.hysteresis;
-        jo.options.push_back(Option{r.gpus, r.gpus, v});
+        d.rates.emplace_back(r.gpus, rate);
       }
     }
-    const Solution s = solve(problem_, capacity);
+    fill_cluster_request(req_, jobs_, capacity, cfg_, restart_aware_);
+    const Plan& s = planner_.decide(req_);
     // Placement: keep jobs whose count stays; place the rest largest first.
     std::vector<std::vector<int>> out(J);
     std::vector<size_t> todo;
     for (size_t i = 0; i < J; ++i) {
-      const int n = s.choices[i].gpus;
+      const int n = s.choices[i].config.gpus;
       if (n == static_cast<int>(active[i].alloc.size())) out[i] = active[i].alloc;
       else if (n > 0) todo.push_back(i);
     }
     std::vector<int> free = free_after(out, nodes, gpn);
     std::stable_sort(todo.begin(), todo.end(),
-                     [&](size_t a, size_t b) { return s.choices[a].gpus > s.choices[b].gpus; });
-    for (size_t i : todo) out[i] = place(free, s.choices[i].gpus, active[i].alloc, gpn);
+                     [&](size_t a, size_t b) { return s.choices[a].config.gpus > s.choices[b].config.gpus; });
+    for (size_t i : todo) out[i] = place(free, s.choices[i].config.gpus, active[i].alloc, gpn);
     return out;
   }
 
@@ -634,11 +625,35 @@ class EdpDpPolicy final : public ClusterPolicy {
   std::string name_;
   bool by_goodput_, restart_aware_;
   ClusterPolicyConfig cfg_;
-  std::vector<JobOptions> problem_;
+  std::vector<ClusterDpJob> jobs_;  // reused across plans
+  PlanRequest req_;
+  Planner planner_;
   std::map<std::pair<const ClusterApp*, int>, std::vector<Rate>> cache_;
 };
 
 }  // namespace
+
+void fill_cluster_request(PlanRequest& req, const std::vector<ClusterDpJob>& jobs, int capacity,
+                          const ClusterPolicyConfig& cfg, bool restart_aware) {
+  req.gpus = capacity;
+  req.objective = restart_aware ? Objective::RestartAware : Objective::Remaining;
+  req.hysteresis = cfg.hysteresis;
+  req.pause_s = cfg.restart_s;
+  req.start_s = cfg.restart_s;  // this simulator charges the pause to every allocation change, a start too
+  req.jobs.resize(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const ClusterDpJob& d = jobs[i];
+    PlanJob& pj = req.jobs[i];
+    pj.may_wait = true;
+    pj.weight = 1.0;
+    pj.remaining = d.remaining;
+    pj.current = d.current_gpus > 0 ? Config{d.current_gpus, 0, 1, 0, 1.0} : Config{};
+    pj.pause_s = pj.start_s = -1;
+    pj.options.clear();
+    for (const auto& [g, rate] : d.rates)
+      if (rate > 0) pj.options.push_back(Config{g, 0, 1, rate, 1.0});
+  }
+}
 
 std::vector<std::string> cluster_policy_names() { return {"tiresias", "optimus", "goodput", "dp", "goodput-eager"}; }
 
@@ -661,15 +676,16 @@ std::unique_ptr<ClusterPolicy> make_cluster_policy(const std::string& name, cons
 
 // ---- the simulation -----------------------------------------------------------------------
 
-ClusterSimResult simulate_cluster(const std::vector<ClusterJob>& jobs, const ClusterProfiles& profiles,
-                                  const ClusterSimConfig& cfg) {
-  EDP_CHECK(cfg.nodes >= 1 && cfg.gpus_per_node >= 1, "simulate_cluster: nodes and gpus_per_node must be >= 1");
-  EDP_CHECK(cfg.interval_s > 0 && cfg.restart_s >= 0, "simulate_cluster: interval must be > 0, restart >= 0");
-  ClusterPolicyConfig pc = cfg.policy_cfg;
-  pc.restart_s = cfg.restart_s;
-  std::unique_ptr<ClusterPolicy> policy = make_cluster_policy(cfg.policy, pc);
-  const bool adaptive = policy->adaptive_batch();
+namespace {
 
+// One run of the node-level simulator: the jobs' state, their progress over an interval, and the
+// policy's allocations applied at the end of each interval.
+class ClusterRunState {
+ public:
+  ClusterRunState(const std::vector<ClusterJob>& jobs, const ClusterProfiles& profiles, const ClusterSimConfig& cfg);
+  ClusterSimResult run();
+
+ private:
   struct Run {
     const ClusterApp* app = nullptr;
     std::vector<int> alloc, placement;
@@ -678,157 +694,198 @@ ClusterSimResult simulate_cluster(const std::vector<ClusterJob>& jobs, const Clu
     int epoch = 0;
     bool done = false, started = false;
   };
+  void configure(size_t i);
+  double goodput_of(const Run& r) const;
+  void advance(size_t i, double t, double seconds);
+  void plan_and_apply(double t, double& plan_ms);
+  void summarise(double plan_ms);
+
+  const std::vector<ClusterJob>& jobs_;
+  const ClusterSimConfig& cfg_;
+  std::unique_ptr<ClusterPolicy> policy_;
+  bool adaptive_ = false;
+  std::vector<Run> run_;
+  ClusterSimResult res_;
+  std::vector<ClusterJobView> views_;
+  std::vector<size_t> active_;
+};
+
+ClusterRunState::ClusterRunState(const std::vector<ClusterJob>& jobs, const ClusterProfiles& profiles,
+                                 const ClusterSimConfig& cfg)
+    : jobs_(jobs), cfg_(cfg) {
+  ClusterPolicyConfig pc = cfg.policy_cfg;
+  pc.restart_s = cfg.restart_s;
+  policy_ = make_cluster_policy(cfg.policy, pc);
+  adaptive_ = policy_->adaptive_batch();
   const size_t N = jobs.size();
-  std::vector<Run> run(N);
-  ClusterSimResult res;
-  res.policy = cfg.policy;
-  res.jobs.resize(N);
+  run_.resize(N);
+  res_.policy = cfg.policy;
+  res_.jobs.resize(N);
   for (size_t i = 0; i < N; ++i) {
-    run[i].app = &profiles.app(jobs[i].app);
-    res.jobs[i].name = jobs[i].name;
-    res.jobs[i].app = jobs[i].app;
-    res.jobs[i].submit_s = jobs[i].submit_s;
-    EDP_CHECK(!policy->fixed_replicas() || jobs[i].replicas <= cfg.nodes * cfg.gpus_per_node, "job ", jobs[i].name,
+    run_[i].app = &profiles.app(jobs[i].app);
+    res_.jobs[i].name = jobs[i].name;
+    res_.jobs[i].app = jobs[i].app;
+    res_.jobs[i].submit_s = jobs[i].submit_s;
+    EDP_CHECK(!policy_->fixed_replicas() || jobs[i].replicas <= cfg.nodes * cfg.gpus_per_node, "job ", jobs[i].name,
               " needs ", jobs[i].replicas, " GPUs, the cluster has ", cfg.nodes * cfg.gpus_per_node);
   }
-  auto configure = [&](size_t i) {
-    Run& r = run[i];
-    if (r.alloc.empty()) return;
-    if (adaptive) {
-      const AdaptiveChoice c = best_adaptive(*r.app, r.placement, r.epoch, cfg.policy != "dp");
-      r.atomic = c.atomic;
-      r.accum = c.accum;
-    } else {
-      const int n = static_cast<int>(r.alloc.size());
-      const BatchConfig c = fixed_batch_config(*r.app, n, jobs[i].batch, jobs[i].batch > r.app->init_batch);
-      r.atomic = c.atomic;
-      r.accum = c.accum;
-    }
-  };
-  auto goodput_of = [&](const Run& r) {
-    if (r.alloc.empty()) return 0.0;
-    const auto [step, sync] = r.app->step_sync(r.placement, r.atomic);
-    const double total = step + r.accum * (step - sync);
-    const double M = double(r.alloc.size()) * r.atomic * (r.accum + 1);
-    return r.app->gain(M, r.epoch) / total;
-  };
-  // One job over [t, t + seconds): the pause first, then epochs; the batch is re-tuned at every
-  // epoch boundary for adaptive jobs. Times of epoch ends are whole seconds (as in the artifact).
-  auto advance = [&](size_t i, double t, double seconds) {
-    Run& r = run[i];
-    if (r.alloc.empty() || r.done) return;
-    res.jobs[i].gpu_seconds += double(r.alloc.size()) * seconds;
-    const double delay = std::min(r.pause_left, seconds);
-    r.pause_left -= delay;
-    seconds -= delay;
-    t += delay;
-    while (seconds > 0 && !r.done) {
-      const double g = goodput_of(r);
-      EDP_CHECK(g > 0, "job ", jobs[i].name, ": non-positive goodput");
-      const double next = r.app->epoch_progress[size_t(r.epoch) + 1];
-      if (r.progress + g * seconds < next) {
-        r.progress += g * seconds;
-        break;
-      }
-      ++r.epoch;
-      const double delta = std::min(seconds, std::nearbyint((next - r.progress) / g));
-      r.progress = next;
-      t += delta;
-      seconds -= delta;
-      if (r.epoch >= r.app->max_epochs) {
-        r.done = true;
-        res.jobs[i].finish_s = t;
-      } else if (adaptive) {
-        configure(i);
-      }
-    }
-  };
+}
 
-  std::vector<ClusterJobView> views;
-  std::vector<size_t> active;
-  double t = 0, plan_ms = 0;
-  size_t done = 0;
-  while (done < N && t < cfg.max_time_s) {
-    for (size_t i = 0; i < N; ++i) advance(i, t, cfg.interval_s);
-    t += cfg.interval_s;
-    active.clear();
-    views.clear();
-    done = 0;
-    for (size_t i = 0; i < N; ++i) {
-      if (run[i].done) {
-        ++done;
-        run[i].alloc.clear();
-        continue;
-      }
-      if (jobs[i].submit_s > t) continue;
-      active.push_back(i);
-      ClusterJobView v;
-      v.id = static_cast<int>(i);
-      v.app = run[i].app;
-      v.submit_s = jobs[i].submit_s;
-      v.target_replicas = jobs[i].replicas;
-      v.target_batch = jobs[i].batch;
-      v.epoch = run[i].epoch;
-      v.progress = run[i].progress;
-      v.alloc = run[i].alloc;
-      v.goodput = goodput_of(run[i]);
-      v.restarts = res.jobs[i].restarts;
-      views.push_back(std::move(v));
+void ClusterRunState::configure(size_t i) {
+  Run& r = run_[i];
+  if (r.alloc.empty()) return;
+  if (adaptive_) {
+    const AdaptiveChoice c = best_adaptive(*r.app, r.placement, r.epoch, cfg_.policy != "dp");
+    r.atomic = c.atomic;
+    r.accum = c.accum;
+  } else {
+    const int n = static_cast<int>(r.alloc.size());
+    const BatchConfig c = fixed_batch_config(*r.app, n, jobs_[i].batch, jobs_[i].batch > r.app->init_batch);
+    r.atomic = c.atomic;
+    r.accum = c.accum;
+  }
+}
+
+double ClusterRunState::goodput_of(const Run& r) const {
+  if (r.alloc.empty()) return 0.0;
+  const auto [step, sync] = r.app->step_sync(r.placement, r.atomic);
+  const double total = step + r.accum * (step - sync);
+  const double M = double(r.alloc.size()) * r.atomic * (r.accum + 1);
+  return r.app->gain(M, r.epoch) / total;
+}
+
+// One job over [t, t + seconds): the pause first, then epochs; the batch is re-tuned at every
+// epoch boundary for adaptive jobs. Times of epoch ends are whole seconds (as in the artifact).
+void ClusterRunState::advance(size_t i, double t, double seconds) {
+  Run& r = run_[i];
+  if (r.alloc.empty() || r.done) return;
+  res_.jobs[i].gpu_seconds += double(r.alloc.size()) * seconds;
+  const double delay = std::min(r.pause_left, seconds);
+  r.pause_left -= delay;
+  seconds -= delay;
+  t += delay;
+  while (seconds > 0 && !r.done) {
+    const double g = goodput_of(r);
+    EDP_CHECK(g > 0, "job ", jobs_[i].name, ": non-positive goodput");
+    const double next = r.app->epoch_progress[size_t(r.epoch) + 1];
+    if (r.progress + g * seconds < next) {
+      r.progress += g * seconds;
+      break;
     }
-    if (active.empty()) continue;
-    const auto p0 = std::chrono::steady_clock::now();
-    std::vector<std::vector<int>> plan = policy->plan(views, cfg.nodes, cfg.gpus_per_node, t);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
-    plan_ms += ms;
-    res.plan_ms_max = std::max(res.plan_ms_max, ms);
-    ++res.plans;
-    EDP_CHECK(plan.size() == active.size(), "policy ", cfg.policy, " returned ", plan.size(), " allocations for ",
-              active.size(), " jobs");
-    std::vector<int> used(size_t(cfg.nodes), 0);
-    for (const auto& a : plan)
-      for (int n : a) {
-        EDP_CHECK(n >= 0 && n < cfg.nodes, "policy ", cfg.policy, " used node ", n, " of ", cfg.nodes);
-        EDP_CHECK(++used[size_t(n)] <= cfg.gpus_per_node, "policy ", cfg.policy, " over-allocated node ", n);
-      }
-    for (size_t k = 0; k < active.size(); ++k) {
-      const size_t i = active[k];
-      Run& r = run[i];
-      if (plan[k] == r.alloc) continue;
-      EDP_CHECK(!policy->fixed_replicas() || plan[k].empty() || static_cast<int>(plan[k].size()) == jobs[i].replicas,
-                "policy ", cfg.policy, " changed the GPU count of a fixed job");
-      r.alloc = plan[k];
-      if (r.alloc.empty()) {
-        r.placement.clear();
-        r.pause_left = 0;
-        continue;
-      }
-      r.placement = placement_of(r.alloc);
-      r.pause_left = cfg.restart_s;
-      if (r.started) {
-        ++res.jobs[i].restarts;
-      } else {
-        r.started = true;
-        res.jobs[i].start_s = t;
-      }
+    ++r.epoch;
+    const double delta = std::min(seconds, std::nearbyint((next - r.progress) / g));
+    r.progress = next;
+    t += delta;
+    seconds -= delta;
+    if (r.epoch >= r.app->max_epochs) {
+      r.done = true;
+      res_.jobs[i].finish_s = t;
+    } else if (adaptive_) {
       configure(i);
     }
   }
+}
 
+void ClusterRunState::plan_and_apply(double t, double& plan_ms) {
+  const auto p0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<int>> plan = policy_->plan(views_, cfg_.nodes, cfg_.gpus_per_node, t);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
+  plan_ms += ms;
+  res_.plan_ms_max = std::max(res_.plan_ms_max, ms);
+  ++res_.plans;
+  EDP_CHECK(plan.size() == active_.size(), "policy ", cfg_.policy, " returned ", plan.size(), " allocations for ",
+            active_.size(), " jobs");
+  std::vector<int> used(size_t(cfg_.nodes), 0);
+  for (const auto& a : plan)
+    for (int n : a) {
+      EDP_CHECK(n >= 0 && n < cfg_.nodes, "policy ", cfg_.policy, " used node ", n, " of ", cfg_.nodes);
+      EDP_CHECK(++used[size_t(n)] <= cfg_.gpus_per_node, "policy ", cfg_.policy, " over-allocated node ", n);
+    }
+  for (size_t k = 0; k < active_.size(); ++k) {
+    const size_t i = active_[k];
+    Run& r = run_[i];
+    if (plan[k] == r.alloc) continue;
+    EDP_CHECK(!policy_->fixed_replicas() || plan[k].empty() || static_cast<int>(plan[k].size()) == jobs_[i].replicas,
+              "policy ", cfg_.policy, " changed the GPU count of a fixed job");
+    r.alloc = plan[k];
+    if (r.alloc.empty()) {
+      r.placement.clear();
+      r.pause_left = 0;
+      continue;
+    }
+    r.placement = placement_of(r.alloc);
+    r.pause_left = cfg_.restart_s;
+    if (r.started) {
+      ++res_.jobs[i].restarts;
+    } else {
+      r.started = true;
+      res_.jobs[i].start_s = t;
+    }
+    configure(i);
+  }
+}
+
+ClusterSimResult ClusterRunState::run() {
+  double t = 0, plan_ms = 0;
+  size_t done = 0;
+  while (done < jobs_.size() && t < cfg_.max_time_s) {
+    for (size_t i = 0; i < jobs_.size(); ++i) advance(i, t, cfg_.interval_s);
+    t += cfg_.interval_s;
+    active_.clear();
+    views_.clear();
+    done = 0;
+    for (size_t i = 0; i < jobs_.size(); ++i) {
+      if (run_[i].done) {
+        ++done;
+        run_[i].alloc.clear();
+        continue;
+      }
+      if (jobs_[i].submit_s > t) continue;
+      active_.push_back(i);
+      ClusterJobView v;
+      v.id = static_cast<int>(i);
+      v.app = run_[i].app;
+      v.submit_s = jobs_[i].submit_s;
+      v.target_replicas = jobs_[i].replicas;
+      v.target_batch = jobs_[i].batch;
+      v.epoch = run_[i].epoch;
+      v.progress = run_[i].progress;
+      v.alloc = run_[i].alloc;
+      v.goodput = goodput_of(run_[i]);
+      v.restarts = res_.jobs[i].restarts;
+      views_.push_back(std::move(v));
+    }
+    if (active_.empty()) continue;
+    plan_and_apply(t, plan_ms);
+  }
+  summarise(plan_ms);
+  return std::move(res_);
+}
+
+void ClusterRunState::summarise(double plan_ms) {
   double jct = 0, gpu_s = 0;
-  for (const ClusterJobResult& j : res.jobs) {
-    res.restarts += j.restarts;
+  for (const ClusterJobResult& j : res_.jobs) {
+    res_.restarts += j.restarts;
     gpu_s += j.gpu_seconds;
     if (j.finished()) {
-      ++res.finished;
+      ++res_.finished;
       jct += j.finish_s - j.submit_s;
-      res.makespan_s = std::max(res.makespan_s, j.finish_s);
+      res_.makespan_s = std::max(res_.makespan_s, j.finish_s);
     }
   }
-  res.avg_jct_s = res.finished ? jct / res.finished : 0.0;
-  res.restarts_per_job = N ? double(res.restarts) / double(N) : 0.0;
-  res.utilisation = res.makespan_s > 0 ? gpu_s / (double(cfg.nodes * cfg.gpus_per_node) * res.makespan_s) : 0.0;
-  res.plan_ms_avg = res.plans ? plan_ms / res.plans : 0.0;
-  return res;
+  res_.avg_jct_s = res_.finished ? jct / res_.finished : 0.0;
+  res_.restarts_per_job = jobs_.empty() ? 0.0 : double(res_.restarts) / double(jobs_.size());
+  res_.utilisation = res_.makespan_s > 0 ? gpu_s / (double(cfg_.nodes * cfg_.gpus_per_node) * res_.makespan_s) : 0.0;
+  res_.plan_ms_avg = res_.plans ? plan_ms / res_.plans : 0.0;
+}
+
+}  // namespace
+
+ClusterSimResult simulate_cluster(const std::vector<ClusterJob>& jobs, const ClusterProfiles& profiles,
+                                  const ClusterSimConfig& cfg) {
+  EDP_CHECK(cfg.nodes >= 1 && cfg.gpus_per_node >= 1, "simulate_cluster: nodes and gpus_per_node must be >= 1");
+  EDP_CHECK(cfg.interval_s > 0 && cfg.restart_s >= 0, "simulate_cluster: interval must be > 0, restart >= 0");
+  return ClusterRunState(jobs, profiles, cfg).run();
 }
 
 }  // namespace edp::autoscale

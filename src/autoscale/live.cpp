@@ -11,41 +11,13 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "edp/autoscale/optimizer.h"
+#include "edp/autoscale/plan.h"
+#include "core/json_fields.h"
 #include "edp/core/error.h"
 
 namespace edp::autoscale {
 
 namespace {
-
-using json = nlohmann::json;
-
-[[noreturn]] void bad(const std::string& where, const std::string& field, const std::string& what) {
-  throw DataError(where + ": field '" + field + "': " + what);
-}
-
-int64_t get_count(const json& j, const std::string& key, const std::string& where, int64_t def, int64_t lo,
-                  int64_t hi) {
-  if (!j.contains(key)) return def;
-  const json& v = j.at(key);
-  if (!v.is_number_integer()) bad(where, key, "must be an integer, got " + v.dump());
-  const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                        ? INT64_MAX
-                        : v.get<int64_t>();
-  if (x < lo || x > hi)
-    bad(where, key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
-  return x;
-}
-
-double get_real(const json& j, const std::string& key, const std::string& where, double def, double lo, double hi) {
-  if (!j.contains(key)) return def;
-  const json& v = j.at(key);
-  if (!v.is_number()) bad(where, key, "must be a number, got " + v.dump());
-  const double x = v.get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi)
-    bad(where, key, "must be a finite number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
-  return x;
-}
 
 constexpr int64_t kMaxWorkers = 4096;
 constexpr int64_t kMaxBatch = int64_t{1} << 31;
@@ -53,73 +25,58 @@ constexpr int64_t kMaxBatch = int64_t{1} << 31;
 }  // namespace
 
 JobSpec parse_job_spec(const std::string& text, const std::string& where) {
-  const json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) throw DataError(where + ": not valid JSON");
-  if (!j.is_object()) throw DataError(where + ": must be a JSON object");
-  static const std::set<std::string> allowed = {
-      "name", "command", "cwd", "env", "min_workers", "max_workers", "workers", "min_batch", "max_batch", "batch",
-      "max_worker_batch", "weight", "preemptible", "max_restarts", "samples", "grad_noise_scale", "gpu_busy"};
-  for (auto it = j.begin(); it != j.end(); ++it)
-    if (!allowed.count(it.key())) {
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      bad(where, it.key(), "unknown field (allowed: " + list + ")");
-    }
+  const json_fields::Json doc = json_fields::parse(text, where);
+  const json_fields::Fields f(doc, where);
+  f.allow({"name", "command", "cwd", "env", "min_workers", "max_workers", "workers", "min_batch", "max_batch", "batch",
+           "max_worker_batch", "weight", "preemptible", "max_restarts", "samples", "grad_noise_scale", "gpu_busy"});
   JobSpec s;
-  if (!j.contains("name") || !j["name"].is_string()) bad(where, "name", "required, a string");
-  s.name = j["name"].get<std::string>();
+  s.name = f.text("name");
   if (s.name.empty() || s.name.size() > 40 ||
       !std::all_of(s.name.begin(), s.name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; }))
-    bad(where, "name", "1 to 40 characters of A-Z a-z 0-9 _ - . , got " + j["name"].dump());
-  if (!j.contains("command") || !j["command"].is_array() || j["command"].empty())
-    bad(where, "command", "required, a non-empty array of strings (the program, then its arguments)");
-  for (const auto& a : j["command"]) {
-    if (!a.is_string()) bad(where, "command", "every element must be a string, got " + a.dump());
+    f.fail("name", "1 to 40 characters of A-Z a-z 0-9 _ - . , got " + doc["name"].dump());
+  if (!f.has("command") || !doc["command"].is_array() || doc["command"].empty())
+    f.fail("command", "required, a non-empty array of strings (the program, then its arguments)");
+  for (const auto& a : doc["command"]) {
+    if (!a.is_string()) f.fail("command", "every element must be a string, got " + a.dump());
     s.command.push_back(a.get<std::string>());
   }
-  if (s.command[0].empty()) bad(where, "command", "the program is an empty string");
-  if (j.contains("cwd")) {
-    if (!j["cwd"].is_string() || j["cwd"].get<std::string>().empty() || j["cwd"].get<std::string>()[0] != '/')
-      bad(where, "cwd", "must be an absolute path, got " + j["cwd"].dump());
-    s.cwd = j["cwd"].get<std::string>();
-  }
-  if (j.contains("env")) {
-    if (!j["env"].is_object()) bad(where, "env", "must be an object of strings");
-    for (auto it = j["env"].begin(); it != j["env"].end(); ++it) {
-      if (!it.value().is_string()) bad(where, "env", "value of '" + it.key() + "' must be a string");
-      if (it.key().empty() || it.key().find('=') != std::string::npos) bad(where, "env", "bad variable name '" + it.key() + "'");
+  if (s.command[0].empty()) f.fail("command", "the program is an empty string");
+  s.cwd = f.text("cwd", "");
+  if (f.has("cwd") && (s.cwd.empty() || s.cwd[0] != '/')) f.fail("cwd", "must be an absolute path, got " + doc["cwd"].dump());
+  if (f.has("env")) {
+    if (!doc["env"].is_object()) f.fail("env", "must be an object of strings");
+    for (auto it = doc["env"].begin(); it != doc["env"].end(); ++it) {
+      if (!it.value().is_string()) f.fail("env", "value of '" + it.key() + "' must be a string");
+      if (it.key().empty() || it.key().find('=') != std::string::npos) f.fail("env", "bad variable name '" + it.key() + "'");
       s.env[it.key()] = it.value().get<std::string>();
     }
   }
-  s.min_workers = static_cast<int>(get_count(j, "min_workers", where, 1, 1, kMaxWorkers));
-  s.max_workers = static_cast<int>(get_count(j, "max_workers", where, s.min_workers, 1, kMaxWorkers));
-  if (s.max_workers < s.min_workers) bad(where, "max_workers", "must be >= min_workers (" + std::to_string(s.min_workers) + ")");
-  s.workers = static_cast<int>(get_count(j, "workers", where, s.min_workers, 1, kMaxWorkers));
+  s.min_workers = static_cast<int>(f.integer("min_workers", 1, kMaxWorkers, 1));
+  s.max_workers = static_cast<int>(f.integer("max_workers", 1, kMaxWorkers, s.min_workers));
+  if (s.max_workers < s.min_workers) f.fail("max_workers", "must be >= min_workers (" + std::to_string(s.min_workers) + ")");
+  s.workers = static_cast<int>(f.integer("workers", 1, kMaxWorkers, s.min_workers));
   if (s.workers < s.min_workers || s.workers > s.max_workers)
-    bad(where, "workers", "the start size must be in [min_workers, max_workers] = [" + std::to_string(s.min_workers) +
-                              ", " + std::to_string(s.max_workers) + "]");
-  if (!j.contains("min_batch")) bad(where, "min_batch", "required (the smallest global batch)");
-  s.min_batch = get_count(j, "min_batch", where, 0, 1, kMaxBatch);
-  s.max_batch = get_count(j, "max_batch", where, s.min_batch, 1, kMaxBatch);
-  if (s.max_batch < s.min_batch) bad(where, "max_batch", "must be >= min_batch (" + std::to_string(s.min_batch) + ")");
-  s.batch = get_count(j, "batch", where, s.min_batch, 1, kMaxBatch);
-  if (s.batch < s.min_batch || s.batch > s.max_batch) bad(where, "batch", "the start batch must be in [min_batch, max_batch]");
+    f.fail("workers", "the start size must be in [min_workers, max_workers] = [" + std::to_string(s.min_workers) + ", " +
+                          std::to_string(s.max_workers) + "]");
+  if (!f.has("min_batch")) f.fail("min_batch", "required (the smallest global batch)");
+  s.min_batch = f.integer("min_batch", 1, kMaxBatch);
+  s.max_batch = f.integer("max_batch", 1, kMaxBatch, s.min_batch);
+  if (s.max_batch < s.min_batch) f.fail("max_batch", "must be >= min_batch (" + std::to_string(s.min_batch) + ")");
+  s.batch = f.integer("batch", 1, kMaxBatch, s.min_batch);
+  if (s.batch < s.min_batch || s.batch > s.max_batch) f.fail("batch", "the start batch must be in [min_batch, max_batch]");
   if (s.batch % s.workers != 0)
-    bad(where, "batch", "the start batch " + std::to_string(s.batch) + " does not split evenly over " +
-                            std::to_string(s.workers) + " worker(s)");
-  s.max_worker_batch = get_count(j, "max_worker_batch", where, 0, 0, kMaxBatch);
+    f.fail("batch", "the start batch " + std::to_string(s.batch) + " does not split evenly over " +
+                        std::to_string(s.workers) + " worker(s)");
+  s.max_worker_batch = f.integer("max_worker_batch", 0, kMaxBatch, 0);
   if (s.max_worker_batch > 0 && s.batch / s.workers > s.max_worker_batch)
-    bad(where, "max_worker_batch", "the start batch gives " + std::to_string(s.batch / s.workers) +
-                                       " samples per worker, above this limit");
-  s.weight = get_real(j, "weight", where, 1.0, 1e-6, 1e6);
-  if (j.contains("preemptible")) {
-    if (!j["preemptible"].is_boolean()) bad(where, "preemptible", "must be true or false");
-    s.preemptible = j["preemptible"].get<bool>();
-  }
-  s.max_restarts = static_cast<int>(get_count(j, "max_restarts", where, 1, 0, 100));
-  s.samples = get_count(j, "samples", where, 0, 0, int64_t{1} << 50);
-  s.grad_noise_scale = get_real(j, "grad_noise_scale", where, 0.0, 0.0, 1e12);
-  s.gpu_busy = get_real(j, "gpu_busy", where, 1.0, 0.01, 1.0);
+    f.fail("max_worker_batch", "the start batch gives " + std::to_string(s.batch / s.workers) +
+                                   " samples per worker, above this limit");
+  s.weight = f.number("weight", 1e-6, 1e6, 1.0);
+  s.preemptible = f.boolean("preemptible", false);
+  s.max_restarts = static_cast<int>(f.integer("max_restarts", 0, 100, 1));
+  s.samples = f.integer("samples", 0, int64_t{1} << 50, 0);
+  s.grad_noise_scale = f.number("grad_noise_scale", 0.0, 1e12, 0.0);
+  s.gpu_busy = f.number("gpu_busy", 0.01, 1.0, 1.0);
   return s;
 }
 
@@ -225,20 +182,28 @@ double colocation_speed(int k, double busy) {
 
 // ---- one planning round ---------------------------------------------------------------------------
 
+const char* action_name(Action a) {
+  switch (a) {
+    case Action::Start: return "start";
+    case Action::Grow: return "grow";
+    case Action::Shrink: return "shrink";
+    case Action::Rebatch: return "rebatch";
+    case Action::Stop: return "stop";
+    case Action::Hold: return "hold";
+    case Action::Wait: return "wait";
+    case Action::Deferred: return "deferred";
+  }
+  return "?";
+}
+
 namespace {
 
 struct Opt {
   int slots = 0, k = 1, workers = 0;
   int64_t batch = 0;
-  double sps = 0, eff = 1, remaining_s = 0, value = 0;
+  double sps = 0, eff = 1, remaining_s = 0;
   bool measured = false, current = false;
 };
-
-const Measured* find_measured(const LiveJob& j, int workers, int k, int64_t batch) {
-  for (const Measured& m : j.measured)
-    if (m.workers == workers && m.ranks_per_slot == k && m.batch == batch && m.steps >= 3) return &m;
-  return nullptr;
-}
 
 std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
   char buf[256];
@@ -252,176 +217,241 @@ std::string config_str(int workers, int k, int64_t batch) {
   return s + " x global batch " + std::to_string(batch);
 }
 
-}  // namespace
+int slots_of(int workers, int k) { return (workers + k - 1) / k; }
 
-LivePlan plan_live(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
-  const auto t0 = std::chrono::steady_clock::now();
-  EDP_CHECK(P.slots >= 1, "plan_live: slots must be >= 1");
-  LivePlan plan;
-  plan.choices.resize(jobs.size());
+// What the jobs tell about those that have measured nothing yet: the median samples/s per rank over
+// every job's measurements, and the mean size of the trainings that reported one.
+struct Priors {
+  double rank_sps = 1000;
+  double total = 1e6;
+};
 
-  // Priors for what no job has measured yet: the median samples/s per rank over the jobs'
-  // measurements, and the mean size of the trainings that reported one.
+Priors priors(const std::vector<LiveJob>& jobs, int min_steps) {
   std::vector<double> per_rank;
   double total_sum = 0;
   int total_n = 0;
   for (const LiveJob& j : jobs) {
     for (const Measured& m : j.measured)
-      if (m.ranks_per_slot == 1 && m.step_s > 0) per_rank.push_back(static_cast<double>(m.batch) / m.step_s / m.workers);
-    if (j.samples_total > 0) {
-      total_sum += static_cast<double>(j.samples_total);
-      ++total_n;
-    } else if (j.spec.samples > 0) {
-      total_sum += static_cast<double>(j.spec.samples);
+      if (m.ranks_per_slot == 1 && m.step_s > 0 && m.steps >= min_steps)
+        per_rank.push_back(static_cast<double>(m.batch) / m.step_s / m.workers);
+    const int64_t total = j.samples_total > 0 ? j.samples_total : j.spec.samples;
+    if (total > 0) {
+      total_sum += static_cast<double>(total);
       ++total_n;
     }
   }
-  double prior_rank_sps = 1000;
+  Priors p;
   if (!per_rank.empty()) {
     std::nth_element(per_rank.begin(), per_rank.begin() + static_cast<std::ptrdiff_t>(per_rank.size() / 2), per_rank.end());
-    prior_rank_sps = per_rank[per_rank.size() / 2];
+    p.rank_sps = per_rank[per_rank.size() / 2];
   }
-  const double prior_total = total_n ? total_sum / total_n : 1e6;
+  if (total_n) p.total = total_sum / total_n;
+  return p;
+}
 
-  if (P.name == "static") {  // FIFO at the requested size and batch; never rescales or preempts
-    int free = P.slots;
-    for (const LiveJob& j : jobs)
-      if (j.running) free -= (j.workers + j.ranks_per_slot - 1) / j.ranks_per_slot;
-    bool blocked = false;
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      const LiveJob& j = jobs[i];
-      LiveChoice& c = plan.choices[i];
-      if (j.running) {
-        c.slots = (j.workers + j.ranks_per_slot - 1) / j.ranks_per_slot;
-        c.ranks_per_slot = j.ranks_per_slot;
-        c.workers = j.workers;
-        c.batch = j.batch;
-        c.action = "hold";
-        c.reason = "static: a running job keeps its size";
-      } else if (!blocked && j.spec.workers <= free) {
-        c.slots = c.workers = j.spec.workers;
-        c.batch = j.spec.batch;
-        free -= j.spec.workers;
-        c.action = "start";
-        c.reason = "static: first in line, " + std::to_string(j.spec.workers) + " slot(s) free";
-      } else {
-        blocked = true;
-        c.action = "wait";
-        c.reason = "static: waits for " + std::to_string(j.spec.workers) + " free slot(s) in submission order";
-      }
-      plan.slots_used += c.slots;
+}  // namespace
+
+// One job's throughput where it ran and where it might run (live.h: Predictor).
+Predictor::Predictor(const LiveJob& job, const LivePolicy& policy, double prior_rank_sps)
+    : job_(job), policy_(policy), prior_rank_sps_(prior_rank_sps) {
+  for (const Measured& m : job.measured)
+    if (m.steps >= policy.measured_steps() && m.step_s > 0) {
+      usable_.push_back(m);
+      if (m.ranks_per_slot == 1) ++anchors_;
     }
+  model_ = fit_measured(usable_);
+}
+
+const Measured* Predictor::measured(int workers, int k, int64_t batch) const {
+  for (const Measured& m : usable_)
+    if (m.workers == workers && m.ranks_per_slot == k && m.batch == batch) return &m;
+  return nullptr;
+}
+
+double Predictor::model(int workers, int k, int64_t batch) const {
+  const double speed = policy_.gpu_slots ? colocation_speed(k, job_.spec.gpu_busy) : 1.0;
+  if (anchors_ == 0) return prior_rank_sps_ * workers * speed;
+  const double local = static_cast<double>(batch) / workers;
+  const double step = model_.compute_s(local) / speed + (workers > 1 ? std::max(0.0, model_.s0 + model_.s1 * workers) : 0.0);
+  return static_cast<double>(batch) / step;
+}
+
+double Predictor::samples_per_s(int workers, int k, int64_t batch, bool* was_measured) const {
+  if (const Measured* m = measured(workers, k, batch)) {
+    if (was_measured) *was_measured = true;
+    return static_cast<double>(m->batch) / m->step_s;
+  }
+  if (was_measured) *was_measured = false;
+  const double p = model(workers, k, batch);
+  if (anchors_ == 0) return p;
+  // Shrunk toward the nearest measured configuration: its measured throughput times the model's
+  // ratio between there and here raised to trust = n / (n + 1) (n configurations measured), so a
+  // model fitted to one point claims only the square root of the speedup it extrapolates.
+  const Measured* near = nullptr;
+  double best = 0;
+  for (const Measured& m : usable_) {
+    if (m.ranks_per_slot != 1) continue;
+    const double d = std::abs(std::log(static_cast<double>(workers) / m.workers)) +
+                     std::abs(std::log(static_cast<double>(batch) / static_cast<double>(m.batch)));
+    if (!near || d < best || (d == best && m.steps > near->steps)) near = &m, best = d;
+  }
+  const double at_near = static_cast<double>(near->batch) / near->step_s;
+  const double model_near = model(near->workers, 1, near->batch);
+  return at_near * std::pow(p / model_near, trust());
+}
+
+double Predictor::trust() const { return static_cast<double>(anchors_) / (anchors_ + 1.0); }
+
+namespace {
+
+// The options of one job (live.h, plan_live), with their predicted or measured throughput.
+std::vector<Opt> job_options(const LiveJob& j, const LivePolicy& P, const Predictor& pred, double remaining) {
+  const JobSpec& s = j.spec;
+  std::vector<Opt> opts;
+  const int cur_slots = slots_of(j.workers, j.ranks_per_slot);
+  auto add = [&](int slots, int k, int64_t batch) {
+    for (const Opt& o : opts)
+      if (o.slots == slots && o.k == k && o.batch == batch) return;
+    Opt o;
+    o.slots = slots;
+    o.k = k;
+    o.workers = slots * k;
+    o.batch = batch;
+    o.sps = pred.samples_per_s(o.workers, k, batch, &o.measured);
+    if (P.name == "goodput" && s.grad_noise_scale > 0)
+      o.eff = (s.grad_noise_scale + static_cast<double>(s.min_batch)) / (s.grad_noise_scale + static_cast<double>(batch));
+    o.current = j.running && o.workers == j.workers && k == j.ranks_per_slot && batch == j.batch;
+    const double cost = o.current ? 0.0 : j.running ? (j.pause_s >= 0 ? j.pause_s : P.default_pause_s) : P.start_s;
+    o.remaining_s = remaining / o.sps + cost;
+    opts.push_back(o);
+  };
+  if (j.running && !j.settled) {
+    add(cur_slots, j.ranks_per_slot, j.batch);  // measure first, or let the rescale land
+    return opts;
+  }
+  // How far the job may be taken: its start size until it ran, then explore_factor times the
+  // largest size it was measured at.
+  int measured_max = 0;
+  for (const Measured& m : j.measured) measured_max = std::max(measured_max, m.workers);
+  int cap = s.workers;
+  if (measured_max > 0) cap = std::max(cap, static_cast<int>(std::floor(P.explore_factor * measured_max)));
+  cap = std::min(cap, s.max_workers);
+  std::vector<int64_t> batches = {s.batch, s.min_batch, s.max_batch};
+  for (int64_t b = s.min_batch; b <= s.max_batch; b *= 2) batches.push_back(b);
+  if (j.running) batches.push_back(j.batch);
+  if (!j.running && measured_max == 0) batches = {s.batch};  // never ran: its own batch
+  const std::vector<int> ks = P.gpu_slots ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1};
+  for (int k : ks) {
+    if (k > P.max_ranks_per_slot) break;
+    for (int slots = 1; slots <= P.slots; ++slots) {
+      const int w = slots * k;
+      if (w < s.min_workers || w > cap) continue;
+      for (int64_t b0 : batches) {
+        const int64_t b = b0 / w * w;  // the nearest size below that splits evenly
+        if (b < s.min_batch || b > s.max_batch || b < w) continue;
+        if (s.max_worker_batch > 0 && b / w > s.max_worker_batch) continue;
+        add(slots, k, b);
+      }
+    }
+  }
+  if (j.running && std::none_of(opts.begin(), opts.end(), [](const Opt& o) { return o.current; }))
+    add(cur_slots, j.ranks_per_slot, j.batch);
+  return opts;
+}
+
+// The reason the decision log shows for a job's choice.
+void explain(const LiveJob& j, const Opt& o, const LivePolicy& P, LiveChoice& c) {
+  const std::string rate = fmt("%.0f samples/s", o.sps) + (o.measured ? " measured" : " predicted");
+  if (!j.running) {
+    c.action = Action::Start;
+    c.reason = "start at " + config_str(o.workers, o.k, o.batch) + ": " + rate +
+               fmt(", about %.0f s to finish", o.remaining_s);
+  } else if (o.current) {
+    c.action = Action::Hold;
+    c.reason = j.settled ? "the best option is where it is (" + rate + ")" : "holds until it is measured at its size";
+  } else {
+    c.action = o.workers > j.workers ? Action::Grow : o.workers < j.workers ? Action::Shrink : Action::Rebatch;
+    const double pause = j.pause_s >= 0 ? j.pause_s : P.default_pause_s;
+    c.reason = config_str(j.workers, j.ranks_per_slot, j.batch) + " -> " + config_str(o.workers, o.k, o.batch) + ": " +
+               rate + fmt(", finishes in %.1f s instead of %.1f s (%.1f s rescale cost included", o.remaining_s,
+                          c.stay_remaining_s, pause) +
+               (j.pause_s >= 0 ? ", measured)" : ", default)");
+  }
+}
+
+LivePlan plan_static(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
+  PlanRequest req;
+  req.gpus = P.slots;
+  req.objective = Objective::Fifo;
+  for (const LiveJob& j : jobs) {
+    PlanJob pj;
+    pj.id = j.id;
+    pj.own = Config{j.spec.workers, static_cast<int>(std::min<int64_t>(j.spec.batch, INT32_MAX)), 1, 0, 1.0};
+    if (j.running)
+      pj.current = Config{slots_of(j.workers, j.ranks_per_slot), static_cast<int>(std::min<int64_t>(j.batch, INT32_MAX)),
+                          j.ranks_per_slot, 0, 1.0};
+    req.jobs.push_back(pj);
+  }
+  const Plan p = decide(req);
+  LivePlan plan;
+  plan.choices.resize(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const LiveJob& j = jobs[i];
+    LiveChoice& c = plan.choices[i];
+    if (j.running) {
+      c.slots = slots_of(j.workers, j.ranks_per_slot);
+      c.ranks_per_slot = j.ranks_per_slot;
+      c.workers = j.workers;
+      c.batch = j.batch;
+      c.action = Action::Hold;
+      c.reason = "static: a running job keeps its size";
+    } else if (p.choices[i].config.gpus > 0) {
+      c.slots = c.workers = j.spec.workers;
+      c.batch = j.spec.batch;
+      c.action = Action::Start;
+      c.reason = "static: first in line, " + std::to_string(j.spec.workers) + " slot(s) free";
+    } else {
+      c.action = Action::Wait;
+      c.reason = "static: waits for " + std::to_string(j.spec.workers) + " free slot(s) in submission order";
+    }
+    plan.slots_used += c.slots;
+  }
+  return plan;
+}
+
+}  // namespace
+
+namespace {
+PlanRequest build_request(const std::vector<LiveJob>& jobs, const LivePolicy& P, std::vector<std::vector<Opt>>* opts_out);
+}  // namespace
+
+LivePlan plan_live(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EDP_CHECK(P.slots >= 1, "plan_live: slots must be >= 1");
+  if (P.name == "static") {  // FIFO at the requested size and batch; never rescales or preempts
+    LivePlan plan = plan_static(jobs, P);
     plan.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return plan;
   }
   EDP_CHECK(P.name == "dp" || P.name == "goodput", "plan_live: unknown policy '", P.name, "' (static, dp, goodput)");
-
-  std::vector<std::vector<Opt>> opts(jobs.size());
-  std::vector<JobOptions> problem(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const LiveJob& j = jobs[i];
-    const JobSpec& s = j.spec;
-    const StepTimeModel model = fit_measured(j.measured);
-    const bool have_model = std::any_of(j.measured.begin(), j.measured.end(), [](const Measured& m) { return m.ranks_per_slot == 1; });
-    int measured_max = 0;
-    for (const Measured& m : j.measured) measured_max = std::max(measured_max, m.workers);
-    double remaining = j.samples_total > 0 ? static_cast<double>(std::max<int64_t>(0, j.samples_total - j.samples_done))
-                       : s.samples > 0   ? static_cast<double>(s.samples)
-                                         : prior_total;
-    remaining = std::max(remaining, 1.0);
-    const double pause = j.pause_s >= 0 ? j.pause_s : P.default_pause_s;
-
-    auto predict = [&](int workers, int k, int64_t batch, bool& measured) {
-      measured = false;
-      if (const Measured* m = find_measured(j, workers, k, batch)) {
-        measured = true;
-        return static_cast<double>(batch) / m->step_s;
-      }
-      const double speed = P.gpu_slots ? colocation_speed(k, s.gpu_busy) : 1.0;
-      if (have_model) {
-        const double local = static_cast<double>(batch) / workers;
-        const double step = model.compute_s(local) / speed + (workers > 1 ? std::max(0.0, model.s0 + model.s1 * workers) : 0.0);
-        return static_cast<double>(batch) / step;
-      }
-      return prior_rank_sps * workers * speed;
-    };
-    auto add = [&](int slots, int k, int64_t batch) {
-      const int workers = slots * k;
-      for (const Opt& o : opts[i])
-        if (o.slots == slots && o.k == k && o.batch == batch) return;
-      Opt o;
-      o.slots = slots;
-      o.k = k;
-      o.workers = workers;
-      o.batch = batch;
-      o.sps = predict(workers, k, batch, o.measured);
-      if (P.name == "goodput" && s.grad_noise_scale > 0)
-        o.eff = (s.grad_noise_scale + static_cast<double>(s.min_batch)) / (s.grad_noise_scale + static_cast<double>(batch));
-      o.current = j.running && workers == j.workers && k == j.ranks_per_slot && batch == j.batch;
-      const double cost = o.current ? 0.0 : j.running ? pause : P.start_s;
-      o.remaining_s = remaining / o.sps + cost;
-      o.value = s.weight / (remaining / (o.sps * o.eff) + cost);
-      if (j.running && !o.current) o.value *= 1.0 - P.hysteresis;
-      opts[i].push_back(o);
-    };
-
-    JobOptions& jo = problem[i];
-    jo.may_wait = !j.running || s.preemptible;
-    if (j.running) {
-      jo.current_gpus = (j.workers + j.ranks_per_slot - 1) / j.ranks_per_slot;
-      jo.current_batch = static_cast<int>(std::min<int64_t>(j.batch, INT32_MAX));
-    }
-    if (j.running && !j.settled) {
-      add(jo.current_gpus, j.ranks_per_slot, j.batch);  // measure first, or let the rescale land
-    } else {
-      // How far the job may be taken: its start size until it ran, then explore_factor times the
-      // largest size it was measured at.
-      int cap = s.workers;
-      if (measured_max > 0) cap = std::max(cap, static_cast<int>(std::floor(P.explore_factor * measured_max)));
-      cap = std::min(cap, s.max_workers);
-      std::vector<int64_t> batches = {s.batch, s.min_batch, s.max_batch};
-      for (int64_t b = s.min_batch; b <= s.max_batch; b *= 2) batches.push_back(b);
-      if (j.running) batches.push_back(j.batch);
-      if (!j.running && measured_max == 0) batches = {s.batch};  // never ran: its own batch
-      const std::vector<int> ks = P.gpu_slots ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1};
-      for (int k : ks) {
-        if (k > P.max_ranks_per_slot) break;
-        for (int slots = 1; slots <= P.slots; ++slots) {
-          const int w = slots * k;
-          if (w < s.min_workers || w > cap) continue;
-          for (int64_t b0 : batches) {
-            const int64_t b = b0 / w * w;  // the nearest size below that splits evenly
-            if (b < s.min_batch || b > s.max_batch || b < w) continue;
-            if (s.max_worker_batch > 0 && b / w > s.max_worker_batch) continue;
-            add(slots, k, b);
-          }
-        }
-      }
-      if (j.running && std::none_of(opts[i].begin(), opts[i].end(), [](const Opt& o) { return o.current; }))
-        add(jo.current_gpus, j.ranks_per_slot, j.batch);
-    }
-    for (size_t t = 0; t < opts[i].size(); ++t) {
-      const Opt& o = opts[i][t];
-      jo.options.push_back(Option{o.slots, static_cast<int>(std::min<int64_t>(o.batch, INT32_MAX)), o.value, static_cast<int>(t)});
-    }
-  }
-
-  const Solution sol = solve(problem, P.slots);
+  std::vector<std::vector<Opt>> opts;
+  const PlanRequest req = build_request(jobs, P, &opts);
+  const Plan sol = decide(req);
+  LivePlan plan;
+  plan.choices.resize(jobs.size());
   plan.objective = sol.objective;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const LiveJob& j = jobs[i];
     LiveChoice& c = plan.choices[i];
-    const Choice& ch = sol.choices[i];
-    const Opt* stay = nullptr;
     for (const Opt& o : opts[i])
-      if (o.current) stay = &o;
-    if (stay) c.stay_remaining_s = stay->remaining_s;
-    if (ch.gpus == 0) {
-      c.action = j.running ? "stop" : "wait";
+      if (o.current) c.stay_remaining_s = o.remaining_s;
+    const PlanChoice& ch = sol.choices[i];
+    if (ch.config.gpus == 0) {
+      c.action = j.running ? Action::Stop : Action::Wait;
       c.reason = j.running ? "preempted: its slots are worth more to other jobs" : "no slots worth giving it now";
       continue;
     }
-    const Opt& o = opts[i][static_cast<size_t>(ch.tag)];
+    const Opt& o = opts[i][static_cast<size_t>(ch.option)];
     c.slots = o.slots;
     c.ranks_per_slot = o.k;
     c.workers = o.workers;
@@ -430,24 +460,56 @@ LivePlan plan_live(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
     c.measured = o.measured;
     c.remaining_s = o.remaining_s;
     plan.slots_used += o.slots;
-    const std::string rate = fmt("%.0f samples/s", o.sps) + (o.measured ? " measured" : " predicted");
-    if (!j.running) {
-      c.action = "start";
-      c.reason = "start at " + config_str(o.workers, o.k, o.batch) + ": " + rate + fmt(", about %.0f s to finish", o.remaining_s);
-    } else if (o.current) {
-      c.action = "hold";
-      c.reason = j.settled ? "the best option is where it is (" + rate + ")" : "holds until it is measured at its size";
-    } else {
-      c.action = o.workers > j.workers ? "grow" : o.workers < j.workers ? "shrink" : "rebatch";
-      const double pause = j.pause_s >= 0 ? j.pause_s : P.default_pause_s;
-      c.reason = config_str(j.workers, j.ranks_per_slot, j.batch) + " -> " + config_str(o.workers, o.k, o.batch) + ": " +
-                 rate + fmt(", finishes in %.1f s instead of %.1f s (%.1f s rescale cost included", o.remaining_s,
-                            c.stay_remaining_s, pause) +
-                 (j.pause_s >= 0 ? ", measured)" : ", default)");
-    }
+    explain(j, o, P, c);
   }
   plan.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;
+}
+
+namespace {
+
+// The jobs as a request of plan.h: restart-aware, each option's throughput measured or predicted
+// (Predictor), the job's measured pause (else the policy's default) for a change, the start cost
+// for a start. opts_out: the options with what the decision log says of them.
+PlanRequest build_request(const std::vector<LiveJob>& jobs, const LivePolicy& P, std::vector<std::vector<Opt>>* opts_out) {
+  const Priors prior = priors(jobs, P.measured_steps());
+  PlanRequest req;
+  req.gpus = P.slots;
+  req.objective = Objective::RestartAware;
+  req.hysteresis = P.hysteresis;
+  req.pause_s = P.default_pause_s;
+  req.start_s = P.start_s;
+  std::vector<std::vector<Opt>> opts(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const LiveJob& j = jobs[i];
+    const JobSpec& s = j.spec;
+    const Predictor pred(j, P, prior.rank_sps);
+    const double remaining = std::max(1.0, j.samples_total > 0 ? static_cast<double>(std::max<int64_t>(0, j.samples_total - j.samples_done))
+                                           : s.samples > 0     ? static_cast<double>(s.samples)
+                                                               : prior.total);
+    opts[i] = job_options(j, P, pred, remaining);
+    PlanJob pj;
+    pj.id = j.id;
+    pj.weight = s.weight;
+    pj.may_wait = !j.running || s.preemptible;
+    pj.remaining = remaining;
+    pj.own = Config{s.workers, static_cast<int>(std::min<int64_t>(s.batch, INT32_MAX)), 1, 0, 1.0};
+    if (j.running)
+      pj.current = Config{slots_of(j.workers, j.ranks_per_slot), static_cast<int>(std::min<int64_t>(j.batch, INT32_MAX)),
+                          j.ranks_per_slot, 0, 1.0};
+    pj.pause_s = j.pause_s >= 0 ? j.pause_s : -1;
+    for (const Opt& o : opts[i])
+      pj.options.push_back(Config{o.slots, static_cast<int>(std::min<int64_t>(o.batch, INT32_MAX)), o.k, o.sps, o.eff});
+    req.jobs.push_back(std::move(pj));
+  }
+  if (opts_out) *opts_out = std::move(opts);
+  return req;
+}
+
+}  // namespace
+
+PlanRequest live_request(const std::vector<LiveJob>& jobs, const LivePolicy& policy) {
+  return build_request(jobs, policy, nullptr);
 }
 
 }  // namespace edp::autoscale

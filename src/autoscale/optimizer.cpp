@@ -11,12 +11,10 @@
 #include "edp/autoscale/optimizer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <memory>
-#include <set>
 #include <sstream>
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -233,98 +231,6 @@ Solution solve_brute_force(const std::vector<JobOptions>& jobs, int capacity) {
   s.choices = best_choice;
   for (const Choice& ch : s.choices) s.gpus_used += ch.gpus;
   return s;
-}
-
-namespace {
-
-[[noreturn]] void bad(const JobRequest& j, size_t index, const std::string& field, const std::string& what) {
-  std::ostringstream os;
-  os << "job '" << j.id << "' (jobs[" << index << "]): field '" << field << "': " << what;
-  throw DataError(os.str());
-}
-
-}  // namespace
-
-std::vector<JobOptions> make_problem(const PlanRequest& req) {
-  if (req.gpus < 0) throw DataError("field 'gpus': must be >= 0, got " + std::to_string(req.gpus));
-  if (!(req.rescale_penalty >= 0.0 && req.rescale_penalty < 1.0))
-    throw DataError("field 'rescale_penalty': must be in [0, 1)");
-  std::set<std::string> ids;
-  std::vector<JobOptions> out;
-  out.reserve(req.jobs.size());
-  int must_need = 0;
-  std::string must_list;
-  for (size_t i = 0; i < req.jobs.size(); ++i) {
-    const JobRequest& j = req.jobs[i];
-    if (j.id.empty()) bad(j, i, "id", "must be a non-empty string");
-    if (!ids.insert(j.id).second) bad(j, i, "id", "duplicate id");
-    if (j.min_gpus < 0) bad(j, i, "min_gpus", "must be >= 0, got " + std::to_string(j.min_gpus));
-    if (j.max_gpus < 1) bad(j, i, "max_gpus", "must be >= 1, got " + std::to_string(j.max_gpus));
-    if (j.max_gpus < j.min_gpus) bad(j, i, "max_gpus", "is smaller than min_gpus");
-    if (j.max_batch_per_gpu < 1)
-      bad(j, i, "max_batch_per_gpu", "must be >= 1, got " + std::to_string(j.max_batch_per_gpu));
-    if (!(std::isfinite(j.weight) && j.weight >= 0)) bad(j, i, "weight", "must be a finite number >= 0");
-    if (j.ref_gpus < 1) bad(j, i, "ref.gpus", "must be >= 1");
-    if (j.ref_batch < 1) bad(j, i, "ref.batch", "must be >= 1");
-    if (j.current_gpus < 0) bad(j, i, "current.gpus", "must be >= 0");
-    if (j.current_batch < 0) bad(j, i, "current.batch", "must be >= 0");
-    double ref_sps = -1;
-    std::set<std::pair<int, int>> seen;
-    for (size_t r = 0; r < j.throughput.size(); ++r) {
-      const ThroughputPoint& p = j.throughput[r];
-      const std::string f = "throughput[" + std::to_string(r) + "]";
-      if (p.gpus < 1) bad(j, i, f + ".gpus", "must be >= 1, got " + std::to_string(p.gpus));
-      if (p.batch < 1) bad(j, i, f + ".batch", "must be >= 1, got " + std::to_string(p.batch));
-      if (!(std::isfinite(p.samples_per_s) && p.samples_per_s >= 0))
-        bad(j, i, f + ".samples_per_s", "must be a finite number >= 0");
-      if (!seen.insert({p.gpus, p.batch}).second)
-        bad(j, i, f, "duplicate row for gpus=" + std::to_string(p.gpus) + " batch=" + std::to_string(p.batch));
-      if (p.gpus == j.ref_gpus && p.batch == j.ref_batch) ref_sps = p.samples_per_s;
-    }
-    if (ref_sps < 0)
-      bad(j, i, "ref", "no throughput row with gpus=" + std::to_string(j.ref_gpus) +
-                           " batch=" + std::to_string(j.ref_batch));
-    if (!(ref_sps > 0)) bad(j, i, "ref", "the reference row's samples_per_s must be > 0");
-
-    JobOptions jo;
-    jo.may_wait = j.min_gpus == 0;
-    jo.current_gpus = j.current_gpus;
-    jo.current_batch = j.current_batch;
-    int min_feasible = std::numeric_limits<int>::max();
-    for (const ThroughputPoint& p : j.throughput) {
-      if (p.gpus < std::max(1, j.min_gpus) || p.gpus > j.max_gpus) continue;
-      if (p.batch % p.gpus != 0 || p.batch / p.gpus > j.max_batch_per_gpu) continue;
-      double v = j.weight * (p.samples_per_s / ref_sps);
-      const bool is_current = p.gpus == j.current_gpus && p.batch == j.current_batch;
-      if (j.current_gpus > 0 && !is_current) v *= 1.0 - req.rescale_penalty;
-      jo.options.push_back(Option{p.gpus, p.batch, v});
-      min_feasible = std::min(min_feasible, p.gpus);
-    }
-    if (!jo.may_wait) {
-      if (jo.options.empty())
-        bad(j, i, "min_gpus",
-            "the job must run (min_gpus >= 1) but no throughput row is feasible (needs min_gpus <= gpus <= "
-            "max_gpus, batch divisible by gpus, batch/gpus <= max_batch_per_gpu)");
-      must_need += min_feasible;
-      must_list += (must_list.empty() ? "" : ", ") + ("'" + j.id + "' needs " + std::to_string(min_feasible));
-    }
-    out.push_back(std::move(jo));
-  }
-  if (must_need > req.gpus)
-    throw DataError("field 'gpus': the non-preemptible jobs (min_gpus >= 1) need at least " +
-                    std::to_string(must_need) + " GPUs but gpus = " + std::to_string(req.gpus) + " (" +
-                    must_list + ")");
-  return out;
-}
-
-PlanResult plan(const PlanRequest& req) {
-  PlanResult r;
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<JobOptions> problem = make_problem(req);
-  r.solution = solve(problem, req.gpus);
-  r.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  for (const JobRequest& j : req.jobs) r.ids.push_back(j.id);
-  return r;
 }
 
 }  // namespace edp::autoscale

@@ -1,7 +1,5 @@
-// The simulator's policies (policy.h). The three elastic ones share one code path: turn each
-// active job's allowed configurations into DP options valued relative to the job's own
-// reference throughput, then solve(). They differ only in which configurations they offer and
-// in how an option is valued, which keeps the comparison between them fair.
+// The simulator's policies (policy.h): each active job becomes a job of plan.h's request, and
+// decide() values and solves it as it does for every other caller.
 #include "edp/autoscale/policy.h"
 
 #include <algorithm>
@@ -11,77 +9,76 @@
 namespace edp::autoscale {
 namespace {
 
-class StaticPolicy final : public Policy {
- public:
-  std::string name() const override { return "static"; }
-  std::vector<Assignment> plan(const std::vector<JobState>& active, int capacity, double) override {
-    std::vector<Assignment> out(active.size());
-    int used = 0;
-    for (size_t i = 0; i < active.size(); ++i)
-      if (active[i].cur_gpus > 0) {
-        out[i] = Assignment{active[i].cur_gpus, active[i].cur_batch, active[i].cur_ranks_per_gpu};
-        used += active[i].cur_gpus;
-      }
-    int free = capacity - used;
-    for (size_t i = 0; i < active.size(); ++i) {
-      const JobState& j = active[i];
-      if (j.cur_gpus > 0) continue;
-      if (j.req_gpus > capacity) continue;  // can never run here; must not block the queue forever
-      if (j.req_gpus > free) break;         // strict FIFO: the head waits, so do all behind it
-      out[i] = Assignment{j.req_gpus, j.ref_batch};
-      free -= j.req_gpus;
-    }
-    return out;
+enum class Offer { Own, FixedBatch, Elastic, Goodput };
+
+const std::vector<JobConfig>* offered(const JobState& j, Offer offer) {
+  return offer == Offer::FixedBatch ? j.fixed_batch : offer == Offer::Elastic ? j.elastic : j.elastic_goodput;
+}
+
+Offer offer_of(const std::string& name) {
+  if (name == "static") return Offer::Own;
+  if (name == "baseline") return Offer::FixedBatch;
+  if (name == "dp") return Offer::Elastic;
+  if (name == "goodput") return Offer::Goodput;
+  std::string all;
+  for (const auto& n : policy_names()) all += (all.empty() ? "" : ", ") + n;
+  throw Error("unknown policy '" + name + "' (known: " + all + ")");
+}
+
+// The simulator's jobs as a request of plan.h (reusing `req`'s buffers). Work is counted in the
+// simulator's units (samples, or reference-batch samples), floored at one second at the job's own
+// rate so that a job about to finish keeps a finite value.
+void fill_request(PlanRequest& req, const std::vector<JobState>& active, int capacity, Offer offer,
+                  const PolicyConfig& cfg) {
+  req.gpus = capacity;
+  req.objective = offer == Offer::Own             ? Objective::Fifo
+                  : cfg.restart_aware             ? Objective::RestartAware
+                  : cfg.weighting == Weighting::Remaining ? Objective::Remaining
+                                                          : Objective::Throughput;
+  req.hysteresis = cfg.rescale_penalty;
+  req.pause_s = cfg.pause_s;
+  req.start_s = cfg.pause_s;
+  req.jobs.resize(active.size());
+  for (size_t i = 0; i < active.size(); ++i) {
+    const JobState& j = active[i];
+    PlanJob& pj = req.jobs[i];
+    pj.weight = 1.0;
+    pj.may_wait = true;
+    pj.remaining = std::max(1.0, j.remaining_s) * j.ref_samples_per_s;
+    pj.own = Config{j.req_gpus, j.ref_batch, 1, j.ref_samples_per_s, 1.0};
+    pj.current = j.cur_gpus > 0 ? Config{j.cur_gpus, j.cur_batch, j.cur_ranks_per_gpu, 0, 1.0} : Config{};
+    pj.pause_s = cfg.pause_s;
+    pj.start_s = j.started ? cfg.pause_s : 0.0;  // the simulator charges a pause to restarts, not to first starts
+    pj.options.clear();
+    if (offer == Offer::Own) continue;
+    const std::vector<JobConfig>* cfgs = offered(j, offer);
+    EDP_CHECK(cfgs != nullptr && j.ref_samples_per_s > 0, "policy: job #", j.index, " has no configurations");
+    for (const JobConfig& c : *cfgs)
+      pj.options.push_back(
+          Config{c.gpus, c.batch, c.ranks_per_gpu, c.samples_per_s, offer == Offer::Goodput ? c.efficiency : 1.0});
   }
-  bool can_run(const JobState& j, int capacity) const override { return j.req_gpus <= capacity; }
-};
+}
 
-enum class Offer { FixedBatch, Elastic, Goodput };
-
-class DpPolicy final : public Policy {
+// Every policy of the pool simulator is one request to plan.h's decide(): static is its fifo, the
+// elastic ones differ only in the configurations they offer and in the objective.
+class PlanPolicy final : public Policy {
  public:
-  DpPolicy(std::string name, Offer offer, const PolicyConfig& cfg) : name_(std::move(name)), offer_(offer), cfg_(cfg) {}
+  PlanPolicy(std::string name, const PolicyConfig& cfg) : name_(std::move(name)), offer_(offer_of(name_)), cfg_(cfg) {}
   std::string name() const override { return name_; }
   std::vector<Assignment> plan(const std::vector<JobState>& active, int capacity, double) override {
-    problem_.resize(active.size());
-    for (size_t i = 0; i < active.size(); ++i) {
-      const JobState& j = active[i];
-      const std::vector<JobConfig>* cfgs = offered(j);
-      EDP_CHECK(cfgs != nullptr && j.ref_samples_per_s > 0, "policy ", name_, ": job #", j.index,
-                " has no configurations");
-      JobOptions& jo = problem_[i];
-      jo.options.clear();
-      jo.may_wait = true;
-      jo.current_gpus = j.cur_gpus;
-      jo.current_batch = j.cur_batch;
-      // A floor of one second keeps the weight finite for a job about to finish.
-      const double w = cfg_.weighting == Weighting::Remaining ? 1.0 / std::max(1.0, j.remaining_s) : 1.0;
-      for (size_t ci = 0; ci < cfgs->size(); ++ci) {
-        const JobConfig& c = (*cfgs)[ci];
-        double v = w * c.samples_per_s / j.ref_samples_per_s;
-        if (offer_ == Offer::Goodput) v *= c.efficiency;
-        const bool change = j.cur_gpus > 0 && !(c.gpus == j.cur_gpus && c.batch == j.cur_batch &&
-                                                c.ranks_per_gpu == j.cur_ranks_per_gpu);
-        if (cfg_.restart_aware && v > 0) {
-          // v / w is the speedup over the job's own configuration, remaining_s its time there.
-          const bool pays = change || (j.cur_gpus == 0 && j.started);
-          v = 1.0 / (std::max(1.0, j.remaining_s) * w / v + (pays ? cfg_.pause_s : 0.0));
-        }
-        if (change) v *= 1.0 - cfg_.rescale_penalty;
-        jo.options.push_back(Option{c.gpus, c.batch, v, static_cast<int>(ci)});
-      }
-    }
-    const Solution s = solve(problem_, capacity);
+    fill_request(req_, active, capacity, offer_, cfg_);
+    const Plan& p = planner_.decide(req_);
     std::vector<Assignment> out(active.size());
     for (size_t i = 0; i < active.size(); ++i) {
-      const Choice& c = s.choices[i];
-      if (c.gpus > 0) out[i] = Assignment{c.gpus, c.batch, (*offered(active[i]))[static_cast<size_t>(c.tag)].ranks_per_gpu};
+      const Config& c = p.choices[i].config;
+      if (c.gpus > 0) out[i] = Assignment{c.gpus, c.batch, c.ranks_per_gpu};
     }
     return out;
   }
 
   bool can_run(const JobState& j, int capacity) const override {
-    const std::vector<JobConfig>* cfgs = offered(j);
+    if (offer_ == Offer::Own) return j.req_gpus <= capacity;
+    const std::vector<JobConfig>* cfgs = offered(j, offer_);
     if (!cfgs) return false;
     for (const JobConfig& c : *cfgs)
       if (c.gpus <= capacity) return true;
@@ -89,13 +86,11 @@ class DpPolicy final : public Policy {
   }
 
  private:
-  const std::vector<JobConfig>* offered(const JobState& j) const {
-    return offer_ == Offer::FixedBatch ? j.fixed_batch : offer_ == Offer::Elastic ? j.elastic : j.elastic_goodput;
-  }
   std::string name_;
   Offer offer_;
   PolicyConfig cfg_;
-  std::vector<JobOptions> problem_;  // reused across plans to avoid reallocating
+  PlanRequest req_;  // reused across plans to avoid reallocating
+  Planner planner_;
 };
 
 }  // namespace
@@ -106,13 +101,14 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig&
   EDP_CHECK(cfg.rescale_penalty >= 0 && cfg.rescale_penalty < 1, "rescale penalty must be in [0, 1), got ",
             cfg.rescale_penalty);
   EDP_CHECK(cfg.pause_s >= 0, "restart pause must be >= 0, got ", cfg.pause_s);
-  if (name == "static") return std::make_unique<StaticPolicy>();
-  if (name == "baseline") return std::make_unique<DpPolicy>(name, Offer::FixedBatch, cfg);
-  if (name == "dp") return std::make_unique<DpPolicy>(name, Offer::Elastic, cfg);
-  if (name == "goodput") return std::make_unique<DpPolicy>(name, Offer::Goodput, cfg);
-  std::string all;
-  for (const auto& n : policy_names()) all += (all.empty() ? "" : ", ") + n;
-  throw Error("unknown policy '" + name + "' (known: " + all + ")");
+  return std::make_unique<PlanPolicy>(name, cfg);
+}
+
+PlanRequest pool_request(const std::vector<JobState>& active, int capacity, const std::string& policy,
+                         const PolicyConfig& cfg) {
+  PlanRequest req;
+  fill_request(req, active, capacity, offer_of(policy), cfg);
+  return req;
 }
 
 }  // namespace edp::autoscale

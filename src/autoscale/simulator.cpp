@@ -58,7 +58,7 @@ std::vector<TraceJob> poisson_trace(const PoissonOptions& opt) {
   Rng rng(opt.seed);
   std::vector<TraceJob> out;
   double t = 0;
-  // GPU sizes and their shares in the Philly week (shared/data/README.md), coarsened.
+  // GPU sizes and their shares in the Philly week (data/README.md), coarsened.
   const int sizes[] = {1, 2, 4, 8, 16};
   const double cum[] = {0.915, 0.937, 0.978, 0.996, 1.0};
   for (int i = 0; i < opt.jobs; ++i) {
@@ -233,26 +233,16 @@ size_t job_model(const TraceJob& job, size_t job_index, const std::vector<ModelP
   throw Error("job " + job.id + ": no model profile named '" + job.model + "'");
 }
 
-SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles,
-                   const SimConfig& cfg) {
-  EDP_CHECK(cfg.gpus >= 1, "simulate: gpus must be >= 1, got ", cfg.gpus);
-  EDP_CHECK(cfg.rescale_pause_s >= 0, "simulate: rescale pause must be >= 0");
-  EDP_CHECK(cfg.replan_interval_s > 0, "simulate: replan interval must be > 0");
-  EDP_CHECK(cfg.max_scale >= 1, "simulate: max_scale must be >= 1");
-  const auto wall0 = std::chrono::steady_clock::now();
-  PolicyConfig pc;
-  pc.rescale_penalty = cfg.rescale_penalty;
-  pc.weighting = cfg.weighting;
-  pc.restart_aware = cfg.restart_aware;
-  pc.pause_s = cfg.rescale_pause_s;
-  std::unique_ptr<Policy> policy = make_policy(cfg.policy, pc);
+namespace {
 
-  const size_t N = trace.size();
-  std::vector<size_t> order(N);
-  for (size_t i = 0; i < N; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return trace[a].submit_s < trace[b].submit_s; });
+// One run of the pool simulator (simulate()): the jobs' state between events, and the steps of the
+// event loop.
+class PoolSim {
+ public:
+  PoolSim(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles, const SimConfig& cfg);
+  SimResult run();
 
+ private:
   struct Live {
     JobModel jm;
     double work = 0, remaining = 0;
@@ -260,18 +250,53 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
     double rate = 0, pause_until = 0;
     bool started = false, done = false;
   };
-  SimResult res;
-  res.jobs.resize(N);
-  std::vector<Live> live(N);
-  for (size_t k = 0; k < N; ++k) {
+  double rate_of(const Live& L, int g, int B, int k) const;
+  double next_event() const;
+  void advance_to(double t);
+  void complete_due(double t);
+  void replan(double t);
+  void apply(size_t k, const Assignment& a, double t);
+  void summarise();
+  JobState state_of(size_t k) const;
+
+  const SimConfig& cfg_;
+  std::unique_ptr<Policy> policy_;
+  size_t N_ = 0;
+  SimResult res_;
+  std::vector<Live> live_;
+  std::vector<size_t> active_;  // in submission order
+  std::vector<bool> runnable_;
+  size_t next_arrival_ = 0;
+  double last_ = 0, next_periodic_ = 0, plan_ms_total_ = 0, colocated_gpu_s_ = 0;
+  int finished_ = 0, to_finish_ = 0;
+  std::vector<JobState> states_;
+  static constexpr double kEpsT = 1e-9;
+};
+
+PoolSim::PoolSim(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles, const SimConfig& cfg)
+    : cfg_(cfg) {
+  PolicyConfig pc;
+  pc.rescale_penalty = cfg.rescale_penalty;
+  pc.weighting = cfg.weighting;
+  pc.restart_aware = cfg.restart_aware;
+  pc.pause_s = cfg.rescale_pause_s;
+  policy_ = make_policy(cfg.policy, pc);
+  N_ = trace.size();
+  std::vector<size_t> order(N_);
+  for (size_t i = 0; i < N_; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return trace[a].submit_s < trace[b].submit_s; });
+  res_.jobs.resize(N_);
+  live_.resize(N_);
+  for (size_t k = 0; k < N_; ++k) {
     const size_t i = order[k];
     const TraceJob& tj = trace[i];
     const ModelProfile& p = profiles[job_model(tj, i, profiles, cfg.seed)];
-    Live& L = live[k];
+    Live& L = live_[k];
     L.jm = make_job_model(p, tj.gpus, cfg, tj.batch);
     L.work = tj.duration_s * L.jm.ref_samples_per_s;
     L.remaining = L.work;
-    JobResult& jr = res.jobs[k];
+    JobResult& jr = res_.jobs[k];
     jr.id = tj.id;
     jr.model = p.name;
     jr.submit_s = tj.submit_s;
@@ -280,178 +305,183 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
     jr.ref_batch = L.jm.ref_batch;
     jr.work = L.work;
   }
-
-  auto rate_of = [&](const Live& L, int g, int B, int k) {
-    const ModelProfile& p = *L.jm.profile;
-    EDP_CHECK(g >= 1 && g <= std::max(L.jm.max_gpus, 1) && B % g == 0 && B / g >= p.min_local &&
-                  B / g <= p.max_local && B <= std::max(p.max_batch, L.jm.ref_batch) && k >= 1 &&
-                  k <= cfg.max_ranks_per_gpu && B % (g * k) == 0,
-              "policy ", policy->name(), " gave an infeasible configuration (", g, " GPUs, batch ", B, ", ", k,
-              " rank(s) per GPU) to model ", p.name);
-    double r = p.model.colocated_samples_per_s(g, k, B, cfg.colocation_idle);
-    if (cfg.statistical_efficiency) r *= efficiency(p, L.jm.ref_batch, B);
-    return r;
-  };
-
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<size_t> active;  // in submission order
-  size_t next_arrival = 0;
-  double t = 0, last = 0;
-  double next_periodic = cfg.replan_interval_s;
-  double next_progress = cfg.progress_every_s;
-  int finished = 0;
-  double plan_ms_total = 0, colocated_gpu_s = 0;
-  std::vector<JobState> states;
-  const double eps_t = 1e-9;
-
   // Jobs this policy can never run on this cluster (e.g. a gang larger than the cluster) are left
   // out: they would wait forever and keep the simulation from ending. They count as not started.
-  std::vector<bool> runnable(N);
-  int to_finish = 0;
-  for (size_t k = 0; k < N; ++k) {
-    JobState s;
-    s.req_gpus = res.jobs[k].req_gpus;
-    s.ref_batch = live[k].jm.ref_batch;
-    s.ref_samples_per_s = live[k].jm.ref_samples_per_s;
-    s.elastic = &live[k].jm.elastic;
-    s.elastic_goodput = &live[k].jm.elastic_goodput;
-    s.fixed_batch = &live[k].jm.fixed_batch;
-    runnable[k] = policy->can_run(s, cfg.gpus);
-    to_finish += runnable[k];
+  runnable_.resize(N_);
+  for (size_t k = 0; k < N_; ++k) {
+    runnable_[k] = policy_->can_run(state_of(k), cfg.gpus);
+    to_finish_ += runnable_[k];
   }
+  next_periodic_ = cfg.replan_interval_s;
+}
 
-  while (finished < to_finish) {
-    // Next event.
-    double t_next = next_arrival < N ? res.jobs[next_arrival].submit_s : inf;
-    for (size_t k : active) {
-      const Live& L = live[k];
-      if (L.g == 0) continue;
-      const double tc = std::max(last, L.pause_until) + (L.rate > 0 ? L.remaining / L.rate : inf);
-      t_next = std::min(t_next, tc);
+JobState PoolSim::state_of(size_t k) const {
+  const Live& L = live_[k];
+  JobState s;
+  s.index = static_cast<int>(k);
+  s.submit_s = res_.jobs[k].submit_s;
+  s.req_gpus = res_.jobs[k].req_gpus;
+  s.ref_batch = L.jm.ref_batch;
+  s.ref_samples_per_s = L.jm.ref_samples_per_s;
+  s.elastic = &L.jm.elastic;
+  s.elastic_goodput = &L.jm.elastic_goodput;
+  s.fixed_batch = &L.jm.fixed_batch;
+  s.cur_gpus = L.g;
+  s.cur_batch = L.B;
+  s.cur_ranks_per_gpu = L.k;
+  s.started = L.started;
+  s.remaining_s = L.remaining / L.jm.ref_samples_per_s;
+  return s;
+}
+
+double PoolSim::rate_of(const Live& L, int g, int B, int k) const {
+  const ModelProfile& p = *L.jm.profile;
+  EDP_CHECK(g >= 1 && g <= std::max(L.jm.max_gpus, 1) && B % g == 0 && B / g >= p.min_local &&
+                B / g <= p.max_local && B <= std::max(p.max_batch, L.jm.ref_batch) && k >= 1 &&
+                k <= cfg_.max_ranks_per_gpu && B % (g * k) == 0,
+            "policy ", policy_->name(), " gave an infeasible configuration (", g, " GPUs, batch ", B, ", ", k,
+            " rank(s) per GPU) to model ", p.name);
+  double r = p.model.colocated_samples_per_s(g, k, B, cfg_.colocation_idle);
+  if (cfg_.statistical_efficiency) r *= efficiency(p, L.jm.ref_batch, B);
+  return r;
+}
+
+double PoolSim::next_event() const {
+  const double inf = std::numeric_limits<double>::infinity();
+  double t_next = next_arrival_ < N_ ? res_.jobs[next_arrival_].submit_s : inf;
+  for (size_t k : active_) {
+    const Live& L = live_[k];
+    if (L.g == 0) continue;
+    const double tc = std::max(last_, L.pause_until) + (L.rate > 0 ? L.remaining / L.rate : inf);
+    t_next = std::min(t_next, tc);
+  }
+  if (!active_.empty()) t_next = std::min(t_next, next_periodic_);
+  return t_next;
+}
+
+// Every running job progresses linearly from the last event to t.
+void PoolSim::advance_to(double t) {
+  for (size_t k : active_) {
+    Live& L = live_[k];
+    if (L.g == 0) continue;
+    const double run = std::max(0.0, t - std::max(last_, L.pause_until));
+    const double dw = std::min(L.remaining, L.rate * run);
+    L.remaining -= dw;
+    res_.jobs[k].done_work += dw;
+    res_.jobs[k].gpu_seconds += L.g * (t - last_);
+    if (L.k > 1) colocated_gpu_s_ += L.g * (t - last_);
+  }
+  last_ = t;
+}
+
+// Completions: a job is done when its completion time has come (within rounding).
+void PoolSim::complete_due(double t) {
+  for (size_t idx = 0; idx < active_.size();) {
+    const size_t k = active_[idx];
+    Live& L = live_[k];
+    const bool due = L.g > 0 && t >= L.pause_until - kEpsT &&
+                     (L.remaining <= 1e-12 * std::max(1.0, L.work) ||
+                      (L.rate > 0 && L.remaining / L.rate <= kEpsT * std::max(1.0, t)));
+    if (due) {
+      res_.jobs[k].done_work += L.remaining;  // the rounding residue of the last interval
+      L.remaining = 0;
+      L.done = true;
+      L.g = 0;
+      res_.jobs[k].finish_s = t;
+      ++finished_;
+      active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(idx));
+    } else {
+      ++idx;
     }
-    if (!active.empty()) t_next = std::min(t_next, next_periodic);
-    if (t_next == inf) break;  // nothing can ever run again (jobs that fit nowhere)
+  }
+}
+
+void PoolSim::apply(size_t k, const Assignment& a, double t) {
+  Live& L = live_[k];
+  const int B = a.gpus > 0 ? a.batch : 0;
+  const int kk = a.gpus > 0 ? a.ranks_per_gpu : 1;
+  if (a.gpus == L.g && B == L.B && kk == L.k) return;
+  if (a.gpus > 0) {
+    L.rate = rate_of(L, a.gpus, B, kk);
+    if (L.started) {
+      L.pause_until = t + cfg_.rescale_pause_s;
+      ++res_.jobs[k].rescales;
+      ++res_.summary.rescales;
+    } else {
+      L.started = true;
+      L.pause_until = t;
+      res_.jobs[k].start_s = t;
+    }
+  } else {
+    L.rate = 0;
+  }
+  L.g = a.gpus;
+  L.B = B;
+  L.k = kk;
+  if (cfg_.record_allocations)
+    res_.allocations.push_back(AllocationEvent{t, static_cast<int>(k), L.g, L.B, L.g > 0 ? L.rate : 0.0, L.k});
+}
+
+void PoolSim::replan(double t) {
+  if (active_.empty()) {
+    if (cfg_.record_timeline) res_.timeline.push_back(TimelinePoint{t, 0, 0, 0});
+    return;
+  }
+  states_.clear();
+  for (size_t k : active_) states_.push_back(state_of(k));
+  const auto p0 = std::chrono::steady_clock::now();
+  const std::vector<Assignment> plan = policy_->plan(states_, cfg_.gpus, t);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
+  plan_ms_total_ += ms;
+  res_.summary.plan_ms_max = std::max(res_.summary.plan_ms_max, ms);
+  ++res_.summary.replans;
+  EDP_CHECK(plan.size() == active_.size(), "policy ", policy_->name(), " returned ", plan.size(),
+            " assignments for ", active_.size(), " jobs");
+  int used = 0;
+  for (const Assignment& a : plan) used += a.gpus;
+  EDP_CHECK(used <= cfg_.gpus, "policy ", policy_->name(), " allocated ", used, " GPUs of ", cfg_.gpus);
+  for (size_t idx = 0; idx < active_.size(); ++idx) apply(active_[idx], plan[idx], t);
+  res_.summary.max_gpus_used = std::max(res_.summary.max_gpus_used, used);
+  if (cfg_.record_timeline) {
+    int running = 0;
+    for (size_t k : active_) running += live_[k].g > 0;
+    res_.timeline.push_back(TimelinePoint{t, used, running, static_cast<int>(active_.size()) - running});
+  }
+}
+
+SimResult PoolSim::run() {
+  const auto wall0 = std::chrono::steady_clock::now();
+  double t = 0;
+  double next_progress = cfg_.progress_every_s;
+  while (finished_ < to_finish_) {
+    const double t_next = next_event();
+    if (t_next == std::numeric_limits<double>::infinity()) break;  // nothing can ever run again (jobs that fit nowhere)
     t = std::max(t, t_next);
-
-    // Advance every running job to t.
-    for (size_t k : active) {
-      Live& L = live[k];
-      if (L.g == 0) continue;
-      const double run = std::max(0.0, t - std::max(last, L.pause_until));
-      const double dw = std::min(L.remaining, L.rate * run);
-      L.remaining -= dw;
-      res.jobs[k].done_work += dw;
-      res.jobs[k].gpu_seconds += L.g * (t - last);
-      if (L.k > 1) colocated_gpu_s += L.g * (t - last);
-    }
-    last = t;
-
-    // Completions: a job is done when its completion time has come (within rounding).
-    for (size_t idx = 0; idx < active.size();) {
-      const size_t k = active[idx];
-      Live& L = live[k];
-      const bool due = L.g > 0 && t >= L.pause_until - eps_t &&
-                       (L.remaining <= 1e-12 * std::max(1.0, L.work) ||
-                        (L.rate > 0 && L.remaining / L.rate <= eps_t * std::max(1.0, t)));
-      if (due) {
-        res.jobs[k].done_work += L.remaining;  // the rounding residue of the last interval
-        L.remaining = 0;
-        L.done = true;
-        L.g = 0;
-        res.jobs[k].finish_s = t;
-        ++finished;
-        active.erase(active.begin() + static_cast<std::ptrdiff_t>(idx));
-      } else {
-        ++idx;
-      }
-    }
-    for (; next_arrival < N && res.jobs[next_arrival].submit_s <= t; ++next_arrival)
-      if (runnable[next_arrival]) active.push_back(next_arrival);
-    while (next_periodic <= t) next_periodic += cfg.replan_interval_s;
-
-    if (!active.empty()) {
-      states.clear();
-      for (size_t k : active) {
-        const Live& L = live[k];
-        JobState s;
-        s.index = static_cast<int>(k);
-        s.submit_s = res.jobs[k].submit_s;
-        s.req_gpus = res.jobs[k].req_gpus;
-        s.ref_batch = L.jm.ref_batch;
-        s.ref_samples_per_s = L.jm.ref_samples_per_s;
-        s.elastic = &L.jm.elastic;
-        s.elastic_goodput = &L.jm.elastic_goodput;
-        s.fixed_batch = &L.jm.fixed_batch;
-        s.cur_gpus = L.g;
-        s.cur_batch = L.B;
-        s.cur_ranks_per_gpu = L.k;
-        s.started = L.started;
-        s.remaining_s = L.remaining / L.jm.ref_samples_per_s;
-        states.push_back(s);
-      }
-      const auto p0 = std::chrono::steady_clock::now();
-      const std::vector<Assignment> plan = policy->plan(states, cfg.gpus, t);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
-      plan_ms_total += ms;
-      res.summary.plan_ms_max = std::max(res.summary.plan_ms_max, ms);
-      ++res.summary.replans;
-      EDP_CHECK(plan.size() == active.size(), "policy ", policy->name(), " returned ", plan.size(),
-                " assignments for ", active.size(), " jobs");
-      int used = 0;
-      for (const Assignment& a : plan) used += a.gpus;
-      EDP_CHECK(used <= cfg.gpus, "policy ", policy->name(), " allocated ", used, " GPUs of ", cfg.gpus);
-      for (size_t idx = 0; idx < active.size(); ++idx) {
-        const size_t k = active[idx];
-        Live& L = live[k];
-        const Assignment& a = plan[idx];
-        const int B = a.gpus > 0 ? a.batch : 0;
-        const int kk = a.gpus > 0 ? a.ranks_per_gpu : 1;
-        if (a.gpus == L.g && B == L.B && kk == L.k) continue;
-        if (a.gpus > 0) {
-          L.rate = rate_of(L, a.gpus, B, kk);
-          if (L.started) {
-            L.pause_until = t + cfg.rescale_pause_s;
-            ++res.jobs[k].rescales;
-            ++res.summary.rescales;
-          } else {
-            L.started = true;
-            L.pause_until = t;
-            res.jobs[k].start_s = t;
-          }
-        } else {
-          L.rate = 0;
-        }
-        L.g = a.gpus;
-        L.B = B;
-        L.k = kk;
-        if (cfg.record_allocations)
-          res.allocations.push_back(AllocationEvent{t, static_cast<int>(k), L.g, L.B, L.g > 0 ? L.rate : 0.0, L.k});
-      }
-      res.summary.max_gpus_used = std::max(res.summary.max_gpus_used, used);
-      if (cfg.record_timeline) {
-        int running = 0;
-        for (size_t k : active) running += live[k].g > 0;
-        res.timeline.push_back(
-            TimelinePoint{t, used, running, static_cast<int>(active.size()) - running});
-      }
-    } else if (cfg.record_timeline) {
-      res.timeline.push_back(TimelinePoint{t, 0, 0, 0});
-    }
-    if (cfg.progress && t >= next_progress) {
-      cfg.progress(t, finished, static_cast<int>(N));
-      while (next_progress <= t) next_progress += cfg.progress_every_s;
+    advance_to(t);
+    complete_due(t);
+    for (; next_arrival_ < N_ && res_.jobs[next_arrival_].submit_s <= t; ++next_arrival_)
+      if (runnable_[next_arrival_]) active_.push_back(next_arrival_);
+    while (next_periodic_ <= t) next_periodic_ += cfg_.replan_interval_s;
+    replan(t);
+    if (cfg_.progress && t >= next_progress) {
+      cfg_.progress(t, finished_, static_cast<int>(N_));
+      while (next_progress <= t) next_progress += cfg_.progress_every_s;
     }
   }
+  summarise();
+  res_.summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return std::move(res_);
+}
 
-  // Summary.
-  SimSummary& s = res.summary;
-  s.policy = cfg.policy;
-  s.gpus = cfg.gpus;
-  s.jobs = static_cast<int>(N);
+void PoolSim::summarise() {
+  SimSummary& s = res_.summary;
+  s.policy = cfg_.policy;
+  s.gpus = cfg_.gpus;
+  s.jobs = static_cast<int>(N_);
   std::vector<double> jct;
   double queue_sum = 0, gpu_s = 0;
   int started = 0;
-  for (const JobResult& j : res.jobs) {
+  for (const JobResult& j : res_.jobs) {
     gpu_s += j.gpu_seconds;
     if (j.start_s >= 0) {
       ++started;
@@ -460,11 +490,11 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
     if (j.finished()) {
       jct.push_back(j.finish_s - j.submit_s);
       s.makespan_s = std::max(s.makespan_s, j.finish_s);
-      if (j.finish_s <= cfg.window_s) ++s.completed_in_window;
+      if (j.finish_s <= cfg_.window_s) ++s.completed_in_window;
     }
   }
   s.completed = static_cast<int>(jct.size());
-  s.never_started = static_cast<int>(N) - started;
+  s.never_started = static_cast<int>(N_) - started;
   if (!jct.empty()) {
     double sum = 0;
     for (double x : jct) sum += x;
@@ -475,11 +505,20 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
     s.p95_jct_s = q(0.95);
   }
   s.avg_queue_s = started ? queue_sum / started : 0.0;
-  s.utilisation = s.makespan_s > 0 ? gpu_s / (static_cast<double>(cfg.gpus) * s.makespan_s) : 0.0;
-  s.colocated_share = gpu_s > 0 ? colocated_gpu_s / gpu_s : 0.0;
-  s.plan_ms_avg = s.replans ? plan_ms_total / s.replans : 0.0;
-  s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  return res;
+  s.utilisation = s.makespan_s > 0 ? gpu_s / (static_cast<double>(cfg_.gpus) * s.makespan_s) : 0.0;
+  s.colocated_share = gpu_s > 0 ? colocated_gpu_s_ / gpu_s : 0.0;
+  s.plan_ms_avg = s.replans ? plan_ms_total_ / s.replans : 0.0;
+}
+
+}  // namespace
+
+SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles,
+                   const SimConfig& cfg) {
+  EDP_CHECK(cfg.gpus >= 1, "simulate: gpus must be >= 1, got ", cfg.gpus);
+  EDP_CHECK(cfg.rescale_pause_s >= 0, "simulate: rescale pause must be >= 0");
+  EDP_CHECK(cfg.replan_interval_s > 0, "simulate: replan interval must be > 0");
+  EDP_CHECK(cfg.max_scale >= 1, "simulate: max_scale must be >= 1");
+  return PoolSim(trace, profiles, cfg).run();
 }
 
 std::vector<JobBound> job_bounds(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles,

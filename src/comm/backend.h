@@ -32,7 +32,10 @@ void mpi_start_stall_inspector(ThreadLevel granted, void* comm);
 void mpi_stop_stall_inspector();
 // edp/comm/membership.h, MPI side.
 bool mpi_spawned();
-std::unique_ptr<Communicator> mpi_spawn(Communicator& current, int count, const std::vector<std::string>& env);
+// A new rank before the ready handshake, and the handshake itself: ok = false when its setup
+// failed, which abandons the grow; then (and when another new rank failed) this process leaves.
+bool mpi_unjoined();
+void mpi_ready(Communicator& world, bool ok);
 void mpi_watch(Communicator* c);
 // World rank/size from MPI when it is up, else (-1, -1).
 void mpi_world_position(int& rank, int& size);

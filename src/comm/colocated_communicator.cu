@@ -96,6 +96,7 @@ void reduce(DType t, void* out, const void* in, const std::vector<void*>& peers,
     case DType::I32: launch_reduce<int32_t>(out, in, peers, off, n, op, s); break;
     case DType::I64: launch_reduce<int64_t>(out, in, peers, off, n, op, s); break;
     case DType::U8: launch_reduce<uint8_t>(out, in, peers, off, n, op, s); break;
+    case DType::BF16: throw Error("colocated: bfloat16 reductions are not supported (reduce float32)");
   }
   EDP_CUDA_OK(cudaGetLastError());
 }
@@ -107,6 +108,7 @@ void divide(DType t, void* buf, int64_t n, int d, cudaStream_t s) {
     case DType::I32: divide_kernel<int32_t><<<grid_for(n), 256, 0, s>>>(static_cast<int32_t*>(buf), n, int32_t(d)); break;
     case DType::I64: divide_kernel<int64_t><<<grid_for(n), 256, 0, s>>>(static_cast<int64_t*>(buf), n, int64_t(d)); break;
     case DType::U8: divide_kernel<uint8_t><<<grid_for(n), 256, 0, s>>>(static_cast<uint8_t*>(buf), n, uint8_t(d)); break;
+    case DType::BF16: throw Error("colocated: bfloat16 averaging is not supported (reduce float32)");
   }
   EDP_CUDA_OK(cudaGetLastError());
 }

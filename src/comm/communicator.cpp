@@ -78,7 +78,7 @@ void Request::wait() {
 // ---- Tensor conveniences ------------------------------------------------------------------
 
 namespace {
-// Host tensors for every backend; GPU tensors for the NCCL backend (edp/cuda/nccl.h).
+// Host tensors for every backend; GPU tensors for the NCCL backend (edp/comm/nccl.h).
 void check_host(const Communicator& c, const Tensor& t, const char* op) {
   EDP_CHECK(t.defined(), "comm::", op, ": the tensor is undefined");
   EDP_CHECK(t.device().is_cpu() || c.device_buffers(), "comm::", op, ": tensor ", t.str(),
@@ -145,6 +145,7 @@ void divide_inplace(void* buf, int64_t count, DType dtype, int n) {
     case DType::I32: divide_typed<int32_t>(buf, count, n); break;
     case DType::I64: divide_typed<int64_t>(buf, count, n); break;
     case DType::U8: divide_typed<uint8_t>(buf, count, n); break;
+    case DType::BF16: throw Error("comm: averaging bfloat16 buffers is not supported (reduce float32)");
   }
 }
 
@@ -279,6 +280,14 @@ int run_main(int argc, char** argv, const std::function<int(Communicator& world)
     env = std::make_unique<Environment>(&argc, &argv, options);
     rc = fn(env->world());
   } catch (const std::exception& e) {
+#if EDP_HAVE_MPI
+    // A rank started by a grow that fails during its setup abandons the grow; the running ranks
+    // go on without it (an abort here would end them too).
+    if (env && detail::mpi_unjoined()) {
+      std::fprintf(stderr, "edp: a rank started by a grow failed before it joined the job: %s\n", e.what());
+      detail::mpi_ready(env->world(), false);
+    }
+#endif
     abort_job(e.what(), 1);
   } catch (...) {
     abort_job("exception of unknown type", 1);

@@ -34,6 +34,7 @@ inline ncclDataType_t nccl_type(DType t) {
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
     case DType::U8: return ncclUint8;
+    case DType::BF16: return ncclBfloat16;
   }
   throw Error("nccl: unsupported dtype");
 }

@@ -12,16 +12,21 @@ bool spawned() {
 #endif
 }
 
-std::unique_ptr<Communicator> spawn_ranks(Communicator& current, int count, const std::vector<std::string>& env) {
-  EDP_CHECK(count >= 1, "comm::spawn_ranks: count must be >= 1, got ", count);
-#if EDP_HAVE_MPI
-  return detail::mpi_spawn(current, count, env);
-#else
-  (void)current;
-  (void)env;
+#if !EDP_HAVE_MPI
+// A build without MPI cannot start ranks (the MPI build's Grow is in mpi_communicator.cpp).
+struct Grow::Impl {};
+Grow::Grow(Communicator&, int, const std::vector<std::string>&) {
   throw SpawnError("cannot start new ranks: this build of edp has no MPI");
-#endif
 }
+Grow::~Grow() = default;
+Grow::State Grow::poll(Communicator&) { return State::kFailed; }
+std::unique_ptr<Communicator> Grow::take() { return nullptr; }
+const std::string& Grow::error() const {
+  static const std::string none = "this build of edp has no MPI";
+  return none;
+}
+void ready_barrier(Communicator& world) { world.barrier(); }
+#endif
 
 void watch_communicator(Communicator* c) {
 #if EDP_HAVE_MPI

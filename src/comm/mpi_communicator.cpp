@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <fstream>
@@ -52,8 +53,9 @@ MPI_Datatype mpi_type(DType t) {
     case DType::I32: return MPI_INT32_T;
     case DType::I64: return MPI_INT64_T;
     case DType::U8: return MPI_UINT8_T;
+    case DType::BF16: break;  // MPI has no bfloat16 sum
   }
-  throw Error("comm: unsupported dtype");
+  throw Error(std::string("comm: MPI collectives of ") + dtype_name(t) + " are not supported (reduce float32)");
 }
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -138,6 +140,9 @@ class MpiCommunicator final : public Communicator {
     MPI_CHECK(MPI_Comm_free(&node));
     max_chunk_ = max_chunk_elements(INT_MAX);
   }
+
+  // Forgets the handle (someone else disconnects or frees it).
+  void release() { comm_ = MPI_COMM_WORLD; }
 
   ~MpiCommunicator() override {
     if (comm_ == MPI_COMM_WORLD) return;
@@ -331,6 +336,9 @@ class MpiCommunicator final : public Communicator {
 // the exit lobby (see mpi_finalize).
 MPI_Comm g_exit_comm = MPI_COMM_NULL;
 bool g_spawned = false;
+// Processes of this mpirun job so far: those it started and every one spawned since (a rank that
+// left in a shrink waits in the exit lobby until the end, so it still holds its slot).
+int g_job_processes = 0;
 
 // This program's command line, from /proc/self/cmdline (what the rank shim exec'd).
 std::vector<std::string> own_command_line() {
@@ -352,107 +360,266 @@ std::string self_exe() {
 
 bool mpi_spawned() { return g_spawned; }
 
-std::unique_ptr<Communicator> mpi_spawn(Communicator& current, int count, const std::vector<std::string>& env) {
-  auto* cur = dynamic_cast<MpiCommunicator*>(&current);
-  if (!cur) throw SpawnError("cannot start new ranks on a '" + current.backend() + "' communicator: only MPI spawns");
+namespace {
+bool g_unjoined = false;  // a new rank that has not passed the ready handshake yet
+}
+
+bool mpi_unjoined() { return g_unjoined; }
+
+void mpi_ready(Communicator& world, bool ok) {
+  // The running ranks' Grow waits for every new rank's part. Waited for without spinning, which
+  // on shared cores would take the CPU the running ranks train with.
+  int v = ok ? 1 : 0;
+  Request r = world.iallreduce(&v, &v, 1, DType::I32, ReduceOp::Min);
+  while (!r.test()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  g_unjoined = false;
+  if (v == 1) return;
+  // The grow is abandoned (this rank or another new one failed during its setup): this process
+  // ends its program and waits in MPI_Finalize, idle, until the running job ends — an exit code
+  // other than 0 would make mpirun end the running job too.
+  if (ok) std::fprintf(stderr, "edp: a rank started by a grow leaves: another new rank failed before joining\n");
+  std::fflush(stderr);
+  mpi_finalize();
+  std::_Exit(0);
+}
+
+namespace {
+
+// What a grow starts and how: the command, its environment, and where (host by host).
+struct SpawnPlan {
+  std::vector<std::string> cmd;                     // [wrapper words...] executable args...
+  std::string env;                                  // "KEY=VALUE\n..."
+  std::vector<std::pair<std::string, int>> per_host;  // empty: wherever Open MPI maps them
+  int count = 0;
+};
+
+SpawnPlan plan_spawn(const Communicator& current, int count, const std::vector<std::string>& env) {
+  SpawnPlan p;
+  p.count = count;
   // What to start: [EDP_SPAWN_WRAPPER words...] <this executable> <this program's arguments>.
-  std::vector<std::string> cmd;
   {
     std::istringstream w(knobs::get_string("EDP_SPAWN_WRAPPER"));
-    for (std::string word; w >> word;) cmd.push_back(word);
+    for (std::string word; w >> word;) p.cmd.push_back(word);
   }
   const std::vector<std::string> line = own_command_line();
-  cmd.push_back(self_exe());
-  for (size_t i = 1; i < line.size(); ++i) cmd.push_back(line[i]);
+  p.cmd.push_back(self_exe());
+  for (size_t i = 1; i < line.size(); ++i) p.cmd.push_back(line[i]);
+  p.env = "EDP_SPAWN_RANK_BASE=" + std::to_string(current.size()) + "\n";
+  p.env += "EDP_SPAWN_JOB_PROCESSES=" + std::to_string(g_job_processes + count) + "\n";
+  for (const auto& e : env) p.env += e + "\n";
+  // Several hosts (edprun's EDP_LAUNCH_HOSTS): the new ranks go where a start at the grown size
+  // would put them, host by host in rank order (one command per host, each naming its host), not
+  // wherever Open MPI finds a free slot first; the shim places them by the same rule.
+  const auto hosts = knobs::launch_hosts();
+  const int from = current.size(), to = current.size() + count;
+  for (int r = from; r < to && !hosts.empty(); ++r) {
+    const knobs::HostSlot s = knobs::fill_slot(hosts, to, r);
+    if (s.host < 0) {  // more ranks than the hosts take: let Open MPI map them
+      p.per_host.clear();
+      break;
+    }
+    const std::string& h = hosts[static_cast<size_t>(s.host)].name;
+    if (p.per_host.empty() || p.per_host.back().first != h) p.per_host.emplace_back(h, 0);
+    ++p.per_host.back().second;
+  }
+  return p;
+}
+
+// Every running rank (`comm`, root 0) starts the processes together: "" when they started (`inter`
+// connects the running ranks with them), else why not (on rank 0; Open MPI 4.1 returns the error
+// to the root only, see Grow::Impl::connect).
+std::string spawn_over(SpawnPlan& p, MPI_Comm comm, MPI_Comm& inter) {
   std::vector<char*> args;
-  for (size_t i = 1; i < cmd.size(); ++i) args.push_back(cmd[i].data());
+  for (size_t i = 1; i < p.cmd.size(); ++i) args.push_back(p.cmd[i].data());
   args.push_back(nullptr);
-  std::string envs = "EDP_SPAWN_RANK_BASE=" + std::to_string(current.size()) + "\n";
-  for (const auto& e : env) envs += e + "\n";
   char cwd[4096];
   MPI_Info info;
   MPI_Info_create(&info);
-  MPI_Info_set(info, "env", envs.c_str());
+  MPI_Info_set(info, "env", p.env.c_str());
   if (getcwd(cwd, sizeof cwd)) MPI_Info_set(info, "wdir", cwd);
   // The job's own mapping (edprun: --map-by slot:PE=n --bind-to core) planned the cores for the
   // ranks it started; new ranks are mapped one slot each and left unbound (Open MPI 4.1 would
   // otherwise refuse: "no available cpus").
   MPI_Info_set(info, "map_by", "slot");
   MPI_Info_set(info, "bind_to", "none");
-  // Several hosts (edprun's EDP_LAUNCH_HOSTS): the new ranks go where a start at the grown size
-  // would put them, host by host in rank order (one command per host, each naming its host), not
-  // wherever Open MPI finds a free slot first; the shim places them by the same rule.
-  std::vector<std::pair<std::string, int>> per_host;
-  {
-    const auto hosts = knobs::launch_hosts();
-    const int from = current.size(), to = current.size() + count;
-    for (int r = from; r < to && !hosts.empty(); ++r) {
-      const knobs::HostSlot s = knobs::fill_slot(hosts, to, r);
-      if (s.host < 0) {  // more ranks than the hosts take: let Open MPI map them
-        per_host.clear();
-        break;
-      }
-      const std::string& h = hosts[static_cast<size_t>(s.host)].name;
-      if (per_host.empty() || per_host.back().first != h) per_host.emplace_back(h, 0);
-      ++per_host.back().second;
-    }
-  }
-  MPI_Comm inter = MPI_COMM_NULL;
-  std::vector<int> errcodes(static_cast<size_t>(count), MPI_SUCCESS);
+  std::vector<int> errcodes(static_cast<size_t>(p.count), MPI_SUCCESS);
   int rc = MPI_SUCCESS;
-  if (per_host.empty()) {
-    EntryGuard g("spawn");
-    OpTicket t("spawning new ranks", "mpi", 0, DType::U8);
-    rc = MPI_Comm_spawn(cmd[0].c_str(), args.data(), count, info, 0, cur->handle(), &inter, errcodes.data());
+  if (p.per_host.empty()) {
+    rc = MPI_Comm_spawn(p.cmd[0].c_str(), args.data(), p.count, info, 0, comm, &inter, errcodes.data());
   } else {
-    const int n = static_cast<int>(per_host.size());
-    std::vector<char*> commands(static_cast<size_t>(n), cmd[0].data());
+    const int n = static_cast<int>(p.per_host.size());
+    std::vector<char*> commands(static_cast<size_t>(n), p.cmd[0].data());
     std::vector<char**> argvs(static_cast<size_t>(n), args.data());
     std::vector<int> maxprocs;
     std::vector<MPI_Info> infos;
-    for (const auto& [h, k] : per_host) {
+    for (const auto& [h, k] : p.per_host) {
       MPI_Info hi;
       MPI_Info_dup(info, &hi);
       MPI_Info_set(hi, "host", h.c_str());
       infos.push_back(hi);
       maxprocs.push_back(k);
     }
-    {
-      EntryGuard g("spawn");
-      OpTicket t("spawning new ranks", "mpi", 0, DType::U8);
-      rc = MPI_Comm_spawn_multiple(n, commands.data(), argvs.data(), maxprocs.data(), infos.data(), 0, cur->handle(),
-                                   &inter, errcodes.data());
-    }
+    rc = MPI_Comm_spawn_multiple(n, commands.data(), argvs.data(), maxprocs.data(), infos.data(), 0, comm, &inter,
+                                 errcodes.data());
     for (auto& hi : infos) MPI_Info_free(&hi);
   }
   MPI_Info_free(&info);
-  // Every rank of `current` decides alike, whatever each one's MPI said.
-  int ok = (rc == MPI_SUCCESS && inter != MPI_COMM_NULL) ? 1 : 0;
+  bool ok = rc == MPI_SUCCESS && inter != MPI_COMM_NULL;
   for (int e : errcodes) ok = ok && e == MPI_SUCCESS;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, cur->handle()));
-  if (!ok) {
-    if (inter != MPI_COMM_NULL) MPI_Comm_free(&inter);
-    char msg[MPI_MAX_ERROR_STRING + 1] = {0};
-    int len = 0;
-    if (rc != MPI_SUCCESS) MPI_Error_string(rc, msg, &len);
-    throw SpawnError(::edp::detail::concat(
-        "MPI_Comm_spawn could not start ", count, " rank(s) of ", cmd[0], rc != MPI_SUCCESS ? ": " : "",
-        msg, " (under plain mpirun: no free slot — give mpirun more slots, e.g. --oversubscribe, or use edprun)"));
-  }
-  MPI_CHECK(MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN));
-  MPI_Comm merged = MPI_COMM_NULL;
-  {
-    EntryGuard g("merge");
-    OpTicket t("merging the new ranks", "mpi", 0, DType::U8);
-    MPI_CHECK(MPI_Intercomm_merge(inter, 0, &merged));  // 0: the existing ranks come first
-  }
-  MPI_Comm_free(&inter);
-  auto grown = std::make_unique<MpiCommunicator>(merged);
-  // Watch the grown job now: the new ranks start their inspector on it in mpi_init, in the
-  // same order of collectives (merge, the communicator's construction, the inspector's dup).
-  mpi_start_stall_inspector(g_granted, &merged);
-  return grown;
+  if (ok) return "";
+  if (inter != MPI_COMM_NULL) MPI_Comm_free(&inter);
+  char msg[MPI_MAX_ERROR_STRING + 1] = {0};
+  int len = 0;
+  if (rc != MPI_SUCCESS) MPI_Error_string(rc, msg, &len);
+  return ::edp::detail::concat("MPI_Comm_spawn could not start ", p.count, " rank(s) of ", p.cmd[0],
+                               rc != MPI_SUCCESS ? ": " : "", msg,
+                               " (under plain mpirun: no free slot — give mpirun more slots, e.g. --oversubscribe, "
+                               "or use edprun)");
 }
+
+}  // namespace
+
+}  // namespace edp::comm::detail
+
+namespace edp::comm {
+
+using detail::MpiCommunicator;
+
+struct Grow::Impl {
+  int rank = 0, count = 0;
+  MPI_Comm dup = MPI_COMM_NULL;  // the running ranks' traffic of this grow, apart from the job's
+  detail::SpawnPlan plan;
+  std::thread thread;
+  std::atomic<int> stage{0};  // this rank: 0 connecting, 1 connected (ready barrier posted), 2 failed
+  std::unique_ptr<MpiCommunicator> grown;
+  Request ready;     // the ready handshake: MIN over every rank of the grown job of "set up, 1"
+  int ready_ok = 1;  // the running ranks' part, then the result
+  std::string error;
+  bool joined = false;
+
+  // Every running rank, on its own thread (or inline without MPI_THREAD_MULTIPLE): the spawn over
+  // all running ranks, the merge that puts them first, in their order, and the ready barrier.
+  // (A spawn over MPI_COMM_SELF on rank 0 followed by MPI_Intercomm_create would keep a failed
+  // spawn on rank 0 alone, but Open MPI 4.1 then mismatched the grown communicator's first
+  // collectives when two or more ranks were started. Spawns beyond mpirun's slots, the failure
+  // that Open MPI reports on the root only, are refused before this; see Grow::Grow.)
+  void connect() {
+    try {
+      MPI_Comm inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
+      std::string why = detail::spawn_over(plan, dup, inter);
+      // Every rank decides alike, whatever each one's MPI said; rank 0's message goes to all.
+      int ok = why.empty() ? 1 : 0;
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, dup));
+      int64_t n = static_cast<int64_t>(why.size());
+      MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, dup));
+      why.resize(static_cast<size_t>(n));
+      MPI_CHECK(MPI_Bcast(why.data(), static_cast<int>(n), MPI_CHAR, 0, dup));
+      if (!ok) {
+        if (inter != MPI_COMM_NULL) MPI_Comm_free(&inter);
+        error = why.empty() ? "MPI_Comm_spawn failed on another rank" : why;
+        stage = 2;
+        return;
+      }
+      MPI_CHECK(MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN));
+      MPI_CHECK(MPI_Intercomm_merge(inter, 0, &merged));  // 0: the running ranks come first
+      MPI_Comm_free(&inter);
+      grown = std::make_unique<MpiCommunicator>(merged);
+      ready = grown->iallreduce(&ready_ok, &ready_ok, 1, DType::I32, ReduceOp::Min);  // the new ranks' ready_barrier()
+      stage = 1;
+    } catch (const std::exception& e) {
+      error = e.what();
+      stage = 2;
+    }
+  }
+
+  void join() {
+    if (thread.joinable()) thread.join();
+    joined = true;
+  }
+};
+
+Grow::Grow(Communicator& current, int count, const std::vector<std::string>& env) : impl_(std::make_unique<Impl>()) {
+  EDP_CHECK(count >= 1, "comm::Grow: count must be >= 1, got ", count);
+  auto* cur = dynamic_cast<MpiCommunicator*>(&current);
+  if (!cur) throw SpawnError("cannot start new ranks on a '" + current.backend() + "' communicator: only MPI spawns");
+  // Under plain mpirun without --oversubscribe, a spawn beyond mpirun's slots fails — and Open
+  // MPI 4.1 then leaves mpirun running after the job ends. So such a spawn is refused here, alike
+  // on every rank, before MPI is asked. Open MPI's own variables: the slots of the allocation,
+  // and whether mpirun may oversubscribe.
+  const char* uni = std::getenv("OMPI_UNIVERSE_SIZE");
+  const char* over = std::getenv("OMPI_MCA_rmaps_base_oversubscribe");
+  const int64_t universe = uni ? std::strtoll(uni, nullptr, 10) : 0;
+  const bool oversubscribe = over && std::string(over) == "1";
+  if (universe > 0 && !oversubscribe && detail::g_job_processes + count > universe)
+    throw SpawnError(::edp::detail::concat(
+        "mpirun has ", universe, " slot(s) and this job's processes hold ", detail::g_job_processes,
+        " of them (ranks that left a shrink keep theirs until the job ends): ", count,
+        " more do not fit; give mpirun more slots (--oversubscribe, a hostfile) or use edprun"));
+  Impl& m = *impl_;
+  m.rank = current.rank();
+  m.count = count;
+  m.plan = detail::plan_spawn(current, count, env);
+  MPI_CHECK(MPI_Comm_dup(cur->handle(), &m.dup));
+  MPI_CHECK(MPI_Comm_set_errhandler(m.dup, MPI_ERRORS_RETURN));
+  if (detail::g_granted >= ThreadLevel::Multiple)
+    m.thread = std::thread([&m] { m.connect(); });
+  else
+    m.connect();  // without MPI_THREAD_MULTIPLE: here, blocking
+}
+
+Grow::~Grow() {
+  impl_->join();
+  if (impl_->dup != MPI_COMM_NULL) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Comm_free(&impl_->dup);
+  }
+}
+
+Grow::State Grow::poll(Communicator& current) {
+  Impl& m = *impl_;
+  // 0: starting; 1: ready; 2: the spawn failed; 3: a new rank failed before it was ready.
+  int v = 0;
+  if (current.rank() == 0) v = m.stage == 2 ? 2 : m.stage == 1 && m.ready.test() ? (m.ready_ok ? 1 : 3) : 0;
+  current.broadcast(&v, 1, DType::I32, 0);
+  if (v == 0) return State::kStarting;
+  m.join();  // every rank's thread has entered the handshake (1, 3), or has left after the spawn (2)
+  if (v == 2) {
+    // Rank 0's message on every rank.
+    int64_t n = static_cast<int64_t>(m.error.size());
+    current.broadcast(&n, 1, DType::I64, 0);
+    m.error.resize(static_cast<size_t>(n));
+    current.broadcast(m.error.data(), n, DType::U8, 0);
+    return State::kFailed;
+  }
+  m.ready.wait();
+  if (v == 3) {
+    // The grown communicator is dropped unused. The new ranks have ended their programs and wait,
+    // idle, in MPI_Finalize until this job ends (Open MPI 4.1 ends connected processes together;
+    // MPI_Comm_disconnect hung here), like ranks that left in a shrink.
+    m.grown->release();
+    detail::g_job_processes += m.count;  // they hold their slots until the end
+    m.error = "a new rank failed during its setup, before it joined (its own message is above); the new ranks "
+              "wait idle for the job's end";
+    return State::kFailed;
+  }
+  return State::kReady;
+}
+
+std::unique_ptr<Communicator> Grow::take() {
+  Impl& m = *impl_;
+  EDP_CHECK(m.joined && m.grown, "comm::Grow::take() before poll() returned kReady");
+  detail::g_job_processes += m.count;
+  return std::move(m.grown);
+}
+
+const std::string& Grow::error() const { return impl_->error; }
+
+void ready_barrier(Communicator& world) { detail::mpi_ready(world, true); }
+
+}  // namespace edp::comm
+
+namespace edp::comm::detail {
 
 void mpi_watch(Communicator* c) {
   if (!c) {
@@ -497,20 +664,29 @@ BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options)
   }
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm));
-  // A process started by spawn_ranks joins the running job now (the others wait in
-  // MPI_Intercomm_merge): its world is the grown job, not the group spawned with it.
+  // A process started by a Grow joins the running job now: its world is the grown job, not the
+  // group spawned with it.
   MPI_Comm parent = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_get_parent(&parent));
   g_spawned = parent != MPI_COMM_NULL;
+  {
+    int n = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    g_job_processes = g_spawned ? static_cast<int>(knobs::get_int("EDP_SPAWN_JOB_PROCESSES", n)) : n;
+  }
   if (g_spawned) {
+    // The other side of Grow::Impl::connect: the merge that puts us after the running ranks. Our
+    // own setup follows; the stall inspector watches the grown job from the join on
+    // (watch_communicator).
     MPI_CHECK(MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN));
     MPI_Comm merged = MPI_COMM_NULL;
     MPI_CHECK(MPI_Intercomm_merge(parent, 1, &merged));  // 1: after the ranks that spawned it
     MPI_Comm_free(&parent);
+    g_unjoined = true;
     out.world = std::make_unique<MpiCommunicator>(merged);
-  } else {
-    out.world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+    return out;
   }
+  out.world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
   {
     MPI_Comm watched = static_cast<MpiCommunicator*>(out.world.get())->handle();
     mpi_start_stall_inspector(out.granted, &watched);

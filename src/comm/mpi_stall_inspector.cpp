@@ -25,16 +25,17 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <list>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backend.h"
 #include "edp/comm/stall.h"
+#include "edp/core/files.h"
 #include "edp/core/knobs.h"
 #include "edp/core/log.h"
 #include "stall.h"
@@ -244,15 +245,11 @@ class Watchdog {
         hosts += (hosts.empty() ? "" : ",") + quoted(h);
       }
     }
-    const std::string path = dir + "/" + std::to_string(rank_) + ".json";
-    {
-      std::ofstream f(path + ".tmp");
-      f << "{\"rank\": " << rank_ << ", \"host\": " << quoted(hosts_[static_cast<size_t>(rank_)])
-        << ", \"silent_ranks\": [" << ranks << "], \"silent_hosts\": [" << hosts
-        << "], \"collective\": " << quoted(op.describe()) << "}\n";
-      if (!f) return;
-    }
-    std::rename((path + ".tmp").c_str(), path.c_str());
+    std::ostringstream f;
+    f << "{\"rank\": " << rank_ << ", \"host\": " << quoted(hosts_[static_cast<size_t>(rank_)])
+      << ", \"silent_ranks\": [" << ranks << "], \"silent_hosts\": [" << hosts
+      << "], \"collective\": " << quoted(op.describe()) << "}\n";
+    files::try_write_atomic(dir + "/" + std::to_string(rank_) + ".json", f.str());
   }
 
   bool can_talk_;

@@ -1,4 +1,4 @@
-// The NCCL backend of edp::comm::Communicator (see include/edp/cuda/nccl.h): one rank per GPU,
+// The NCCL backend of edp::comm::Communicator (see include/edp/comm/nccl.h): one rank per GPU,
 // bootstrapped over another communicator, collectives on a private non-blocking stream ordered
 // against the caller's stream with events. The GPU-identity check that precedes NCCL is plain
 // C++ and compiled in every build (it is unit-tested without a GPU); the rest needs CUDA and
@@ -77,6 +77,7 @@ std::string duplicate_gpu_error(const std::vector<GpuIdentity>& ranks) {
 #include "stall.h"
 #include "cuda/check.h"
 #include "comm/device_buffers.h"
+#include "edp/core/process.h"
 #include "edp/cuda/runtime.h"
 
 #define NCCL_CHECK(call)                                                                         \
@@ -334,12 +335,6 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;
   int rank_ = 0, size_ = 1;
 };
-
-std::string host_name() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
-}
 
 }  // namespace
 

@@ -23,7 +23,8 @@ const std::vector<Knob> kKnobs = {
      "trace|debug|info|warn|error|off"},
     {"EDP_NUM_THREADS", Type::Int, "",
      "Threads per rank for OpenMP loops and Eigen's GEMM (empty: every core the process may run on; "
-     "edprun sets it to the rank's share of the host's cores).",
+     "edprun sets it to the rank's share of the host's cores). An elastic job given no count re-derives it "
+     "from the ranks on the host after every rescale; a count the user sets here is kept.",
      "core", "", 1, 4096},
     {"EDP_HOST_CACHE_MB", Type::Int, "2048",
      "Upper bound in MiB of the host allocator's cache of freed blocks (0: no cache).", "core", "", 0, kNoMax},
@@ -50,6 +51,16 @@ const std::vector<Knob> kKnobs = {
      "CPU float32 convolution: oneDNN's direct convolutions (`dnnl`, the default where the build "
      "has oneDNN) or im2col + Eigen GEMMs (`eigen`, the reference; always used for float64).",
      "backend", "auto|dnnl|eigen"},
+    {"EDP_CPU_ISA", Type::Enum, "host",
+     "Instruction set oneDNN's CPU kernels may use: the best the host has (`host`: AVX-512, "
+     "AVX512-BF16, AMX where present) or at most the build's (`build`: the same bits on every host "
+     "of a cluster for a portable build; DNNL_MAX_CPU_ISA, oneDNN's own variable, beats both).",
+     "backend", "host|build"},
+    {"EDP_BF16", Type::Bool, "0",
+     "Matrix products (Linear, attention) in bfloat16 with float32 accumulation and float32 master "
+     "weights, where the CPU (AVX512-BF16/AMX, through oneDNN) or GPU supports it; elsewhere float32 "
+     "with a one-line notice.",
+     "backend", ""},
     {"EDP_CONV_GROUP", Type::Int, "0",
      "CPU convolution: images per im2col group (0: chosen from the cache size, 1 to 4). A tuning knob.",
      "backend", "", 0, kNoMax},
@@ -124,6 +135,20 @@ const std::vector<Knob> kKnobs = {
      "<rank>.json: the silent ranks and their hosts. edprun sets it to <job dir>/stalls; a rank on another "
      "host, where that directory does not exist, writes nothing.",
      "launch", "", kNoMin, kNoMax, true},
+    {"EDP_DATA_CACHE", Type::String, "",
+     "An existing directory where the data readers keep decoded copies of gzip-compressed image files, so that a "
+     "restart or the new ranks of a grow read them instead of decompressing again (empty: none; edprun sets its "
+     "job directory's data/, removed with the job).",
+     "elastic", "", kNoMin, kNoMax, false},
+    {"EDP_BACKGROUND_GROW", Type::Bool, "1",
+     "An in-place grow starts the new ranks while the job trains on and joins them once they are ready (0: the "
+     "job waits for them at the step of the request).",
+     "elastic", "", kNoMin, kNoMax, false},
+    {"EDP_MIN_STEP_MS", Type::Double, "0",
+     "Every step of an elastic job takes at least this long: the job sleeps the rest (0: no pacing). For tests and "
+     "demonstrations of the autoscaler, whose decisions must land while the jobs still run however fast the "
+     "machine trains.",
+     "elastic", "", 0, kNoMax, false},
     {"EDP_RESCALE_MODE", Type::Enum, "auto",
      "How an elastic job changes size: in-place (shrink by splitting the communicator, grow by MPI_Comm_spawn; "
      "an error when that fails), restart (checkpoint, exit 75, edprun restarts the job), auto (in place, the "
@@ -134,6 +159,14 @@ const std::vector<Knob> kKnobs = {
      "the program and its arguments (edprun sets its rank shim, `edprun --rank-exec --`; empty: the program "
      "itself). The new ranks also get EDP_SPAWN_RANK_BASE, their first rank in the grown job.",
      "launch", "", kNoMin, kNoMax, true},
+    {"EDP_SPAWN_WORKER_BATCH", Type::Int, "0",
+     "Set by an in-place grow on the ranks it starts: the per-rank batch they will train with, which they warm up on "
+     "while they start.",
+     "launch", "", 0, kNoMax, true},
+    {"EDP_SPAWN_JOB_PROCESSES", Type::Int, "0",
+     "Set by an in-place grow on the ranks it starts: the processes of the mpirun job after the grow (the "
+     "slots it holds), so that a later grow under plain mpirun is refused before it cannot fit.",
+     "launch", "", 0, kNoMax, true},
     {"EDP_SPAWN_RANK_BASE", Type::Int, "0",
      "Set by an in-place grow on the ranks it starts: the rank in the grown job of the first new rank (rank = "
      "base + OMPI_COMM_WORLD_RANK). The rank shim places them by it.",
@@ -152,6 +185,8 @@ const std::vector<Knob> kKnobs = {
     {"EDP_LAUNCH_GPUS", Type::String, "", "edprun's rank shim: the GPUs selected (--gpus).", "launch", "", kNoMin,
      kNoMax, true},
     {"EDP_LAUNCH_JOB_DIR", Type::String, "", "edprun's rank shim: the job's scratch directory.", "launch", "",
+     kNoMin, kNoMax, true},
+    {"EDP_LAUNCH_MIG", Type::Bool, "0", "edprun's rank shim: the devices are MIG instances (--mig).", "launch", "",
      kNoMin, kNoMax, true},
     {"EDP_LAUNCH_THREADS", Type::Int, "", "edprun's rank shim: threads per rank (--threads-per-rank).", "launch", "",
      1, 4096, true},

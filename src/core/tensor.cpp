@@ -26,7 +26,18 @@ void convert_from(const Tensor& src, Dst* dst, int64_t n) {
     case DType::I32: { auto* s = src.data<int32_t>(); for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(s[i]); break; }
     case DType::I64: { auto* s = src.data<int64_t>(); for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(s[i]); break; }
     case DType::U8: { auto* s = src.data<uint8_t>(); for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(s[i]); break; }
+    case DType::BF16: { auto* s = src.data<bfloat16>(); for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(from_bfloat16(s[i])); break; }
   }
+}
+
+void convert_to_bf16(const Tensor& src, bfloat16* dst, int64_t n) {
+  if (src.dtype() == DType::F32) {
+    const float* s = src.data<float>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = to_bfloat16(s[i]);
+    return;
+  }
+  const Tensor f = src.to(DType::F32);
+  convert_to_bf16(f, dst, n);
 }
 
 template <typename T>
@@ -167,6 +178,7 @@ Tensor Tensor::to(DType target) const {
     case DType::I32: convert_from(*this, t.data<int32_t>(), n); break;
     case DType::I64: convert_from(*this, t.data<int64_t>(), n); break;
     case DType::U8: convert_from(*this, t.data<uint8_t>(), n); break;
+    case DType::BF16: convert_to_bf16(*this, t.data<bfloat16>(), n); break;
   }
   return t;
 }
@@ -205,6 +217,12 @@ void Tensor::fill(double v) {
     case DType::I32: fill_typed<int32_t>(raw(), n, v); break;
     case DType::I64: fill_typed<int64_t>(raw(), n, v); break;
     case DType::U8: fill_typed<uint8_t>(raw(), n, v); break;
+    case DType::BF16: {
+      bfloat16* d = static_cast<bfloat16*>(raw());
+      const bfloat16 b = to_bfloat16(static_cast<float>(v));
+      for (int64_t i = 0; i < n; ++i) d[i] = b;
+      break;
+    }
   }
 }
 
@@ -225,6 +243,7 @@ double Tensor::item(int64_t i) const {
     case DType::I32: return data<int32_t>()[i];
     case DType::I64: return static_cast<double>(data<int64_t>()[i]);
     case DType::U8: return data<uint8_t>()[i];
+    case DType::BF16: return from_bfloat16(data<bfloat16>()[i]);
   }
   return 0;
 }

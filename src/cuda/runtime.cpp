@@ -20,6 +20,7 @@
 
 #include "cuda/caching_allocator.h"
 #include "cuda/check.h"
+#include "cuda/cublas.h"
 #include "core/device_hooks.h"
 #include "kernels/kernels.h"
 
@@ -72,7 +73,7 @@ void throw_cuda_error(cudaError_t e, const char* call, const char* file, int lin
 
 void throw_cublas_error(cublasStatus_t s, const char* call, const char* file, int line) {
   throw Error(std::string(file) + ":" + std::to_string(line) + ": cuBLAS call `" + call +
-              "` failed: " + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")");
+              "` failed: " + lazy::cublasGetStatusName(s) + " (" + lazy::cublasGetStatusString(s) + ")");
 }
 
 void check_launch(const char* kernel, const char* file, int line) {
@@ -291,6 +292,7 @@ void hook_fill(void* p, DType t, int64_t n, double value, int device) {
     case DType::I32: { const int32_t v = static_cast<int32_t>(value); std::memcpy(&pattern, &v, 4); break; }
     case DType::I64: { const int64_t v = static_cast<int64_t>(value); std::memcpy(&pattern, &v, 8); break; }
     case DType::U8: { const uint8_t v = static_cast<uint8_t>(value); std::memcpy(&pattern, &v, 1); break; }
+    case DType::BF16: throw Error("fill: a bfloat16 device tensor can only be zero-filled");
   }
   kern::fill(p, static_cast<int>(es), pattern, n, s);
 }

@@ -47,16 +47,16 @@ int64_t checked_size(const std::string& path) {
 std::shared_ptr<TensorDataset> load_cifar10_files(const std::vector<std::string>& files,
                                                   const Normalize& norm) {
   if (files.empty()) throw Error("load_cifar10_files: no files given");
-  const auto tables = detail::normalize_tables(norm, kChannels, "load_cifar10_files");
+  detail::normalize_tables(norm, kChannels, "load_cifar10_files");  // refused before any file is read
   std::vector<int64_t> sizes;
   int64_t total = 0;
   for (const auto& f : files) {
     sizes.push_back(checked_size(f));
     total += sizes.back() / kRecord;
   }
-  Tensor x(Shape{total, kChannels, kSide, kSide}, DType::F32);
+  Tensor x(Shape{total, kChannels, kSide, kSide}, DType::U8);
   std::vector<int32_t> labels(static_cast<size_t>(total));
-  float* out = x.data<float>();
+  uint8_t* out = x.data<uint8_t>();
   int64_t sample = 0;
   std::vector<uint8_t> buf;
   for (size_t fi = 0; fi < files.size(); ++fi) {
@@ -75,12 +75,11 @@ std::shared_ptr<TensorDataset> load_cifar10_files(const std::vector<std::string>
         throw DataError(concat(path, ": label ", int{rec[0]}, " in record ", r, " (byte offset ",
                                r * kRecord, ") is out of range: expected 0..", kClasses - 1));
       labels[static_cast<size_t>(sample)] = rec[0];
-      detail::bytes_to_features(rec + 1, 1, kChannels, kPlane, tables,
-                                out + sample * kImageBytes);
+      std::memcpy(out + sample * kImageBytes, rec + 1, kImageBytes);
       ++sample;
     }
   }
-  return std::make_shared<TensorDataset>(std::move(x), std::move(labels), kClasses);
+  return std::make_shared<TensorDataset>(std::move(x), std::move(labels), kClasses, norm);
 }
 
 std::shared_ptr<TensorDataset> load_cifar10(const std::string& dir, const std::string& split) {

@@ -18,6 +18,22 @@ TensorDataset::TensorDataset(Tensor features, std::vector<int32_t> labels, int n
   if (features_.dtype() != DType::F32 || !features_.device().is_cpu())
     throw ShapeError(concat("TensorDataset: features must be float32 on the CPU, got ",
                             features_.str()));
+  check_labels();
+}
+
+TensorDataset::TensorDataset(Tensor image_bytes, std::vector<int32_t> labels, int num_classes,
+                             const Normalize& norm)
+    : features_(std::move(image_bytes)), labels_(std::move(labels)), num_classes_(num_classes), norm_(norm) {
+  if (!features_.defined()) throw Error("TensorDataset: the image tensor is undefined");
+  if (features_.dtype() != DType::U8 || !features_.device().is_cpu() || features_.ndim() < 2)
+    throw ShapeError(concat("TensorDataset: image bytes must be uint8 [N, C, ...] on the CPU, got ",
+                            features_.str()));
+  check_labels();
+  tables_ = detail::normalize_tables(norm, features_.dim(1), "TensorDataset");
+  plane_ = row_ / features_.dim(1);
+}
+
+void TensorDataset::check_labels() {
   if (features_.ndim() < 1)
     throw ShapeError("TensorDataset: features need a leading sample dimension, got a scalar");
   if (features_.dim(0) != static_cast<int64_t>(labels_.size()))
@@ -43,16 +59,20 @@ int32_t TensorDataset::get(int64_t i, float* out) const {
   if (i < 0 || i >= size())
     throw Error(concat("TensorDataset::get(", i, "): index out of range for ", size(),
                        " samples"));
-  if (row_ > 0)
+  if (norm_)
+    detail::bytes_to_features(features_.data<uint8_t>() + i * row_, 1, features_.dim(1), plane_, tables_, out);
+  else if (row_ > 0)
     std::memcpy(out, features_.data<float>() + i * row_, static_cast<size_t>(row_) * sizeof(float));
   return labels_[static_cast<size_t>(i)];
 }
 
-std::shared_ptr<TensorDataset> TensorDataset::head(int64_t n) const {
-  n = std::max<int64_t>(0, std::min(n, size()));
-  return std::make_shared<TensorDataset>(
-      features_.narrow(0, n), std::vector<int32_t>(labels_.begin(), labels_.begin() + n),
-      num_classes_);
+std::shared_ptr<TensorDataset> TensorDataset::slice(int64_t from, int64_t n) const {
+  from = std::max<int64_t>(0, std::min(from, size()));
+  n = std::max<int64_t>(0, std::min(n, size() - from));
+  std::vector<int32_t> labels(labels_.begin() + from, labels_.begin() + from + n);
+  Tensor part = features_.narrow(from, n);
+  return norm_ ? std::make_shared<TensorDataset>(std::move(part), std::move(labels), num_classes_, *norm_)
+               : std::make_shared<TensorDataset>(std::move(part), std::move(labels), num_classes_);
 }
 
 Normalize fashion_mnist_normalize() { return Normalize{{0.2860f}, {0.3530f}}; }

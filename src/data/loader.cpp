@@ -162,11 +162,18 @@ Batch DataLoader::assemble(int64_t batch_index) const {
   std::vector<int64_t> dims{count};
   dims.insert(dims.end(), ss.dims().begin(), ss.dims().end());
 
+  const Shape ls = dataset_->label_shape();
+  std::vector<int64_t> ydims{count};
+  ydims.insert(ydims.end(), ls.dims().begin(), ls.dims().end());
+  const int64_t yrow = ls.numel();
+  const bool scalar_label = ls.ndim() == 0;
+
   Batch batch;
-  batch.x = Tensor(Shape(dims), DType::F32);
-  batch.y = Tensor(Shape{count}, DType::I32);
+  batch.x = Tensor(Shape(dims), dataset_->feature_dtype());
+  batch.y = Tensor(Shape(ydims), DType::I32);
   batch.indices.assign(order_.begin() + begin, order_.begin() + end);
-  float* x = batch.x.data<float>();
+  char* x = static_cast<char*>(batch.x.raw());
+  const size_t xrow_bytes = static_cast<size_t>(row) * dtype_size(batch.x.dtype());
   int32_t* y = batch.y.data<int32_t>();
   const int64_t size = dataset_->size();
   const int classes = dataset_->num_classes();
@@ -175,11 +182,11 @@ Batch DataLoader::assemble(int64_t batch_index) const {
     if (idx < 0 || idx >= size)
       throw Error(concat("DataLoader: the sampler gave index ", idx, " (position ", begin + r,
                          " of the epoch) but the dataset holds ", size, " samples"));
-    const int32_t label = dataset_->get(idx, x + r * row);
-    if (label < 0 || label >= classes)
-      throw DataError(concat("DataLoader: sample ", idx, " has label ", label,
+    dataset_->get_sample(idx, x + static_cast<size_t>(r) * xrow_bytes, y + r * yrow);
+    // Class labels are checked here; sequence labels by the loss (which knows its ignore index).
+    if (scalar_label && (y[r] < 0 || y[r] >= classes))
+      throw DataError(concat("DataLoader: sample ", idx, " has label ", y[r],
                              ", outside the dataset's classes 0..", classes - 1));
-    y[r] = label;
   }
   return batch;
 }

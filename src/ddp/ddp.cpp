@@ -163,7 +163,7 @@ void DistributedDataParallel::build_buckets() {
     info.numel = off;
     // On the parameters' device: with GPU parameters the buckets live on the GPU and the
     // communicator reduces them there. NCCL runs on its own stream ordered after the compute
-    // stream by an event (edp/cuda/nccl.h), enqueued from the backward thread, so nothing here
+    // stream by an event (edp/comm/nccl.h), enqueued from the backward thread, so nothing here
     // waits for the GPU; the colocated communicator runs on the communication thread.
     bucket->buffer = Tensor({off + 1}, params_[0]->value.dtype(), params_[0]->value.device());
     buckets_.push_back(std::move(bucket));

@@ -2,7 +2,9 @@
 #include "edp/elastic/elastic.h"
 #include "edp/elastic/allowed.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,19 +17,39 @@
 
 #include "edp/comm/communicator.h"
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 #include "edp/core/knobs.h"
 #include "edp/core/log.h"
+#include "edp/elastic/events.h"
 
 namespace edp::elastic {
 
-RescaleRequest read_control_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw DataError("control file " + path + ": cannot open");
-  std::stringstream ss;
-  ss << f.rdbuf();
+namespace {
+
+// The control file's bytes, opened without blocking and read only if it is a regular file: a FIFO
+// or a device given as the control file would block rank 0 (and so the whole job) until the
+// communication timeout.
+std::string read_control_text(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw DataError("control file " + path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    const char* kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "not a regular file";
+    throw DataError("control file " + path + ": " + kind +
+                    "; a controller writes the request to a regular file (a temporary file renamed over it)");
+  }
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < (1u << 20);) text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return text;
+}
+
+RescaleRequest parse_control(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw DataError("control file " + path + ": malformed JSON: " + e.what());
   }
@@ -60,6 +82,10 @@ RescaleRequest read_control_file(const std::string& path) {
   return r;
 }
 
+}  // namespace
+
+RescaleRequest read_control_file(const std::string& path) { return parse_control(read_control_text(path), path); }
+
 ControlLimits ControlLimits::from_env() {
   ControlLimits l;
   const std::string text = knobs::get_string("EDP_ALLOWED_WORKERS");
@@ -81,9 +107,13 @@ std::string refusal_reason(const RescaleRequest& want, const ControlLimits& limi
   if (want.global_batch < want.workers || want.global_batch % want.workers != 0)
     return "a global batch of " + std::to_string(want.global_batch) + " does not split evenly over " +
            std::to_string(want.workers) + " worker(s)";
+  auto rule = [](const std::string& r) { return r.empty() ? r : ": " + r; };
   if (limits.max_global_batch > 0 && want.global_batch > limits.max_global_batch)
     return "a global batch of " + std::to_string(want.global_batch) + " is larger than the job accepts (" +
-           std::to_string(limits.max_global_batch) + ")";
+           std::to_string(limits.max_global_batch) + rule(limits.max_global_batch_rule) + ")";
+  if (want.global_batch < limits.min_global_batch)
+    return "a global batch of " + std::to_string(want.global_batch) + " is smaller than the job accepts (" +
+           std::to_string(limits.min_global_batch) + rule(limits.min_global_batch_rule) + ")";
   if (limits.max_worker_batch > 0 && want.global_batch / want.workers > limits.max_worker_batch)
     return "a per-worker batch of " + std::to_string(want.global_batch / want.workers) +
            " is larger than the job accepts (" + std::to_string(limits.max_worker_batch) + ")";
@@ -98,30 +128,33 @@ std::optional<RescaleRequest> ElasticControl::poll(comm::Communicator& world) {
   if (world.rank() == 0) {
     struct stat st {};
     if (::stat(path_.c_str(), &st) == 0) {
+      // A change shows in the file's inode (a writer that renames a new file over it), size or
+      // modification time; but two writes of the same size within one tick of the file system's
+      // coarse clock (4 ms and more) look alike. So a file modified in the last two seconds is
+      // also read again and compared by content.
       const bool changed = st.st_mtim.tv_sec != seen_mtime_.tv_sec || st.st_mtim.tv_nsec != seen_mtime_.tv_nsec ||
-                           static_cast<int64_t>(st.st_size) != seen_size_;
-      if (changed) {
+                           static_cast<int64_t>(st.st_size) != seen_size_ || st.st_ino != seen_ino_;
+      const bool recent = wall_time() - static_cast<double>(st.st_mtim.tv_sec) < 2.0;
+      if (changed || recent) {
         seen_mtime_ = st.st_mtim;
         seen_size_ = static_cast<int64_t>(st.st_size);
+        seen_ino_ = st.st_ino;
+        std::string text, error;
         try {
-          last_ = read_control_file(path_);
-          // Without a global batch the per-worker batch stays: B' = B / W * W'.
-          if (!last_->stop && last_->global_batch == 0)
-            last_->global_batch = current_.global_batch / current_.workers * last_->workers;
-          if (const std::string why = last_->stop ? "" : refusal_reason(*last_, limits_);
-              !why.empty() && !(*last_ == current_)) {
-            log::warn("refusing the rescale request in ", path_, " (", last_->workers, " worker(s), global batch ",
-                      last_->global_batch, "): ", why, "; the job continues at ", current_.workers,
-                      " worker(s), global batch ", current_.global_batch);
-            last_.reset();
-          }
+          text = read_control_text(path_);
         } catch (const DataError& e) {
-          log::warn("ignoring the control file: ", e.what());
-          last_.reset();
+          error = e.what();
+        }
+        if (changed || text != seen_text_ || error != seen_error_) {  // a new version of the file
+          seen_text_ = text;
+          seen_error_ = error;
+          take(error.empty() ? text : std::string(), error);
         }
       }
     }
-    if (last_) {
+    if (last_ && wait_ > 0) {
+      --wait_;
+    } else if (last_) {
       const RescaleRequest want = *last_;
       if (!(want == current_)) {
         msg[0] = want.stop ? 2 : 1;
@@ -136,6 +169,44 @@ std::optional<RescaleRequest> ElasticControl::poll(comm::Communicator& world) {
   return RescaleRequest{static_cast<int>(msg[1]), msg[2]};
 }
 
+void ElasticControl::take(const std::string& text, const std::string& error) {
+  failures_ = 0;
+  wait_ = 0;
+  last_.reset();
+  if (!error.empty()) {
+    log::warn("ignoring the control file: ", error);
+    return;
+  }
+  try {
+    RescaleRequest r = parse_control(text, path_);
+    // Without a global batch the per-worker batch stays: B' = B / W * W'.
+    if (!r.stop && r.global_batch == 0) r.global_batch = current_.global_batch / current_.workers * r.workers;
+    if (const std::string why = r.stop ? "" : refusal_reason(r, limits_); !why.empty() && !(r == current_)) {
+      log::warn("refusing the rescale request in ", path_, " (", r.workers, " worker(s), global batch ",
+                r.global_batch, "): ", why, "; the job continues at ", current_.workers, " worker(s), global batch ",
+                current_.global_batch);
+      return;
+    }
+    last_ = r;
+  } catch (const DataError& e) {
+    log::warn("ignoring the control file: ", e.what());
+  }
+}
+
+void ElasticControl::failed(const std::string& why) {
+  if (!last_) return;
+  if (++failures_ < kMaxAttempts) {
+    wait_ = int64_t{1} << failures_;  // 2, then 4 looks at the file
+    log::warn("could not carry out the request in ", path_, ": ", why, "; trying again in ", wait_,
+              " looks at the file");
+    return;
+  }
+  log::warn("giving up on the request in ", path_, " after ", failures_, " failed attempts (the last: ", why,
+            "); the job continues at ", current_.workers, " worker(s), global batch ", current_.global_batch,
+            "; write the file again to retry");
+  last_.reset();
+}
+
 std::string record_rescale(const RescaleRequest& next, int64_t step, const std::string& checkpoint_path) {
   const std::string path = knobs::get_string("EDP_RESCALE_FILE");
   if (path.empty()) return "";
@@ -143,15 +214,11 @@ std::string record_rescale(const RescaleRequest& next, int64_t step, const std::
                             {"global_batch", next.global_batch},
                             {"step", step},
                             {"checkpoint", checkpoint_path}};
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump() << "\n";
-    f.flush();
-    if (!f) throw Error("cannot write the rescale record " + tmp + ": " + std::strerror(errno));
+  try {
+    files::write_atomic(path, j.dump() + "\n");
+  } catch (const Error& e) {
+    throw Error(std::string("the rescale record: ") + e.what());
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
   return path;
 }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "edp/core/files.h"
 #include "edp/core/knobs.h"
 #include "edp/core/log.h"
 
@@ -36,9 +37,15 @@ void append_event(const MembershipEvent& e) {
   j["t"] = e.t;
   if (e.event == "rescale") {
     j["pause_s"] = e.pause_s;
+    if (e.visible_s >= 0) j["visible_s"] = e.visible_s;
     nlohmann::ordered_json ph = nlohmann::ordered_json::object();
     for (const auto& [k, v] : e.phases) ph[k] = v;
     j["phases"] = ph;
+  }
+  if (!e.threads.empty()) j["threads"] = e.threads;
+  if (e.event == "rate") {
+    j["steps"] = e.steps;
+    j["samples_per_s"] = e.samples_per_s;
   }
   const std::string line = j.dump() + "\n";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -70,9 +77,15 @@ std::vector<MembershipEvent> read_events(const std::string& path) {
       e.requested_t = j.value("requested_t", 0.0);
       e.t = j.value("t", 0.0);
       e.pause_s = j.value("pause_s", 0.0);
+      e.visible_s = j.value("visible_s", -1.0);
       if (j.contains("phases") && j["phases"].is_object())
         for (const auto& [k, v] : j["phases"].items())
           if (v.is_number()) e.phases.emplace_back(k, v.get<double>());
+      if (j.contains("threads") && j["threads"].is_array())
+        for (const auto& v : j["threads"])
+          if (v.is_number_integer()) e.threads.push_back(v.get<int>());
+      e.steps = j.value("steps", int64_t{0});
+      e.samples_per_s = j.value("samples_per_s", 0.0);
     } catch (const nlohmann::json::exception&) {
       continue;  // a field of the wrong type: not an event this reader understands
     }
@@ -135,15 +148,8 @@ void write_status(const std::string& path, const JobStatus& s) {
                   {"comm_s", m.comm_s}});
   j["configs"] = cs;
   const std::string text = j.dump() + "\n";
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  if (fd >= 0) ::close(fd);
-  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) {
-    log::warn("cannot write the status file ", path, ": ", std::strerror(errno));
-    ::unlink(tmp.c_str());
-  }
+  std::string why;
+  if (!files::try_write_atomic(path, text, &why)) log::warn("cannot write the status file ", path, ": ", why);
 }
 
 StatusReporter::StatusReporter() : path_(knobs::get_string("EDP_STATUS_FILE")) {}

@@ -1,19 +1,23 @@
 #include "edp/elastic/job.h"
 
+#include <charconv>
 #include <cinttypes>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "edp/comm/communicator.h"
 #include "edp/comm/device.h"
+#include "edp/comm/layout.h"
 #include "edp/comm/membership.h"
 #include "edp/comm/stall.h"
 #include "edp/config.h"
 #include "edp/core/knobs.h"
 #include "edp/core/log.h"
 #include "edp/core/stopwatch.h"
+#include "edp/core/threads.h"
 #include "edp/core/timeline.h"
 #include "edp/cuda/runtime.h"
 #include "edp/data/distributed_loader.h"
@@ -67,6 +71,8 @@ struct Job::Impl {
   std::unique_ptr<data::DistributedLoader> loader;
   std::unique_ptr<cuda::AsyncUploader> uploader;
   std::unique_ptr<train::CheckpointDir> ckpt;
+  std::unique_ptr<train::CheckpointLock> lock;  // rank 0 of a job with a checkpoint directory
+  int64_t origin_global_batch = 0;              // the global batch the job was first started at
   std::unique_ptr<ElasticControl> control;
   std::unique_ptr<optim::LRSchedule> schedule;
   int64_t steps_per_epoch = 1;
@@ -74,11 +80,43 @@ struct Job::Impl {
   // The epoch in progress.
   bool in_epoch = false, epoch_finished = false;
   std::unique_ptr<train::Progress> progress;
-  int64_t progress_base = 0;  // steps of the epoch before the current Progress began
+  int64_t progress_base = 0;     // steps taken since the current Progress began
+  int64_t progress_samples = 0;  // the whole job's samples since then
   Stopwatch epoch_sw;
   double sums[2] = {0, 0};  // loss x samples, samples (this rank; folded into rank 0 at a rescale)
   int64_t local_count = 0;  // this rank's samples in the step being taken
+  int64_t global_count = 0;  // the whole job's samples in the step being taken
+  bool mid_step = false;     // next_batch() gave a batch, step() has not ended it yet
+  std::vector<int> threads;  // compute threads of each rank in the current world
+
+  // The settled speed at the current size (the "rate" event): armed by each start or rescale,
+  // opened at the end of the first step at that size (or of an epoch's first step), written after
+  // kRateSteps more steps.
+  static constexpr int64_t kRateSteps = 20;
+  bool rate_armed = false, rate_open = false;
+  int64_t rate_from_step = 0, rate_samples = 0;
+  double rate_from_t = 0;
+  double min_step_s = 0, last_step_end = 0;  // EDP_MIN_STEP_MS pacing
   int64_t skipped_steps = 0;
+
+  // The divergence guard (JobOptions::divergence_factor): this rank's loss sums over the window,
+  // the running level (a moving average of good windows' means; < 0: none yet), the windows above
+  // the limit in a row, and the step at the end of the last good window.
+  double guard_sum = 0, guard_n = 0, guard_level = -1;
+  int guard_suspect = 0;
+  int64_t guard_good_step = 0, guard_first_bad = 0;
+  std::string last_change = "none since the job started";
+
+  // A grow under way in the background (comm::Grow): the ranks train on at their size until the
+  // new ones are ready, then join them at a step boundary.
+  std::unique_ptr<comm::Grow> grow;
+  RescaleRequest grow_to;
+  double grow_requested_t = 0;
+  // Recent step times (seconds, end to end), for the visible pause of a change.
+  std::vector<double> step_times;
+  double last_step_t = 0;
+  double change_begun = 0;     // when the training stopped for the change that is pending
+  double change_typical_s = 0;  // a typical step before it
 
   // A rescale whose first step at the new size has not finished yet.
   std::optional<MembershipEvent> pending;
@@ -101,6 +139,8 @@ struct Job::Impl {
     c.meta["world_size"] = std::to_string(size());
     c.meta["global_batch"] = std::to_string(job.global_batch_);
     c.meta["step"] = std::to_string(job.step_);
+    c.meta["origin.global_batch"] = std::to_string(origin_global_batch);
+    for (const auto& [k, v] : identity()) c.meta["config." + k] = v;
     if (next) {
       c.meta["next.workers"] = std::to_string(next->workers);
       c.meta["next.global_batch"] = std::to_string(next->global_batch);
@@ -117,6 +157,56 @@ struct Job::Impl {
     job.step_ = opt.steps();
     const auto& s = loader->sampler();
     job.epoch_ = s.epoch() + (s.epoch_done() ? 1 : 0);
+    if (c.meta.count("origin.global_batch")) origin_global_batch = c.int_at("origin.global_batch");
+    // The divergence guard learns the loss's level again from the first window after a resume
+    // (its state is not in the checkpoint, whose bytes are the same however the run was cut).
+    guard_good_step = job.step_;
+  }
+
+  static std::string number(double v) {  // the shortest text that reads back as v
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+  }
+
+  // The settings that make this training run what it is (JobOptions::resume_may_change).
+  std::vector<comm::Setting> identity() const {
+    std::vector<comm::Setting> id;
+    for (const auto& st : o.settings)
+      if (std::find(o.resume_may_change.begin(), o.resume_may_change.end(), st.first) == o.resume_may_change.end())
+        id.push_back(st);
+    id.emplace_back("job", o.name);
+    id.emplace_back("epochs", std::to_string(o.epochs));
+    id.emplace_back("learning rate", number(o.lr));
+    id.emplace_back("LR rule", o.lr_scaling + " from " + std::to_string(o.lr_base_batch));
+    id.emplace_back("warmup steps", std::to_string(o.warmup_steps));
+    id.emplace_back("data seed", std::to_string(o.seed));
+    id.emplace_back("training samples", std::to_string(train->size()));
+    id.emplace_back("model parameters", std::to_string(job.model_->num_parameters()));
+    return id;
+  }
+
+  // A checkpoint of another configuration of the job: refused, naming each difference, unless the
+  // change is deliberate. Checkpoints written before identities were recorded pass.
+  void check_identity(const train::Checkpoint& c, const std::string& path) const {
+    bool recorded = false;
+    for (const auto& [k, v] : c.meta) recorded = recorded || k.rfind("config.", 0) == 0;
+    if (!recorded) return;
+    std::string diff;
+    for (const auto& [k, v] : identity()) {
+      const auto it = c.meta.find("config." + k);
+      const std::string was = it == c.meta.end() ? "(not recorded)" : it->second;
+      if (was != v) diff += "\n  " + k + ": '" + was + "' in the checkpoint, '" + v + "' now";
+    }
+    if (diff.empty()) return;
+    if (o.accept_config_change) {
+      if (root()) log::warn(o.name, ": resuming ", path, " with a changed configuration, as asked:", diff);
+      return;
+    }
+    throw Error(o.name + ": " + path + " was written by a job with another configuration:" + diff +
+                "\nResuming it would continue another training run. Give this job its own checkpoint directory, or "
+                "resume deliberately with the change (JobOptions::accept_config_change, the examples' "
+                "--accept-config-change)");
   }
 
   std::string commit(const RescaleRequest* next, double requested_t) {
@@ -126,13 +216,17 @@ struct Job::Impl {
 
   // Rank 0's state to the ranks from `first` on (collective over the world); `global_batch` is
   // the one the job continues with (a grow may change it).
-  void send_state(int first, int64_t global_batch) {
+  // How the ranks meet before rank 0's state is broadcast.
+  enum class Meet {
+    kSync,        // the same ranks (a fresh start: every rank takes rank 0's parameters)
+    kJoinNew,     // a new rank (started by a grow): the ready barrier, then the stall inspector
+    kJoinRunning  // a running rank at the join (its Grow passed the ready barrier): the inspector
+  };
+  void send_state(int first, int64_t global_batch, Meet meet) {
     TimelineScope t("elastic state broadcast", "comm");
     comm::StallLabel label("elastic: rank 0's state to the new ranks");
-    // New ranks are still starting (MPI, data, model): wait for them without spinning, which on
-    // shared cores would take the CPU they start with.
-    comm::Request arrived = world->ibarrier();
-    while (!arrived.test()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (meet == Meet::kJoinNew) comm::ready_barrier(*world);  // the running ranks' Grow waits for it
+    if (meet != Meet::kSync) comm::watch_communicator(world);  // collective over the grown job
     std::vector<char> bytes;
     if (root()) {
       train::Checkpoint c = capture(nullptr, 0);
@@ -155,9 +249,73 @@ struct Job::Impl {
     }
   }
 
+  // A new rank's first step at the size it joins would otherwise be its first ever: the
+  // operators' plans, the kernels' code and the buffers are made then, while every other rank
+  // waits. So a new rank runs one forward and backward pass on a batch of the size it will train
+  // with during its own start. Its parameters, buffers and counters are then replaced by rank 0's
+  // state, and its gradients zeroed: nothing of the pass remains. A model the pass does not suit
+  // is left to its first step.
+  void warm_up() {
+    const int64_t n = std::min<int64_t>(knobs::get_int("EDP_SPAWN_WORKER_BATCH", 0), train->size());
+    if (n < 1) return;
+    try {
+      TimelineScope t("elastic warm-up of a new rank", "compute");
+      std::vector<int64_t> dims{n};
+      const Shape sample = train->sample_shape();  // by value: keep it alive for the loop
+      for (int64_t d : sample.dims()) dims.push_back(d);
+      Tensor x(Shape(dims), DType::F32);
+      const int64_t row = x.numel() / n;
+      for (int64_t i = 0; i < n; ++i) train->get(i, x.data<float>() + i * row);
+      if (uploader) x = uploader->upload(x);
+      Tensor y = job.model_->forward(x);
+      job.model_->backward(Tensor::full(y.shape(), 1.0, y.dtype(), y.device()));
+      opt.zero_grad();
+    } catch (const std::exception& e) {
+      log::debug(o.name, ": no warm-up for this new rank: ", e.what());
+      opt.zero_grad();
+    }
+  }
+
+  // Rank 0 takes the checkpoint directory's lock (one job per directory); its verdict goes to
+  // every rank, so all of them fail alike when the directory is in use.
+  void take_lock(comm::Communicator& w) {
+    std::string err;
+    if (w.rank() == 0) {
+      try {
+        lock = std::make_unique<train::CheckpointLock>(ckpt->dir(), o.name, knobs::get_string("EDP_LAUNCH_JOB_DIR"));
+      } catch (const Error& e) {
+        err = e.what();
+      }
+    }
+    int64_t n = static_cast<int64_t>(err.size());
+    w.broadcast(&n, 1, DType::I64, 0);
+    err.resize(static_cast<size_t>(n));
+    w.broadcast(err.data(), n, DType::U8, 0);
+    if (!err.empty()) throw Error(o.name + ": " + err);
+  }
+
+  // Every rank must resume from the same checkpoint: rank 0 alone writes them, so ranks that see
+  // different files (node-local disks behind one path, or different paths) would restore
+  // different states. Compared before anything else is done with them.
+  void check_same_checkpoint(comm::Communicator& w, const train::Checkpoint* c, const std::string& path) {
+    std::string found = "none";
+    if (c) {
+      const std::vector<char> bytes = train::encode_checkpoint(*c);
+      found = std::filesystem::path(path).filename().string() + ", step " +
+              (c->meta.count("step") ? c->at("step") : std::string("?")) + ", digest " +
+              hex(fnv1a(bytes));
+    }
+    comm::check_agreement(w, {{"newest checkpoint in the checkpoint directory", found}},
+                          o.name + ": every rank reads its checkpoints from one directory that rank 0 writes, "
+                                   "shared by all hosts");
+  }
+
   void make_loader(int64_t global_batch) {
     EDP_CHECK(global_batch % size() == 0, o.name, ": a global batch of ", global_batch, " cannot be split evenly over ",
               size(), " rank(s)");
+    EDP_CHECK(global_batch <= train->size(), o.name, ": a global batch of ", global_batch,
+              " is larger than the training set (", train->size(),
+              " samples): lower the batch (the examples' --batch is per rank: global = batch x ranks)");
     job.global_batch_ = global_batch;
     loader = std::make_unique<data::DistributedLoader>(
         train, o.seed, size(), rank(), global_batch / size(),
@@ -176,7 +334,9 @@ struct Job::Impl {
   }
 
   // Everything that depends on the world: (re)built after each change, on every rank of it.
-  void enter(std::unique_ptr<comm::Communicator> nw, int64_t global_batch) {
+  // `before`: after a change of membership, the cores this host's ranks had before it
+  // (edp/comm/layout.h: bound ranks are bound again to a share of them).
+  void enter(std::unique_ptr<comm::Communicator> nw, int64_t global_batch, const comm::CpuMask* before = nullptr) {
     if (ddp) add(stats_before, ddp->stats());
     ddp.reset();  // its communication thread uses the old communicators
     device_comm.reset();
@@ -186,6 +346,16 @@ struct Job::Impl {
     }
     EDP_CHECK(global_batch % size() == 0, o.name, ": a global batch of ", global_batch, " cannot be split evenly over ",
               size(), " rank(s)");
+    // The cores and compute threads follow the ranks now on this host (a grow adds ranks beside
+    // this one, a shrink frees the cores of those that left).
+    const int threads_before = num_threads();
+    if (comm::follow_layout(*world, o.threads, before) != threads_before && entered_t > 0)
+      log::info(o.name, ": ", num_threads(), " compute thread(s) on this rank now (", threads_before, " before)");
+    threads.assign(static_cast<size_t>(size()), 0);
+    const int mine = num_threads();
+    world->allgather(&mine, threads.data(), 1, DType::I32);
+    rate_armed = true;
+    rate_open = false;
     job.global_batch_ = global_batch;
     if (!loader)
       make_loader(global_batch);
@@ -214,8 +384,10 @@ struct Job::Impl {
     settings.emplace_back("checkpoint directory", o.checkpoint_dir);
     settings.emplace_back("rescale mode", mode);
     settings.emplace_back("non-finite rule", o.on_nonfinite);
+    settings.emplace_back("gradient clipping (max norm)", std::to_string(o.max_grad_norm));
     settings.emplace_back("build arithmetic", std::string(EDP_CPU_FLAGS) + " / " + EDP_COMPILER);
     comm::check_agreement(*world, settings, o.name);
+    step_times.clear();  // the typical step is measured again at the new size
     entered_t = wall_time();
   }
 
@@ -237,16 +409,22 @@ struct Job::Impl {
       if (in_place(W2, gb2, requested_t)) return;
     }
     if (!ckpt) {
-      if (root())
-        log::warn(o.name, ": cannot rescale by restart without a checkpoint directory (JobOptions::checkpoint_dir, the examples' --checkpoint-dir); the job keeps its size");
+      control->failed("a rescale by restart needs a checkpoint directory (JobOptions::checkpoint_dir, the examples' "
+                      "--checkpoint-dir)");
       return;
     }
-    const RescaleRequest rec{W2, gb2};
+    restart_at({W2, gb2}, requested_t);
+  }
+
+  // By restart: a checkpoint naming the size to continue at, then every rank stops (edprun starts
+  // the job again at that size).
+  void restart_at(const RescaleRequest& rec, double requested_t) {
     const std::string written = commit(&rec, requested_t);
     if (root()) record_rescale(rec, job.step_, written);
     world->barrier();
     job.exit_code_ = kRescaleExitCode;
-    if (root()) log::info(o.name, ": stopping to be restarted at ", W2, " worker(s) (exit code ", kRescaleExitCode, ")");
+    if (root())
+      log::info(o.name, ": stopping to be restarted at ", rec.workers, " worker(s) (exit code ", kRescaleExitCode, ")");
   }
 
   // ---- stop (a preemption that loses nothing) ----
@@ -264,36 +442,41 @@ struct Job::Impl {
     if (progress) progress->finish();
     progress.reset();
     if (!root()) return;
-    MembershipEvent ev;
-    ev.event = "stop";
-    ev.workers = size();
-    ev.global_batch = job.global_batch_;
-    ev.step = job.step_;
-    ev.t = wall_time();
-    append_event(ev);
+    append_event(event_now("stop"));
     status.finish("stopped");
     log::info(o.name, ": stopped at step ", job.step_, " as the control file asks (exit code ", kStopExitCode, ")",
               written.empty() ? std::string() : ": started again, it resumes from " + written);
   }
 
-  // True when done (or this rank left); false to fall back to the restart path.
+  // True when done, under way (a grow) or this rank left; false to fall back to the restart path.
   bool in_place(int W2, int64_t gb2, double requested_t) {
-    const int W = size(), me = rank();
-    const int64_t gb = job.global_batch_;
-    MembershipEvent ev;
-    ev.event = "rescale";
-    ev.mode = "in_place";
-    ev.from_workers = W;
-    ev.workers = W2;
-    ev.from_global_batch = gb;
-    ev.global_batch = gb2;
-    ev.requested_t = requested_t;
+    const int W = size();
+    if (W2 > W) {
+      try {
+        // The new ranks learn the batch they will train with, to warm up on it while they start.
+        grow = std::make_unique<comm::Grow>(*world, W2 - W,
+                                            std::vector<std::string>{"EDP_SPAWN_WORKER_BATCH=" + std::to_string(gb2 / W2)});
+      } catch (const comm::SpawnError& e) {
+        if (mode == "in-place") throw Error(o.name + ": cannot grow in place (EDP_RESCALE_MODE=in-place): " + e.what());
+        if (root()) log::warn(o.name, ": cannot grow in place: ", e.what(), "; rescaling by restart instead");
+        return false;
+      }
+      grow_to = {W2, gb2};
+      grow_requested_t = requested_t;
+      if (root())
+        log::info(o.name, ": starting ", W2 - W, " new rank(s); the job trains on at ", W,
+                  " worker(s) until they are ready");
+      if (!background_grow()) settle();
+      return true;
+    }
+    MembershipEvent ev = change_event(W2, gb2, requested_t);
     Stopwatch sw;
-    // The epoch's loss sums so far go to rank 0, which stays.
-    world->allreduce(sums, sums, 2, DType::F64, comm::ReduceOp::Sum);
-    if (me != 0) sums[0] = sums[1] = 0;
+    const double lr_before = job.lr_, begun = wall_time();
+    fold_sums();
+    const comm::CpuMask cores = comm::host_cores(*world);  // what this host's ranks have, before the change
     std::unique_ptr<comm::Communicator> nw;
     if (W2 < W) {
+      const int me = rank();
       nw = world->split(me < W2 ? 0 : comm::Communicator::kNoColor, me);
       ev.phases.emplace_back("split_s", sw.seconds());
       if (!nw) {
@@ -301,29 +484,98 @@ struct Job::Impl {
         return true;
       }
       comm::watch_communicator(nw.get());
-    } else if (W2 > W) {
-      try {
-        nw = comm::spawn_ranks(*world, W2 - W);
-      } catch (const comm::SpawnError& e) {
-        if (mode == "in-place") throw Error(o.name + ": cannot grow in place (EDP_RESCALE_MODE=in-place): " + e.what());
-        if (root()) log::warn(o.name, ": cannot grow in place: ", e.what(), "; rescaling by restart instead");
-        return false;
-      }
-      ev.phases.emplace_back("spawn_s", sw.seconds());
-      sw.reset();
-      world = nw.get();  // the new ranks take rank 0's state first (their Job's constructor)
-      send_state(W, gb2);
-      ev.phases.emplace_back("state_s", sw.seconds());
     }
     sw.reset();
-    enter(std::move(nw), gb2);
+    finish_change(std::move(nw), ev, cores, lr_before, begun);
+    return true;
+  }
+
+  MembershipEvent change_event(int W2, int64_t gb2, double requested_t) const {
+    MembershipEvent ev;
+    ev.event = "rescale";
+    ev.mode = "in_place";
+    ev.from_workers = size();
+    ev.workers = W2;
+    ev.from_global_batch = job.global_batch_;
+    ev.global_batch = gb2;
+    ev.requested_t = requested_t;
+    return ev;
+  }
+
+  // The epoch's loss sums so far go to rank 0, which stays.
+  void fold_sums() {
+    world->allreduce(sums, sums, 2, DType::F64, comm::ReduceOp::Sum);
+    if (rank() != 0) sums[0] = sums[1] = 0;
+  }
+
+  // The end of every in-place change on the ranks of the new world: rebuild, check, report.
+  // `begun`: when the work that stops the training for the change began (for the visible pause).
+  void finish_change(std::unique_ptr<comm::Communicator> nw, MembershipEvent ev, const comm::CpuMask& cores,
+                     double lr_before, double begun) {
+    Stopwatch sw;
+    const int W = ev.from_workers, W2 = ev.workers;
+    const int64_t gb = ev.from_global_batch, gb2 = ev.global_batch;
+    change_typical_s = typical_step();
+    enter(std::move(nw), gb2, &cores);
     check_replicas("after the rescale");
     ev.phases.emplace_back("rebuild_s", sw.seconds());
+    ev.threads = threads;
+    last_change = "at step " + std::to_string(job.step_) + ", in place: " + std::to_string(W) + " -> " +
+                  std::to_string(W2) + " worker(s), global batch " + std::to_string(gb) + " -> " +
+                  std::to_string(gb2) + ", learning rate " + detail::concat(lr_before) + " -> " + detail::concat(job.lr_);
+    change_begun = begun;
     pending = ev;
     restart_progress();
     for (auto& cb : callbacks) cb({W, W2, gb, gb2, false});
-    return true;
   }
+
+  bool background_grow() const { return o.background_grow && knobs::get_bool("EDP_BACKGROUND_GROW"); }
+
+  // A grow under way: where it stands (collective). Joins the new ranks when they are ready; with
+  // `wait`, waits for that (or for the grow to fail).
+  void poll_grow(bool wait) {
+    while (grow) {
+      const comm::Grow::State st = grow->poll(*world);
+      if (st == comm::Grow::State::kStarting) {
+        if (!wait) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        continue;
+      }
+      if (st == comm::Grow::State::kReady) {
+        join_grow();
+        return;
+      }
+      const std::string why = grow->error();
+      grow.reset();
+      if (mode == "in-place") throw Error(o.name + ": cannot grow in place (EDP_RESCALE_MODE=in-place): " + why);
+      if (root()) log::warn(o.name, ": the grow failed and left the job as it was: ", why);
+      if (ckpt && job.epoch_ < o.epochs)
+        restart_at(grow_to, grow_requested_t);
+      else if (control)
+        control->failed(why);
+      return;
+    }
+  }
+
+  // Every rank of the running world and the new ranks, at a step boundary: the new ranks take
+  // rank 0's state, and the job continues on the grown world.
+  void join_grow() {
+    MembershipEvent ev = change_event(grow_to.workers, grow_to.global_batch, grow_requested_t);
+    const double lr_before = job.lr_, begun = wall_time();
+    ev.phases.emplace_back("background_s", begun - grow_requested_t);
+    Stopwatch sw;
+    fold_sums();
+    const comm::CpuMask cores = comm::host_cores(*world);
+    std::unique_ptr<comm::Communicator> nw = grow->take();
+    grow.reset();
+    world = nw.get();  // the new ranks take rank 0's state first (their Job's constructor)
+    send_state(ev.from_workers, ev.global_batch, Meet::kJoinRunning);
+    ev.phases.emplace_back("state_s", sw.seconds());
+    finish_change(std::move(nw), ev, cores, lr_before, begun);
+  }
+
+  // Waits for a rescale under way (a grow) to complete or fail. Collective.
+  void settle() { poll_grow(true); }
 
   void leave() {
     ddp.reset();
@@ -340,6 +592,7 @@ struct Job::Impl {
   void restart_progress() {
     if (!in_epoch || !progress) return;
     progress_base = 0;
+    progress_samples = 0;
     progress = std::make_unique<train::Progress>(epoch_label() + " at " + std::to_string(size()) + " worker(s)",
                                                  loader->steps_remaining(), root() && o.progress);
   }
@@ -359,6 +612,114 @@ struct Job::Impl {
     epoch_finished = true;
   }
 
+  // An event of the job as it stands now (its size, batch, step and the time).
+  MembershipEvent event_now(const char* kind) const {
+    MembershipEvent ev;
+    ev.event = kind;
+    ev.workers = size();
+    ev.global_batch = job.global_batch_;
+    ev.step = job.step_;
+    ev.t = wall_time();
+    return ev;
+  }
+
+  // The divergence guard, at the end of every kGuardWindow-th step (collective: every rank decides
+  // on the same reduced numbers). See JobOptions::divergence_factor.
+  void guard_check() {
+    double v[2] = {guard_sum, guard_n};
+    world->allreduce(v, v, 2, DType::F64, comm::ReduceOp::Sum);
+    guard_sum = guard_n = 0;
+    if (v[1] <= 0) return;
+    const double mean = v[0] / v[1];
+    if (guard_level < 0) {
+      guard_level = mean;
+      guard_good_step = job.step_;
+      return;
+    }
+    if (o.divergence_factor > 0 && mean > o.divergence_factor * guard_level) {
+      if (guard_suspect++ == 0) {
+        guard_first_bad = job.step_ - kGuardWindow + 1;
+        if (ckpt) ckpt->hold(guard_good_step);  // rotation must not remove the last good state
+      }
+      if (guard_suspect >= kGuardPatience) guard_diverged(mean);
+      return;
+    }
+    guard_suspect = 0;
+    if (ckpt) ckpt->hold(-1);
+    guard_level = 0.9 * guard_level + 0.1 * mean;
+    guard_good_step = job.step_;
+  }
+
+  // Stops the job on every rank (collective: all ranks decided alike; otherwise this rank alone).
+  // Rank 0 first sets aside the checkpoints committed after the last good window of the guard, so
+  // that the job, started again, resumes from its last good state.
+  [[noreturn]] void diverged(const std::string& what, const std::string& advice, bool collective) {
+    std::string where;
+    if (ckpt && root()) {
+      const std::vector<std::string> moved = ckpt->set_aside_after(guard_good_step, "diverged");
+      const std::vector<std::string> left = ckpt->list();
+      where = left.empty() ? " No checkpoint from before the divergence remains."
+                           : " Started again, it resumes from " + left.front() + ", the last good state.";
+      if (!moved.empty())
+        where += " The " + std::to_string(moved.size()) + " checkpoint(s) written after step " +
+                 std::to_string(guard_good_step) + " were set aside (renamed *.diverged).";
+    }
+    if (collective) world->barrier();  // rank 0 has set them aside before any rank ends the job
+    throw Error(o.name + ": " + what + " The last change of size: " + last_change + "." + where + advice);
+  }
+
+  void guard_diverged(double mean) {
+    char m[400];
+    std::snprintf(m, sizeof m,
+                  "the loss diverged: its mean over steps %lld-%lld was %.4g, more than %g times its running level "
+                  "%.4g, in %d windows of %lld steps in a row (since step %lld).",
+                  static_cast<long long>(job.step_ - kGuardWindow + 1), static_cast<long long>(job.step_), mean,
+                  o.divergence_factor, guard_level, kGuardPatience, static_cast<long long>(kGuardWindow),
+                  static_cast<long long>(guard_first_bad));
+    diverged(m,
+             " Lower the learning rate or the largest global batch the job may be given (JobOptions::"
+             "max_global_batch, the examples' --max-global-batch), or turn the guard off (divergence_factor 0)",
+             true);
+  }
+
+  // The median of the recent step times (0 when none was measured).
+  double typical_step() const {
+    if (step_times.empty()) return 0;
+    std::vector<double> t = step_times;
+    std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+    return t[t.size() / 2];
+  }
+
+  // After every step: the step's time, for typical_step(); a change empties the record (enter()).
+  void time_step() {
+    const double now = wall_time();
+    if (last_step_t > 0 && !pending) {
+      if (step_times.size() >= 32) step_times.erase(step_times.begin());
+      step_times.push_back(now - last_step_t);
+    }
+    last_step_t = now;
+  }
+
+  // After every step: the settled-speed window (see rate_armed).
+  void rate_step() {
+    if (!rate_armed) return;
+    if (!rate_open) {
+      rate_open = true;
+      rate_from_step = job.step_;
+      rate_from_t = wall_time();
+      rate_samples = 0;
+      return;
+    }
+    rate_samples += global_count;
+    if (job.step_ - rate_from_step < kRateSteps) return;
+    rate_armed = rate_open = false;
+    if (!root()) return;
+    MembershipEvent ev = event_now("rate");
+    ev.steps = job.step_ - rate_from_step;
+    ev.samples_per_s = static_cast<double>(rate_samples) / std::max(1e-9, ev.t - rate_from_t);
+    append_event(ev);
+  }
+
   void first_step_done() {
     if (!pending) return;
     MembershipEvent ev = *pending;
@@ -367,7 +728,14 @@ struct Job::Impl {
     ev.t = wall_time();
     ev.step = job.step_;
     ev.pause_s = ev.t - ev.requested_t;
-    if (ev.mode == "in_place") ev.phases.emplace_back("first_step_s", ev.t - entered_t);
+    if (ev.mode == "in_place") {
+      ev.phases.emplace_back("first_step_s", ev.t - entered_t);
+      // What the training lost: from the stop for the change to the end of the first step at the
+      // new size, less the step a typical step takes (the median of the steps before it).
+      ev.visible_s = std::max(0.0, ev.t - change_begun - change_typical_s);
+    } else {
+      ev.visible_s = ev.pause_s;  // by restart, the whole pause stops the training
+    }
     append_event(ev);
     log::info(o.name, ": first step at ", ev.workers, " worker(s) done, ", ev.pause_s, " s after the request (",
               ev.mode == "in_place" ? "in place" : "by restart", ")");
@@ -393,18 +761,26 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
             ": the rescale mode must be auto, in-place or restart, got '", m.mode, "'");
   if (o.control_file.empty()) o.control_file = knobs::get_string("EDP_CONTROL_FILE");
   m.world = &world;
+  m.min_step_s = knobs::get_double("EDP_MIN_STEP_MS") / 1000.0;
   if (o.device.is_cuda()) m.uploader = std::make_unique<cuda::AsyncUploader>(o.device);
   if (!o.checkpoint_dir.empty()) m.ckpt = std::make_unique<train::CheckpointDir>(o.checkpoint_dir, o.keep_checkpoints);
 
   const bool joined = comm::spawned();
   int64_t global_batch = o.global_batch;
+  m.origin_global_batch = o.global_batch;
   std::optional<train::Checkpoint> resume;
   std::string resume_path;
   if (joined) {
     // Started by a grow: the running ranks send their state (Impl::in_place on their side).
-    m.send_state(0, 0);  // every rank that runs this is new; rank 0 says the global batch
+    m.warm_up();  // before the handshake: the running ranks keep training meanwhile
+    m.send_state(0, 0, Impl::Meet::kJoinNew);  // every rank that runs this is new; rank 0 says the global batch
   } else {
-    if (m.ckpt) resume = m.ckpt->latest(&resume_path);
+    if (m.ckpt) {
+      m.take_lock(world);
+      resume = m.ckpt->latest(&resume_path);
+      m.check_same_checkpoint(world, resume ? &*resume : nullptr, resume_path);
+      if (resume) m.check_identity(*resume, resume_path);
+    }
     if (resume && resume->meta.count("next.global_batch")) global_batch = resume->int_at("next.global_batch");
     EDP_CHECK(global_batch % world.size() == 0, o.name, ": a global batch of ", global_batch,
               resume && resume->meta.count("next.global_batch") ? " (asked for by the checkpoint " + resume_path + ")"
@@ -419,11 +795,24 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
     EDP_CHECK(m.ckpt || m.mode != "restart", o.name,
               ": a control file with EDP_RESCALE_MODE=restart needs a checkpoint directory: the job restarts from it");
     ControlLimits limits = ControlLimits::from_env();
-    limits.max_global_batch = m.train->size();
+    const int64_t first = m.origin_global_batch, samples = static_cast<int64_t>(m.train->size());
+    const bool given = o.max_global_batch > 0 || o.min_global_batch > 0;
+    const int64_t max_gb = o.max_global_batch > 0 ? o.max_global_batch : first * kBatchRange;
+    limits.max_global_batch = std::min(samples, max_gb);
+    limits.min_global_batch = o.min_global_batch > 0 ? o.min_global_batch : std::max<int64_t>(1, first / kBatchRange);
+    const std::string range =
+        given ? "JobOptions::min_global_batch/max_global_batch, the examples' --min-global-batch and "
+                "--max-global-batch"
+              : "within " + std::to_string(kBatchRange) + "x of the job's first global batch " + std::to_string(first) +
+                    "; JobOptions::min_global_batch/max_global_batch, the examples' --min-global-batch and "
+                    "--max-global-batch, widen it";
+    limits.max_global_batch_rule = samples < max_gb ? "the training set's size" : range;
+    limits.min_global_batch_rule = range;
     limits.max_worker_batch = o.max_worker_batch;
     m.control = std::make_unique<ElasticControl>(o.control_file, world.size(), global_batch_, limits);
   }
-  m.enter(nullptr, global_batch_);
+  const comm::CpuMask own = comm::affinity();
+  m.enter(nullptr, global_batch_, joined ? &own : nullptr);  // a new rank takes part in the re-binding
   if (!joined && !resume) {
     sync();  // a fresh start: every rank begins from rank 0's parameters
   } else {
@@ -434,18 +823,18 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
       log::info(o.name, ": resumed from ", resume_path, ": step ", step_, ", epoch ", m.loader->epoch() + 1, ", ",
                 m.loader->position(), " samples into it (saved by ",
                 resume->meta.count("world_size") ? resume->at("world_size") : std::string("?"), " rank(s))");
+      if (epoch_ >= o.epochs)
+        log::info(o.name, ": the training is already complete (all ", o.epochs, " epoch(s), step ", step_,
+                  "): nothing to train; the model is the checkpoint's");
       if (const std::string diff = train::build_difference(*resume); !diff.empty())
         log::warn(o.name, ": the checkpoint was written by another build (", diff,
                   "): training continues correctly, but not bitwise as the uninterrupted run would have");
     }
-    MembershipEvent start;
-    start.event = "start";
-    start.workers = size();
-    start.global_batch = global_batch_;
-    start.step = step_;
-    start.t = wall_time();
+    MembershipEvent start = m.event_now("start");
+    start.threads = m.threads;
     append_event(start);
   }
+  complete_at_start_ = resume && epoch_ >= o.epochs;
   if (resume && resume->meta.count("next.requested_t")) {
     MembershipEvent ev;
     ev.event = "rescale";
@@ -455,9 +844,16 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
     ev.from_global_batch = resume->meta.count("global_batch") ? resume->int_at("global_batch") : 0;
     ev.global_batch = global_batch_;
     ev.requested_t = std::strtod(resume->at("next.requested_t").c_str(), nullptr);
+    ev.threads = m.threads;
     m.pending = ev;
+    m.last_change = "at step " + std::to_string(step_) + ", by restart: " + std::to_string(ev.from_workers) +
+                    " -> " + std::to_string(ev.workers) + " worker(s), global batch " +
+                    std::to_string(ev.from_global_batch) + " -> " + std::to_string(ev.global_batch) +
+                    ", learning rate now " + detail::concat(lr_);
   }
   if (joined) {
+    m.last_change = "at step " + std::to_string(step_) + ", in place: this rank joined the job at " +
+                    std::to_string(size()) + " worker(s), global batch " + std::to_string(global_batch_);
     for (auto& cb : m.callbacks) cb({0, size(), 0, global_batch_, true});
   }
 }
@@ -489,6 +885,8 @@ bool Job::next_epoch() {
     m.epoch_finished = false;
   }
   if (epoch_ >= m.o.epochs) {
+    // New ranks still starting: they join now and see that the training is over.
+    m.settle();
     if (m.root()) m.status.finish();
     return false;
   }
@@ -496,7 +894,9 @@ bool Job::next_epoch() {
   m.status.gap();
   m.in_epoch = true;
   m.progress_base = 0;
+  m.progress_samples = 0;
   m.sums[0] = m.sums[1] = 0;
+  m.rate_open = false;  // the window must not span the time between epochs (evaluation)
   m.epoch_sw.reset();
   m.progress = std::make_unique<train::Progress>(m.epoch_label(), m.loader->steps_remaining(), m.root() && m.o.progress);
   return true;
@@ -519,10 +919,12 @@ bool Job::next_batch(data::Batch& b) {
     m.loader->next(s);
     m.ddp->set_step_weight(static_cast<double>(s.local) / static_cast<double>(s.global));
     m.local_count = s.local;
+    m.global_count = s.global;
     if (s.local > 0) {
       b.x = m.uploader ? m.uploader->upload(s.batch.x) : s.batch.x;
       b.y = m.uploader ? m.uploader->upload(s.batch.y) : s.batch.y;
       b.indices = std::move(s.batch.indices);
+      m.mid_step = true;
       return true;
     }
     // Uneven last step: nothing here, but the step's collectives still run.
@@ -537,6 +939,7 @@ void Job::backward(const Tensor& grad_out) { impl_->ddp->backward(grad_out); }
 void Job::step(double loss) {
   Impl& m = *impl_;
   EDP_CHECK(m.in_epoch && m.world, m.o.name, ": step() outside an epoch");
+  m.mid_step = false;
   // Numerical guard: a non-finite loss on this rank, or a non-finite reduced gradient (the same
   // on every rank, so every rank decides alike). The scan is one pass over the gradients on the
   // CPU, but one host-device sync per parameter on a GPU: there it runs every 50 steps (and on a
@@ -545,10 +948,13 @@ void Job::step(double loss) {
   const bool scan = m.o.device.is_cpu() || skip_mode || step_ % 50 == 0 || !std::isfinite(loss);
   const nn::Parameter* bad = scan ? nn::first_nonfinite_grad(model_->parameters()) : nullptr;
   if (!skip_mode) {
-    EDP_CHECK(std::isfinite(loss), "the loss is ", loss, " at step ", step_ + 1, " (epoch ", epoch_ + 1,
-              "): the training diverged; lower the learning rate or skip such steps (on_nonfinite = skip)");
-    EDP_CHECK(!bad, "the gradient of ", bad ? bad->name : "", " is not finite at step ", step_ + 1, " (epoch ",
-              epoch_ + 1, "): the training diverged; lower the learning rate or skip such steps (on_nonfinite = skip)");
+    const std::string at = " at step " + std::to_string(step_ + 1) + " (epoch " + std::to_string(epoch_ + 1) + ")";
+    const char* advice = " Lower the learning rate, or skip such steps (on_nonfinite = skip, the examples' "
+                         "--on-nonfinite skip)";
+    // The reduced gradient is the same on every rank: they stop together. The loss is this rank's.
+    if (bad) m.diverged("the gradient of " + bad->name + " is not finite" + at + ": the training diverged.", advice, true);
+    if (!std::isfinite(loss))
+      m.diverged("the loss is " + detail::concat(loss) + at + ": the training diverged.", advice, false);
   }
   if (bad) {
     if (m.root()) log::warn("step ", step_ + 1, ": the gradient of ", bad->name, " is not finite; skipping the update");
@@ -558,24 +964,42 @@ void Job::step(double loss) {
       throw Error("gave up after " + std::to_string(m.skipped_steps) + " skipped steps with non-finite gradients");
   } else {
     TimelineScope t("optimizer step", "compute");
+    if (m.o.max_grad_norm > 0) optim::clip_grad_norm(model_->parameters(), m.o.max_grad_norm);
     m.opt.step();
   }
-  if (!std::isfinite(loss)) loss = 0;  // skip mode: kept out of the reported mean
+  if (std::isfinite(loss)) {
+    m.guard_sum += loss * static_cast<double>(m.local_count);
+    m.guard_n += static_cast<double>(m.local_count);
+  } else {
+    loss = 0;  // skip mode: kept out of the reported mean
+  }
   ++step_;
   m.sums[0] += loss * static_cast<double>(m.local_count);
   m.sums[1] += static_cast<double>(m.local_count);
   if (m.progress) {
     ++m.progress_base;
-    m.progress->update(m.progress_base, static_cast<int64_t>(m.sums[1]) * size(), loss);
+    m.progress_samples += m.global_count;  // (not this rank's count x ranks: a shrink folds the others' into rank 0's)
+    m.progress->update(m.progress_base, m.progress_samples, loss);
   }
+  if (m.min_step_s > 0) {  // pacing (EDP_MIN_STEP_MS): the step lasts at least that long
+    const double now = wall_time();
+    if (m.last_step_end > 0 && now - m.last_step_end < m.min_step_s)
+      std::this_thread::sleep_for(std::chrono::duration<double>(m.min_step_s - (now - m.last_step_end)));
+    m.last_step_end = wall_time();
+  }
+  m.time_step();
   m.first_step_done();
+  m.rate_step();
+  if (step_ % kGuardWindow == 0) m.guard_check();
   if (m.status.active() && m.root()) {
     const int64_t n = static_cast<int64_t>(m.train->size());
     m.status.step(m.o.name, size(), global_batch_, epoch_, m.o.epochs, step_, epoch_ * n + m.loader->position(),
                   m.o.epochs * n, ddp_stats().exposed_comm_s);
   }
   if (m.o.checkpoint_every > 0 && step_ % m.o.checkpoint_every == 0) m.commit(nullptr, 0);
-  if (m.control && step_ % m.o.control_every == 0) {
+  if (m.grow) {
+    m.poll_grow(false);  // new ranks starting in the background: join them once they are ready
+  } else if (m.control && step_ % m.o.control_every == 0) {
     if (const auto next = m.control->poll(*m.world)) {
       if (next->stop)
         m.stop();
@@ -587,9 +1011,14 @@ void Job::step(double loss) {
 
 std::string Job::commit() { return impl_->commit(nullptr, 0); }
 
-void Job::sync() {
-  impl_->send_state(1, global_batch_);
+void Job::sync() { impl_->send_state(1, global_batch_, Impl::Meet::kSync); }
+
+void Job::settle() {
+  EDP_CHECK(!impl_->mid_step, impl_->o.name, ": settle() between next_batch() and step(): call it at a step boundary");
+  impl_->settle();
 }
+
+bool Job::rescaling() const { return impl_->grow != nullptr; }
 
 void Job::on_reset(std::function<void(const ResetInfo&)> callback) { impl_->callbacks.push_back(std::move(callback)); }
 

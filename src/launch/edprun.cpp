@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "edp/core/cli.h"
 #include "edp/core/error.h"
 #include "edp/core/knobs.h"
 #include "edp/comm/communicator.h"
@@ -40,8 +41,8 @@
 #include "launch/jobdir.h"
 #include "launch/mps.h"
 #include "launch/plan.h"
+#include "launch/supervisor.h"
 #include "launch/system.h"
-#include "edp/train/options.h"
 
 // Pulls src/core/cpu_guard.cpp (the start-up instruction-set check) into every program.
 extern "C" int edp_cpu_guard_anchor;
@@ -50,6 +51,23 @@ extern "C" int edp_cpu_guard_anchor;
 namespace edp::launch {
 
 using ::edp::detail::concat;
+
+namespace {
+// The user's own knobs set where edprun runs (EDP_COMM_TIMEOUT, EDP_MIN_STEP_MS, EDP_LOG_LEVEL,
+// ...) reach every rank, also on hosts whose orted does not inherit this environment. edprun's
+// own variables, those it sets for the job (already in extra_env) and those it derives per rank
+// (EDP_NUM_THREADS) are its to set.
+void forward_user_knobs(LaunchRequest& req) {
+  for (const knobs::Knob& k : knobs::all()) {
+    if (k.internal || std::string(k.area) == "launch" || std::string(k.name) == "EDP_NUM_THREADS") continue;
+    const char* v = std::getenv(k.name);
+    if (!v || !*v) continue;
+    const bool set = std::any_of(req.extra_env.begin(), req.extra_env.end(),
+                                 [&](const auto& e) { return e.first == k.name; });
+    if (!set) req.extra_env.emplace_back(k.name, v);
+  }
+}
+}  // namespace
 
 namespace {
 
@@ -163,7 +181,7 @@ int rank_exec(int argc, char** argv) {
           c.gpus.push_back(g);
         }
       } else {
-        const Discovery d = discover_gpus("auto");
+        const Discovery d = discover_gpus(knobs::get_bool("EDP_LAUNCH_MIG") ? "mig" : "auto");
         c.gpus = select_gpus(d.gpus, split_list(env_or("EDP_LAUNCH_GPUS")));
         if (c.gpus.empty()) throw Error("host " + c.host + " has no GPU (" + d.source + ") but the job runs in GPU mode");
       }
@@ -309,48 +327,56 @@ struct Job {
   ~Job() { cleanup(); }
 };
 
-int launcher(int argc, char** argv) {
-  // Open MPI spells it -np; Options only knows --long options.
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i)
-    if (args[i] == "-np" || args[i] == "-n") args[i] = "--np";
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
+// ---- the launcher, step by step ---------------------------------------------------------------
 
-  train::Options o("edprun",
-                   "Runs an MPI program with several ranks per GPU (NVIDIA MPS), or on the CPU cores when there is "
+cli::Options edprun_options() {
+  cli::Options o("edprun",
+                  "Runs an MPI program with several ranks per GPU (NVIDIA MPS), or on the CPU cores when there is "
                    "no GPU.\nusage: edprun [options] -- program args...   (exit code: the program's; 2: edprun's own "
                    "error; 128+N: stopped by signal N)");
   o.add("np", "0", "number of ranks (0: every GPU slot; CPU mode: 1 per host, or the hostfile's slots)")
+      .int_range(0, 1 << 20)
       .add("ranks-per-gpu", "1", "ranks sharing one GPU (K)")
+      .int_range(1, 64)
       .add("gpus", "", "GPUs to use: indices (nvidia-smi numbering) or UUIDs, comma-separated; all; none = CPU mode")
       .add("hostfile", "", "Open MPI hostfile (host slots=N); inside Slurm the allocation is used without one")
       .add("mps", "auto", "auto (MPS when ranks share a GPU, else time-sliced with a warning), on, off")
       .add("mps-thread-percentage", "0", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per rank (0: ceil(200/K), max 100)")
+      .int_range(0, 100)
       .add("mps-mem-limit", "", "pinned device memory limit per rank, e.g. 8G (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)")
       .add("mps-pipe-directory", "", "use the MPS daemon already listening there (not started or stopped by edprun)")
       .add("bind-to", "auto", "core (each rank bound to its share of cores), none, auto (core unless oversubscribed)")
       .add("cores-per-host", "0", "physical cores per host to plan with (0: the cores edprun may use here)")
+      .int_range(0, 1 << 20)
       .add("gpu-discovery", "auto", "auto (NVML, then nvidia-smi), nvml, nvidia-smi, none")
+      .add_flag("mig", "MIG instances as the devices (nvidia-smi -L): one rank per instance, each seeing only its "
+                "instance (CUDA_VISIBLE_DEVICES=MIG-...); --gpus then names instances by their index in that list "
+                "or their UUID. edprun never changes a GPU's MIG mode or instances")
       .add("mpirun", "mpirun", "the mpirun to use (Open MPI)")
       .add("mpirun-args", "", "extra arguments for mpirun, space-separated (e.g. \"--mca btl ^openib\")")
       .add("kill-grace", "10", "seconds mpirun gets to stop the ranks after a signal before it is killed")
+      .int_range(0, 86400)
       .add("control-file", "", "elastic: the job's control file, given to the ranks as EDP_CONTROL_FILE (edprun never "
            "reads it: after exit code 75 it restarts the job at the size the job committed, EDP_RESCALE_FILE; after "
            "78, a stop the file asked for, it ends with 78 and does not restart the job); the ranks also get EDP_SPAWN_WRAPPER (in-place grow) and, on one host, mpirun --oversubscribe")
       .add("max-restarts", "0", "start a job that failed (a crash, a stall: exit 76) again, up to N times, at its "
            "current size (EDP_EVENTS_FILE; it resumes from its checkpoint)")
+      .int_range(0, 1000000)
       .add("events-file", "", "where the job's rank 0 appends its membership events (EDP_EVENTS_FILE; default: "
            "<job dir>/events.jsonl); edprun follows the job's size in what is appended after it started")
       .add("status-file", "", "where the job's rank 0 rewrites its measured progress (EDP_STATUS_FILE; "
            "edp-autoscale serve sets it)")
       .add("threads-per-rank", "0", "CPU threads per rank (EDP_NUM_THREADS; 0: the rank's share of its host's cores)")
+      .int_range(0, 4096)
       .add("restart-backoff", "5", "seconds before the first restart after a failure, doubling each time")
+      .range(0, 86400)
       .add("min-np", "0", "hostfile: the fewest ranks to restart at on the hosts that are left when a host is lost "
            "(its ranks did not answer in a stalled collective); 0: the job's size (a lost host is then fatal unless "
            "the other hosts have the slots)")
+      .int_range(0, 1 << 20)
       .add("max-np", "0", "elastic: the largest size a rescale may ask for (0: what the hosts take at the start); "
            "with --reread-hostfile the hostfile must hold the size asked for when the job restarts at it")
+      .int_range(0, 1 << 20)
       .add_flag("reread-hostfile", "elastic, hostfile: read the hostfile again before every restart (a rescale or a "
                 "failure), so that whoever writes it (edp-autoscale serve --hostfile) chooses the hosts of the next start; "
                 "rescales then restart (EDP_RESCALE_MODE=restart), lost hosts stay out")
@@ -358,183 +384,200 @@ int launcher(int argc, char** argv) {
       .add_flag("verbose", "print what edprun does")
       .add_flag("allow-run-as-root", "allow running as root (passes --allow-run-as-root to mpirun)")
       .add_flag("oversubscribe", "allow more ranks than cores on a host");
-  o.parse(static_cast<int>(cargs.size()), cargs.data());
-  const bool dry = o.flag("dry-run"), verbose = o.flag("verbose"), reread = o.flag("reread-hostfile");
-  // From here on a Ctrl-C waits (pending) until edprun can clean up what it created.
-  sigset_t sigs;
-  block_signals(sigs);
+  return o;
+}
 
+// What a launch needs, from the flags on: the request, the GPUs found, the plan, the files.
+struct Setup {
   LaunchRequest req;
-  std::string events_file;
-  Plan plan;
   Discovery disc;
-  std::string mps_control;
-  try {
-    req.np = static_cast<int>(o.i64("np"));
-    req.ranks_per_gpu = static_cast<int>(o.i64("ranks-per-gpu"));
-    req.gpus = split_list(o.str("gpus"));
-    // CUDA_VISIBLE_DEVICES chosen by the user or the batch system is the default selection.
-    if (req.gpus.empty() && !sys_env_or("CUDA_VISIBLE_DEVICES", "").empty()) req.gpus = split_list(sys_env_or("CUDA_VISIBLE_DEVICES", ""));
-    req.mps = parse_mps_mode(o.str("mps"));
-    req.mps_thread_percentage = static_cast<int>(o.i64("mps-thread-percentage"));
-    req.mps_mem_limit = o.str("mps-mem-limit");
-    req.mps_pipe_directory = o.str("mps-pipe-directory");
-    req.bind = parse_bind_mode(o.str("bind-to"));
-    req.oversubscribe = o.flag("oversubscribe");
-    req.mpirun = o.str("mpirun");
-    req.mpirun_extra = split_list(o.str("mpirun-args"), ' ');
-    req.program = o.rest();
-    if (!o.str("control-file").empty()) {
-      // Absolute, so that every rank finds it whatever its working directory.
-      std::error_code ec;
-      const std::string abs = std::filesystem::absolute(o.str("control-file"), ec).string();
-      req.extra_env.emplace_back("EDP_CONTROL_FILE", ec ? o.str("control-file") : abs);
-      req.elastic = true;
-      // Read where edprun runs (as the ranks on its host read it); pass it on with -x for others.
-      req.elastic_restart_only = knobs::get_string("EDP_RESCALE_MODE") == "restart";
-    }
-    auto absolute = [](const std::string& p) {
-      std::error_code ec;
-      const std::string abs = std::filesystem::absolute(p, ec).string();
-      return ec ? p : abs;
-    };
-    events_file = o.str("events-file").empty() ? "" : absolute(o.str("events-file"));
-    if (!o.str("status-file").empty()) req.extra_env.emplace_back("EDP_STATUS_FILE", absolute(o.str("status-file")));
-    if (o.i64("threads-per-rank") < 0) throw Error("--threads-per-rank must be >= 0");
-    if (o.i64("threads-per-rank") > 0)
-      req.extra_env.emplace_back("EDP_LAUNCH_THREADS", std::to_string(o.i64("threads-per-rank")));
-    req.local_host = host_name();
-    req.local_cores = o.i64("cores-per-host") > 0 ? static_cast<int>(o.i64("cores-per-host")) : physical_cores();
-    req.self_exe = self_exe_path();
-    if (req.elastic && req.self_exe.find(' ') != std::string::npos)
-      throw Error("edprun's path '" + req.self_exe + "' contains a space: EDP_SPAWN_WRAPPER (split on spaces) "
-                  "could not name it; install edprun under a path without spaces to run an elastic job");
-    mps_control = find_in_path("nvidia-cuda-mps-control");
-    req.mps_control_available = !mps_control.empty();
+  Plan plan;
+  std::string events_file, mps_control, hostfile;
+  bool dry = false, verbose = false, reread = false;
+};
 
-    const bool root = geteuid() == 0;
-    const bool ompi_root_ok = sys_env_or("OMPI_ALLOW_RUN_AS_ROOT", "") == "1" && sys_env_or("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "") == "1";
-    req.allow_run_as_root = o.flag("allow-run-as-root") || (root && ompi_root_ok);
-    if (root && !req.allow_run_as_root)
-      throw Error("refusing to run as root: pass --allow-run-as-root (or EDP_ALLOW_RUN_AS_ROOT=1) if you mean it");
-
-    if (!o.str("hostfile").empty()) {
-      req.host_source = HostSource::Hostfile;
-      req.hosts = parse_hostfile(o.str("hostfile"));
-    } else if (auto slurm = slurm_hosts_from_env()) {
-      req.host_source = HostSource::Slurm;
-      req.hosts = *slurm;
-      req.slurm_ntasks = sys_env_int("SLURM_NTASKS", 0);
-      req.slurm_allocation = slurm_allocation_from_env();
-    }
-    if (o.i64("max-np") < 0) throw Error("--max-np must be >= 0");
-    if (reread) {
-      if (req.host_source != HostSource::Hostfile) throw Error("--reread-hostfile needs --hostfile");
-      if (!req.elastic) throw Error("--reread-hostfile needs --control-file (it is for elastic jobs)");
-      // A grow in place would put its ranks where the hostfile of the start said; a restart reads
-      // the file again.
-      req.elastic_restart_only = true;
-      req.extra_env.emplace_back("EDP_RESCALE_MODE", "restart");
-    }
-    const bool forced_cpu = req.gpus.size() == 1 && req.gpus[0] == "none";
-    disc = forced_cpu ? Discovery{{}, "--gpus none"} : discover_gpus(o.str("gpu-discovery"));
-    req.gpu_source = disc.source;
-
-    const std::string tmp = sys_env_or("TMPDIR", "/tmp");
-    // Open MPI's shared-memory segments go to a job-private directory on tmpfs (/dev/shm), its
-    // session directory into the job directory; both are then removed after every mpirun exit.
-    // Only on one host: the directories would not exist on the others.
-    const bool private_ompi = req.host_source == HostSource::Local;
-    struct stat shm_st{};
-    const bool have_shm = stat("/dev/shm", &shm_st) == 0 && S_ISDIR(shm_st.st_mode) && access("/dev/shm", W_OK) == 0;
-    if (dry) {
-      req.job_dir = tmp + "/edprun.XXXXXX";
-      if (private_ompi && have_shm) req.ompi_shm_dir = "/dev/shm/edprun.XXXXXX";
-    } else {
-      // Job directories of edprun processes that were killed (SIGKILL skips every cleanup).
-      for (const StaleJob& st : clean_stale_job_dirs(tmp, mps_control))
-        std::fprintf(stderr,
-                     "edprun: removed the job directory of a dead edprun (pid %ld): %s (killed %s%d rank(s) it left "
-                     "running, stopped %d MPS daemon(s))\n",
-                     st.pid, st.dir.c_str(), st.mpirun_killed ? "its mpirun and " : "", st.ranks_killed,
-                     st.daemons_stopped);
-      std::string templ = tmp + "/edprun.XXXXXX";
-      if (!mkdtemp(templ.data())) throw Error("cannot create a job directory under " + tmp + ": " + std::strerror(errno));
-      req.job_dir = templ;
-      if (private_ompi && have_shm) {
-        std::string shm = "/dev/shm/edprun.XXXXXX";
-        if (mkdtemp(shm.data())) req.ompi_shm_dir = shm;
-      }
-    }
-    if (private_ompi) req.ompi_session_dir = req.job_dir + "/ompi";
-    // Rank 0 records there the size it committed before exiting with 75; edprun restarts at it.
-    req.extra_env.emplace_back("EDP_RESCALE_FILE", req.job_dir + "/rescale.json");
-    // Rank 0 appends the job's starts and rescales there; edprun follows the job's size with it
-    // (history.h). Every job: a restart after a crash reads it too.
-    if (events_file.empty()) events_file = req.job_dir + "/events.jsonl";
-    req.extra_env.emplace_back("EDP_EVENTS_FILE", events_file);
-    // A rank of this host whose collective timed out leaves its stall record there (the silent
-    // ranks and their hosts): edprun then ends an mpirun stuck on a lost host, and restarts
-    // without that host (--min-np). Ranks on other hosts do not see the directory.
-    req.extra_env.emplace_back("EDP_STALL_DIR", req.job_dir + "/stalls");
-    // An in-place grow starts its new ranks through the rank shim, which places them like the
-    // others (rank_exec, EDP_SPAWN_RANK_BASE). The library splits the command on spaces.
-    if (req.elastic) req.extra_env.emplace_back("EDP_SPAWN_WRAPPER", req.self_exe + " --rank-exec --");
-    try {
-      if (!dry) {
-        write_owner(req.job_dir, current_owner(req.ompi_shm_dir));
-        mkdir((req.job_dir + "/ranks").c_str(), 0700);
-        mkdir((req.job_dir + "/stalls").c_str(), 0700);
-        if (private_ompi) mkdir(req.ompi_session_dir.c_str(), 0700);
-      }
-      // The sizes a rescale may ask for: the ranks refuse any other before acting on it.
-      std::vector<int> allowed = allowed_worker_counts(req, disc.gpus);
-      if (const int max_np = static_cast<int>(o.i64("max-np")); max_np > 0) {
-        if (max_np > elastic::kMaxAllowedWorkers)
-          throw Error(concat("--max-np ", max_np, ": at most ", elastic::kMaxAllowedWorkers));
-        if (max_np < req.np) throw Error(concat("--max-np ", max_np, " is below -np ", req.np));
-        if (reread) {
-          // The hosts of a later start are the hostfile's then: every size up to --max-np may be
-          // asked for; the restart checks that the hostfile holds it.
-          allowed.clear();
-          for (int n = 1; n <= max_np; ++n) allowed.push_back(n);
-        } else {
-          allowed.erase(std::remove_if(allowed.begin(), allowed.end(), [&](int n) { return n > max_np; }), allowed.end());
-        }
-      }
-      req.extra_env.emplace_back("EDP_ALLOWED_WORKERS", elastic::format_allowed_workers(allowed));
-      plan = make_plan(req, disc.gpus);
-      plan.notes.push_back("elastic: the job can run at " + elastic::format_allowed_workers(allowed) +
-                           " worker(s) (EDP_ALLOWED_WORKERS); after exit code 75 edprun restarts it at the size "
-                           "recorded in EDP_RESCALE_FILE");
-    } catch (...) {
-      if (!dry) {
-        remove_tree(req.job_dir);
-        if (!req.ompi_shm_dir.empty()) remove_tree(req.ompi_shm_dir);
-      }
-      throw;
-    }
-    if (dry) {
-      std::fputs(format_plan(plan).c_str(), stdout);
-      return 0;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "edprun: error: %s\n", e.what());
-    return kUsageError;
+// The request from the flags, the environment and this host (no file is created yet).
+void fill_request(const cli::Options& o, Setup& s) {
+  LaunchRequest& req = s.req;
+  std::string& events_file = s.events_file;
+  std::string& mps_control = s.mps_control;
+  Discovery& disc = s.disc;
+  const bool reread = s.reread;
+  req.np = static_cast<int>(o.i64("np"));
+  req.ranks_per_gpu = static_cast<int>(o.i64("ranks-per-gpu"));
+  req.gpus = split_list(o.str("gpus"));
+  // CUDA_VISIBLE_DEVICES chosen by the user or the batch system is the default selection.
+  if (req.gpus.empty() && !sys_env_or("CUDA_VISIBLE_DEVICES", "").empty()) req.gpus = split_list(sys_env_or("CUDA_VISIBLE_DEVICES", ""));
+  req.mps = parse_mps_mode(o.str("mps"));
+  req.mps_thread_percentage = static_cast<int>(o.i64("mps-thread-percentage"));
+  req.mps_mem_limit = o.str("mps-mem-limit");
+  req.mps_pipe_directory = o.str("mps-pipe-directory");
+  req.bind = parse_bind_mode(o.str("bind-to"));
+  req.oversubscribe = o.flag("oversubscribe");
+  req.mpirun = o.str("mpirun");
+  req.mpirun_extra = split_list(o.str("mpirun-args"), ' ');
+  req.program = o.rest();
+  if (!o.str("control-file").empty()) {
+    // Absolute, so that every rank finds it whatever its working directory.
+    std::error_code ec;
+    const std::string abs = std::filesystem::absolute(o.str("control-file"), ec).string();
+    req.extra_env.emplace_back("EDP_CONTROL_FILE", ec ? o.str("control-file") : abs);
+    req.elastic = true;
+    // Read where edprun runs (as the ranks on its host read it); pass it on with -x for others.
+    req.elastic_restart_only = knobs::get_string("EDP_RESCALE_MODE") == "restart";
   }
+  auto absolute = [](const std::string& p) {
+    std::error_code ec;
+    const std::string abs = std::filesystem::absolute(p, ec).string();
+    return ec ? p : abs;
+  };
+  events_file = o.str("events-file").empty() ? "" : absolute(o.str("events-file"));
+  if (!o.str("status-file").empty()) req.extra_env.emplace_back("EDP_STATUS_FILE", absolute(o.str("status-file")));
+  if (o.i64("threads-per-rank") < 0) throw Error("--threads-per-rank must be >= 0");
+  if (o.i64("threads-per-rank") > 0)
+    req.extra_env.emplace_back("EDP_LAUNCH_THREADS", std::to_string(o.i64("threads-per-rank")));
+  req.local_host = host_name();
+  req.local_cores = o.i64("cores-per-host") > 0 ? static_cast<int>(o.i64("cores-per-host")) : physical_cores();
+  req.self_exe = self_exe_path();
+  if (req.elastic && req.self_exe.find(' ') != std::string::npos)
+    throw Error("edprun's path '" + req.self_exe + "' contains a space: EDP_SPAWN_WRAPPER (split on spaces) "
+                "could not name it; install edprun under a path without spaces to run an elastic job");
+  mps_control = find_in_path("nvidia-cuda-mps-control");
+  req.mps_control_available = !mps_control.empty();
 
-  // Declared before the Job, so that it outlives the Job's cleanup on every path.
-  MpsController mps(mps_control.empty() ? "nvidia-cuda-mps-control" : mps_control, verbose);
-  Job job;
-  job.dir = req.job_dir;
-  job.shm_dir = req.ompi_shm_dir;
-  job.verbose = verbose;
-  job.mps = &mps;
+  const bool root = geteuid() == 0;
+  const bool ompi_root_ok = sys_env_or("OMPI_ALLOW_RUN_AS_ROOT", "") == "1" && sys_env_or("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "") == "1";
+  req.allow_run_as_root = o.flag("allow-run-as-root") || (root && ompi_root_ok);
+  if (root && !req.allow_run_as_root)
+    throw Error("refusing to run as root: pass --allow-run-as-root (or EDP_ALLOW_RUN_AS_ROOT=1) if you mean it");
 
-  for (const auto& n : plan.notes)
-    if (n.rfind("warning:", 0) == 0) std::fprintf(stderr, "edprun: %s\n", n.c_str());
-  if (verbose) std::fputs(format_plan(plan).c_str(), stderr);
+  if (!o.str("hostfile").empty()) {
+    req.host_source = HostSource::Hostfile;
+    req.hosts = parse_hostfile(o.str("hostfile"));
+  } else if (auto slurm = slurm_hosts_from_env()) {
+    req.host_source = HostSource::Slurm;
+    req.hosts = *slurm;
+    req.slurm_ntasks = sys_env_int("SLURM_NTASKS", 0);
+    req.slurm_allocation = slurm_allocation_from_env();
+  }
+  if (o.i64("max-np") < 0) throw Error("--max-np must be >= 0");
+  if (reread) {
+    if (req.host_source != HostSource::Hostfile) throw Error("--reread-hostfile needs --hostfile");
+    if (!req.elastic) throw Error("--reread-hostfile needs --control-file (it is for elastic jobs)");
+    // A grow in place would put its ranks where the hostfile of the start said; a restart reads
+    // the file again.
+    req.elastic_restart_only = true;
+    req.extra_env.emplace_back("EDP_RESCALE_MODE", "restart");
+  }
+  const bool forced_cpu = req.gpus.size() == 1 && req.gpus[0] == "none";
+  if (o.flag("mig")) {
+    if (forced_cpu) throw Error("--mig with --gpus none: MIG instances are GPU devices; leave one of them out");
+    if (req.ranks_per_gpu != 1)
+      throw Error("--mig: one rank per MIG instance (--ranks-per-gpu 1); MPS inside MIG instances is not supported");
+    req.extra_env.emplace_back("EDP_LAUNCH_MIG", "1");  // the rank shim on other hosts lists instances too
+  }
+  disc = forced_cpu ? Discovery{{}, "--gpus none"} : discover_gpus(o.flag("mig") ? "mig" : o.str("gpu-discovery"));
+  if (o.flag("mig") && disc.gpus.empty()) throw Error("--mig: " + disc.source);
+  req.gpu_source = disc.source;
 
+}
+
+// The job directory (Open MPI's session and shared-memory directories, records for the next edprun)
+// and the plan. A dry run only names them.
+void prepare_job(const cli::Options& o, Setup& s) {
+  LaunchRequest& req = s.req;
+  Plan& plan = s.plan;
+  const Discovery& disc = s.disc;
+  const bool dry = s.dry, reread = s.reread;
+  const std::string& mps_control = s.mps_control;
+  std::string& events_file = s.events_file;
+  const std::string tmp = sys_env_or("TMPDIR", "/tmp");
+  // Open MPI's shared-memory segments go to a job-private directory on tmpfs (/dev/shm), its
+  // session directory into the job directory; both are then removed after every mpirun exit.
+  // Only on one host: the directories would not exist on the others.
+  const bool private_ompi = req.host_source == HostSource::Local;
+  struct stat shm_st{};
+  const bool have_shm = stat("/dev/shm", &shm_st) == 0 && S_ISDIR(shm_st.st_mode) && access("/dev/shm", W_OK) == 0;
+  if (dry) {
+    req.job_dir = tmp + "/edprun.XXXXXX";
+    if (private_ompi && have_shm) req.ompi_shm_dir = "/dev/shm/edprun.XXXXXX";
+  } else {
+    // Job directories of edprun processes that were killed (SIGKILL skips every cleanup).
+    for (const StaleJob& st : clean_stale_job_dirs(tmp, mps_control))
+      std::fprintf(stderr,
+                   "edprun: removed the job directory of a dead edprun (pid %ld): %s (killed %s%d rank(s) it left "
+                   "running, stopped %d MPS daemon(s))\n",
+                   st.pid, st.dir.c_str(), st.mpirun_killed ? "its mpirun and " : "", st.ranks_killed,
+                   st.daemons_stopped);
+    std::string templ = tmp + "/edprun.XXXXXX";
+    if (!mkdtemp(templ.data())) throw Error("cannot create a job directory under " + tmp + ": " + std::strerror(errno));
+    req.job_dir = templ;
+    if (private_ompi && have_shm) {
+      std::string shm = "/dev/shm/edprun.XXXXXX";
+      if (mkdtemp(shm.data())) req.ompi_shm_dir = shm;
+    }
+  }
+  if (private_ompi) req.ompi_session_dir = req.job_dir + "/ompi";
+  // Rank 0 records there the size it committed before exiting with 75; edprun restarts at it.
+  req.extra_env.emplace_back("EDP_RESCALE_FILE", req.job_dir + "/rescale.json");
+  // Rank 0 appends the job's starts and rescales there; edprun follows the job's size with it
+  // (history.h). Every job: a restart after a crash reads it too.
+  if (events_file.empty()) events_file = req.job_dir + "/events.jsonl";
+  req.extra_env.emplace_back("EDP_EVENTS_FILE", events_file);
+  // A rank of this host whose collective timed out leaves its stall record there (the silent
+  // ranks and their hosts): edprun then ends an mpirun stuck on a lost host, and restarts
+  // without that host (--min-np). Ranks on other hosts do not see the directory.
+  req.extra_env.emplace_back("EDP_STALL_DIR", req.job_dir + "/stalls");
+  // Decoded data for the job's later starts (a restart, the new ranks of a grow), unless the user
+  // chose a place (then passed on like every knob of theirs). Ranks on other hosts do not see the
+  // directory and decode for themselves.
+  if (knobs::get_string("EDP_DATA_CACHE").empty()) req.extra_env.emplace_back("EDP_DATA_CACHE", req.job_dir + "/data");
+  // An in-place grow starts its new ranks through the rank shim, which places them like the
+  // others (rank_exec, EDP_SPAWN_RANK_BASE). The library splits the command on spaces.
+  if (req.elastic) req.extra_env.emplace_back("EDP_SPAWN_WRAPPER", req.self_exe + " --rank-exec --");
+  try {
+    if (!dry) {
+      write_owner(req.job_dir, current_owner(req.ompi_shm_dir));
+      mkdir((req.job_dir + "/ranks").c_str(), 0700);
+      mkdir((req.job_dir + "/stalls").c_str(), 0700);
+      mkdir((req.job_dir + "/data").c_str(), 0700);
+      if (private_ompi) mkdir(req.ompi_session_dir.c_str(), 0700);
+    }
+    // The sizes a rescale may ask for: the ranks refuse any other before acting on it.
+    std::vector<int> allowed = allowed_worker_counts(req, disc.gpus);
+    if (const int max_np = static_cast<int>(o.i64("max-np")); max_np > 0) {
+      if (max_np > elastic::kMaxAllowedWorkers)
+        throw Error(concat("--max-np ", max_np, ": at most ", elastic::kMaxAllowedWorkers));
+      if (max_np < req.np) throw Error(concat("--max-np ", max_np, " is below -np ", req.np));
+      if (reread) {
+        // The hosts of a later start are the hostfile's then: every size up to --max-np may be
+        // asked for; the restart checks that the hostfile holds it.
+        allowed.clear();
+        for (int n = 1; n <= max_np; ++n) allowed.push_back(n);
+      } else {
+        allowed.erase(std::remove_if(allowed.begin(), allowed.end(), [&](int n) { return n > max_np; }), allowed.end());
+      }
+    }
+    req.extra_env.emplace_back("EDP_ALLOWED_WORKERS", elastic::format_allowed_workers(allowed));
+    forward_user_knobs(req);
+    plan = make_plan(req, disc.gpus);
+    plan.notes.push_back("elastic: the job can run at " + elastic::format_allowed_workers(allowed) +
+                         " worker(s) (EDP_ALLOWED_WORKERS); after exit code 75 edprun restarts it at the size "
+                         "recorded in EDP_RESCALE_FILE");
+  } catch (...) {
+    if (!dry) {
+      remove_tree(req.job_dir);
+      if (!req.ompi_shm_dir.empty()) remove_tree(req.ompi_shm_dir);
+    }
+    throw;
+  }
+}
+
+// The MPS daemons of the plan; 0, or edprun's exit code when they cannot run and MPS is required.
+int start_daemons(Setup& s, MpsController& mps, Job& job) {
+  LaunchRequest& req = s.req;
+  Plan& plan = s.plan;
+  const Discovery& disc = s.disc;
   // MPS daemons.
   if (!plan.daemons.empty()) {
     try {
@@ -564,348 +607,385 @@ int launcher(int argc, char** argv) {
       }
     }
   }
-  if (const int s = pending_stop_signal()) {
-    job.cleanup();
-    return 128 + s;
-  }
+  return 0;
+}
 
-  // mpirun.
-  if (find_in_path(req.mpirun).empty()) {
-    std::fprintf(stderr, "edprun: error: %s not found on PATH (install Open MPI: apt-get install openmpi-bin)\n",
-                 req.mpirun.c_str());
-    job.cleanup();
-    return kUsageError;
+// --reread-hostfile: the hosts the hostfile names now, less those lost so far.
+std::vector<HostSpec> current_hosts(const Setup& s, const std::vector<std::string>& lost) {
+  std::vector<HostSpec> hs = parse_hostfile(s.hostfile);
+  hs.erase(std::remove_if(hs.begin(), hs.end(), [&](const HostSpec& h) {
+             return std::find(lost.begin(), lost.end(), h.name) != lost.end();
+           }), hs.end());
+  if (hs.empty()) throw Error("the hostfile " + s.hostfile + " names no host that is not lost (" + join_strings(lost) + ")");
+  return hs;
+}
+
+// The next start at np ranks: a new plan, and the MPS daemons follow a change of GPUs or hosts.
+// Throws (leaving the current plan) when np cannot run. `lost`: hosts that cannot be reached,
+// whose daemons are not stopped (mpirun would wait for them); lost_all: every host lost so far.
+void move_to(Setup& s, MpsController& mps, Job& job, int np, const std::vector<std::string>& lost,
+             const std::vector<std::string>& lost_all) {
+  LaunchRequest& req = s.req;
+  Plan& plan = s.plan;
+  const Discovery& disc = s.disc;
+  const bool reread = s.reread, verbose = s.verbose;
+  LaunchRequest next = req;
+  next.np = np;
+  if (reread) next.hosts = current_hosts(s, lost_all);
+  Plan p2 = make_plan(next, disc.gpus);
+  const bool remote_now = !plan.mps_host_start_argv.empty(), remote_next = !p2.mps_host_start_argv.empty();
+  if (remote_now || remote_next) {
+    // Several hosts: per host, the daemons that run now and those the next start needs. A host
+    // that leaves the job (or needs other GPUs) has its daemons stopped there, a host that joins
+    // gets them started there, by `edprun --mps-host` through mpirun on just those hosts; the
+    // hosts that stay keep theirs.
+    auto has = [](const std::vector<std::string>& v, const std::string& h) {
+      return std::find(v.begin(), v.end(), h) != v.end();
+    };
+    std::vector<std::string> stop, start, reach;
+    if (remote_now)
+      for (const auto& h : plan.mps_hosts)
+        if (!(remote_next && has(p2.mps_hosts, h) && p2.mps_gpus == plan.mps_gpus) && !has(lost, h)) stop.push_back(h);
+    if (remote_next)
+      for (const auto& h : p2.mps_hosts)
+        if (!(remote_now && has(plan.mps_hosts, h) && p2.mps_gpus == plan.mps_gpus)) start.push_back(h);
+    if (!remote_now) mps.stop_all();  // the daemons of one host, started by this edprun
+    if (!stop.empty()) {
+      const auto argv = mps_host_argv(req, stop, "stop", "");
+      if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(argv).c_str());
+      const RunResult r = run_capture(argv);
+      if (r.status != 0)
+        std::fprintf(stderr, "edprun: warning: stopping the MPS daemons on host(s) %s failed (status %d): %s%s\n",
+                     join_strings(stop).c_str(), r.status, r.out.c_str(), r.err.c_str());
+    }
+    // Until the next start's daemons run, the exit paths stop those of every host involved.
+    for (const auto& h : remote_now ? plan.mps_hosts : std::vector<std::string>{})
+      if (!has(stop, h) && !has(lost, h)) reach.push_back(h);
+    for (const auto& h : start)
+      if (!has(reach, h)) reach.push_back(h);
+    job.remote_stop = reach.empty() ? std::vector<std::string>{} : mps_host_argv(req, reach, "stop", "");
+    if (!start.empty()) {
+      const auto argv = mps_host_argv(next, start, "start", p2.mps_gpus);
+      if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(argv).c_str());
+      const RunResult r = run_capture(argv);
+      if (r.status != 0)
+        throw Error(concat("starting the MPS daemons on host(s) ", join_strings(start), " failed (status ", r.status,
+                           "): ", r.out, r.err));
+    }
+    if (!remote_next)
+      for (const auto& d : p2.daemons) mps.start(d);
+    job.remote_stop = p2.mps_host_stop_argv;
+    if (!stop.empty() || !start.empty())
+      std::fprintf(stderr, "edprun: MPS daemons stopped on %s, started on %s\n",
+                   stop.empty() ? "no host" : join_strings(stop).c_str(),
+                   start.empty() ? "no host" : join_strings(start).c_str());
+  } else {
+    auto gpus_of = [](const Plan& p) {
+      std::vector<std::string> g;
+      for (const auto& d : p.daemons) g.push_back(d.gpu_uuid);
+      return g;
+    };
+    if (gpus_of(p2) != gpus_of(plan)) {  // another set of GPUs: the MPS daemons follow
+      mps.stop_all();
+      for (const auto& d : p2.daemons) mps.start(d);
+    }
   }
-  const double grace = static_cast<double>(o.i64("kill-grace"));
-  const int max_restarts = static_cast<int>(o.i64("max-restarts"));
-  const int min_np = static_cast<int>(o.i64("min-np"));
-  const std::string stall_dir = req.job_dir + "/stalls";
-  double backoff = static_cast<double>(o.i64("restart-backoff"));
-  const std::string rescale_file = req.job_dir + "/rescale.json";
+  req = next;
+  plan = std::move(p2);
+
+}
+
+// The largest size up to `want` that the job's hosts, without those lost, can run (0: none); sets
+// the request to those hosts when `apply` (a restart without them).
+int fit_without(Setup& s, const std::vector<std::string>& lost, int want, bool apply) {
+  LaunchRequest next = s.req;
+  if (s.reread) next.hosts = current_hosts(s, lost);
+  next.hosts.erase(std::remove_if(next.hosts.begin(), next.hosts.end(), [&](const HostSpec& h) {
+                     return std::find(lost.begin(), lost.end(), h.name) != lost.end();
+                   }), next.hosts.end());
+  int fit = 0;
+  std::vector<int> allowed;
+  if (!next.hosts.empty()) {
+    try {
+      next.np = want;
+      allowed = allowed_worker_counts(next, s.disc.gpus);
+    } catch (const std::exception&) {
+      next.np = 1;  // `want` itself does not fit: the sizes that do
+      try {
+        allowed = allowed_worker_counts(next, s.disc.gpus);
+      } catch (const std::exception&) {
+      }
+    }
+    for (int n : allowed)
+      if (n <= want) fit = std::max(fit, n);
+  }
+  if (apply) {
+    for (auto& [k, v] : next.extra_env)
+      if (k == "EDP_ALLOWED_WORKERS" && !s.reread) v = elastic::format_allowed_workers(allowed);
+    s.req = next;
+  }
+  return fit;
+}
+
+// How one mpirun ended (after edprun cleaned up behind it).
+struct MpirunEnd {
+  int code = 0, signal = 0;
+  StallReport stall;
+  double ended_t = 0;
+};
+
+// Runs mpirun once and waits for it: forwards a stop signal (and kills mpirun after the grace
+// period), follows the job's events, and kills an mpirun stuck after a stall the ranks reported.
+MpirunEnd run_mpirun(Setup& s, Job& job, JobHistory& history, sigset_t& sigs, double grace) {
+  const Plan& plan = s.plan;
+  const std::string stall_dir = s.req.job_dir + "/stalls";
+  if (s.verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(plan.mpirun_argv).c_str());
+  std::remove((s.req.job_dir + "/rescale.json").c_str());  // only this start's rank 0 may tell edprun a size
+  const pid_t child = spawn_mpirun(plan.mpirun_argv);
+  write_mpirun_record(job.dir, child);  // for the next edprun, should this one be SIGKILLed
+  int got_signal = 0, code = 0;
+  bool killed = false;
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  auto next_poll = std::chrono::steady_clock::now();
+  // A stall the ranks reported: when mpirun outlives it by --kill-grace, it is stuck on a host
+  // it cannot reach (Open MPI 4.1 waits for every daemon to confirm the abort) and is killed.
+  StallReport stall;
+  auto stall_deadline = std::chrono::steady_clock::time_point::max();
+  bool stall_killed = false;
+  for (;;) {
+    timespec tick{0, 200 * 1000 * 1000};
+    const int s = sigtimedwait(&sigs, nullptr, &tick);
+    if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
+      if (!got_signal) {
+        got_signal = s;
+        deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(grace));
+        std::fprintf(stderr, "edprun: got %s, stopping the job\n", strsignal(s));
+      }
+      kill(child, s);
+    }
+    int st = 0;
+    const pid_t w = waitpid(child, &st, WNOHANG);
+    if (w == child) {
+      code = status_code(st);
+      if (WIFSIGNALED(st) && !got_signal)
+        std::fprintf(stderr, "edprun: mpirun was killed by signal %d (%s); removing what it left behind\n", WTERMSIG(st),
+                     strsignal(WTERMSIG(st)));
+      break;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_poll) {  // a stat every 0.5 s; the file is read only when it grew
+      history.poll();
+      next_poll = now + std::chrono::milliseconds(500);
+      if (stall.records == 0) {
+        stall = read_stall_records(stall_dir);
+        if (stall.records > 0) {
+          stall_deadline = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                     std::chrono::duration<double>(grace));
+          std::fprintf(stderr, "edprun: the job stalled in %s; %s\n", stall.collective.c_str(),
+                       stall.silent_ranks.empty() ? "every rank answered"
+                                                  : concat("rank(s) ", join_ints(stall.silent_ranks), " on host(s) ",
+                                                           join_strings(stall.silent_hosts), " did not answer").c_str());
+        }
+      }
+    }
+    if (!stall_killed && now > stall_deadline) {
+      std::fprintf(stderr, "edprun: mpirun has not ended %.0f s after the stall (it waits for host(s) it cannot "
+                   "reach: %s); killing it\n", grace, join_strings(stall.silent_hosts).c_str());
+      kill(child, SIGKILL);
+      stall_killed = true;
+    }
+    if (!killed && now > deadline) {
+      std::fprintf(stderr, "edprun: mpirun did not stop within %.0f s; killing it\n", grace);
+      kill(child, SIGKILL);
+      killed = true;
+    }
+  }
+  MpirunEnd end;
+  end.ended_t = elastic::wall_time();
+  history.poll();  // what rank 0 wrote last
+  if (stall.records == 0) stall = read_stall_records(stall_dir);
+  if (stall_killed) code = comm::kStallExitCode;  // the ranks aborted with it; mpirun could not say so
+  const int leftovers = job.after_mpirun();
+  if (leftovers > 0) std::fprintf(stderr, "edprun: killed %d rank(s) left behind by mpirun\n", leftovers);
+  end.code = code;
+  end.signal = got_signal;
+  end.stall = stall;
+  return end;
+}
+
+// What the ended run tells the supervisor: the rescale record (exit 75), the lost hosts (a stall).
+RunEnd run_end(const Setup& s, const MpirunEnd& m, const JobHistory& history, RescaleRecord& rec) {
+  RunEnd e;
+  e.code = m.code;
+  e.workers = history.workers();
+  e.np = s.plan.np;
+  if (m.code == elastic::kRescaleExitCode) {
+    const std::string rescale_file = s.req.job_dir + "/rescale.json";
+    try {
+      rec = read_rescale_record(rescale_file);
+      e.rescale_record = true;
+      e.rescale_workers = rec.workers;
+    } catch (const std::exception& x) {
+      e.rescale_error = x.what();
+    }
+    std::remove(rescale_file.c_str());
+  }
+  if (m.code == comm::kStallExitCode)
+    for (const auto& h : m.stall.silent_hosts)
+      if (std::any_of(s.req.hosts.begin(), s.req.hosts.end(), [&](const HostSpec& x) { return x.name == h; }))
+        e.lost_hosts.push_back(h);
+  e.silent_ranks = m.stall.silent_ranks;
+  return e;
+}
+
+// The back-off before a restart; a stop signal meanwhile is returned (else 0).
+int wait_backoff(sigset_t& sigs, double backoff) {
+  timespec wait{static_cast<time_t>(backoff), static_cast<long>((backoff - std::floor(backoff)) * 1e9)};
+  const int sig = sigtimedwait(&sigs, nullptr, &wait);
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+    std::fprintf(stderr, "edprun: got %s while waiting to restart; stopping\n", strsignal(sig));
+    return sig;
+  }
+  return 0;
+}
+
+// Carries out one step of the supervisor; returns the next one when it cannot. `rescaled`: the
+// step was a rescale that is now done (the caller records it).
+Step carry_out(Setup& s, MpsController& mps, Job& job, Supervisor& sup, const Step& step, const RunEnd& e,
+               int history_workers) {
+  try {
+    if (step.kind == Step::Rescale) {
+      move_to(s, mps, job, step.np, {}, sup.lost_hosts());
+    } else if (!step.without.empty()) {
+      const LaunchRequest saved = s.req;
+      fit_without(s, sup.lost_hosts(), history_workers, true);
+      try {
+        move_to(s, mps, job, step.np, step.without, sup.lost_hosts());
+      } catch (...) {
+        s.req = saved;
+        throw;
+      }
+    } else if (step.np > 0 && (step.np != s.plan.np || s.reread)) {
+      move_to(s, mps, job, step.np, {}, sup.lost_hosts());
+    }
+  } catch (const std::exception& x) {
+    return sup.cannot(step, e, x.what());
+  }
+  return step;
+}
+
+// The restart/rescale loop: run mpirun, ask the supervisor what next, carry it out.
+int supervise(const cli::Options& o, Setup& s, MpsController& mps, Job& job, sigset_t& sigs) {
   // The job's size as its events tell it (in-place rescales change it without edprun), its
   // rescales and restarts; printed when the job ends.
-  JobHistory history(plan.np, events_file);
+  JobHistory history(s.plan.np, s.events_file);
   history.skip_existing();  // a file given with --events-file may hold an earlier run's events
-  int restarts = 0;
   auto finish = [&](int code) {
     history.poll();
     std::fputs(history.summary(code).c_str(), stderr);
     job.cleanup();
     return code;
   };
-  // --reread-hostfile: the hosts the hostfile names now, less those lost so far.
-  const std::string hostfile = o.str("hostfile");
-  std::vector<std::string> lost_hosts;
-  auto current_hosts = [&]() {
-    std::vector<HostSpec> hs = parse_hostfile(hostfile);
-    hs.erase(std::remove_if(hs.begin(), hs.end(), [&](const HostSpec& h) {
-               return std::find(lost_hosts.begin(), lost_hosts.end(), h.name) != lost_hosts.end();
-             }), hs.end());
-    if (hs.empty()) throw Error("the hostfile " + hostfile + " names no host that is not lost (" + join_strings(lost_hosts) + ")");
-    return hs;
-  };
-  // The next start at np ranks: a new plan, and the MPS daemons follow a change of GPUs or hosts.
-  // Throws (leaving the current plan) when np cannot run. `lost`: hosts that cannot be reached,
-  // whose daemons are not stopped (mpirun would wait for them).
-  auto move_to = [&](int np, const std::vector<std::string>& lost = {}) {
-    LaunchRequest next = req;
-    next.np = np;
-    if (reread) next.hosts = current_hosts();
-    Plan p2 = make_plan(next, disc.gpus);
-    const bool remote_now = !plan.mps_host_start_argv.empty(), remote_next = !p2.mps_host_start_argv.empty();
-    if (remote_now || remote_next) {
-      // Several hosts: per host, the daemons that run now and those the next start needs. A host
-      // that leaves the job (or needs other GPUs) has its daemons stopped there, a host that joins
-      // gets them started there, by `edprun --mps-host` through mpirun on just those hosts; the
-      // hosts that stay keep theirs.
-      auto has = [](const std::vector<std::string>& v, const std::string& h) {
-        return std::find(v.begin(), v.end(), h) != v.end();
-      };
-      std::vector<std::string> stop, start, reach;
-      if (remote_now)
-        for (const auto& h : plan.mps_hosts)
-          if (!(remote_next && has(p2.mps_hosts, h) && p2.mps_gpus == plan.mps_gpus) && !has(lost, h)) stop.push_back(h);
-      if (remote_next)
-        for (const auto& h : p2.mps_hosts)
-          if (!(remote_now && has(plan.mps_hosts, h) && p2.mps_gpus == plan.mps_gpus)) start.push_back(h);
-      if (!remote_now) mps.stop_all();  // the daemons of one host, started by this edprun
-      if (!stop.empty()) {
-        const auto argv = mps_host_argv(req, stop, "stop", "");
-        if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(argv).c_str());
-        const RunResult r = run_capture(argv);
-        if (r.status != 0)
-          std::fprintf(stderr, "edprun: warning: stopping the MPS daemons on host(s) %s failed (status %d): %s%s\n",
-                       join_strings(stop).c_str(), r.status, r.out.c_str(), r.err.c_str());
-      }
-      // Until the next start's daemons run, the exit paths stop those of every host involved.
-      for (const auto& h : remote_now ? plan.mps_hosts : std::vector<std::string>{})
-        if (!has(stop, h) && !has(lost, h)) reach.push_back(h);
-      for (const auto& h : start)
-        if (!has(reach, h)) reach.push_back(h);
-      job.remote_stop = reach.empty() ? std::vector<std::string>{} : mps_host_argv(req, reach, "stop", "");
-      if (!start.empty()) {
-        const auto argv = mps_host_argv(next, start, "start", p2.mps_gpus);
-        if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(argv).c_str());
-        const RunResult r = run_capture(argv);
-        if (r.status != 0)
-          throw Error(concat("starting the MPS daemons on host(s) ", join_strings(start), " failed (status ", r.status,
-                             "): ", r.out, r.err));
-      }
-      if (!remote_next)
-        for (const auto& d : p2.daemons) mps.start(d);
-      job.remote_stop = p2.mps_host_stop_argv;
-      if (!stop.empty() || !start.empty())
-        std::fprintf(stderr, "edprun: MPS daemons stopped on %s, started on %s\n",
-                     stop.empty() ? "no host" : join_strings(stop).c_str(),
-                     start.empty() ? "no host" : join_strings(start).c_str());
-    } else {
-      auto gpus_of = [](const Plan& p) {
-        std::vector<std::string> g;
-        for (const auto& d : p.daemons) g.push_back(d.gpu_uuid);
-        return g;
-      };
-      if (gpus_of(p2) != gpus_of(plan)) {  // another set of GPUs: the MPS daemons follow
-        mps.stop_all();
-        for (const auto& d : p2.daemons) mps.start(d);
-      }
-    }
-    req = next;
-    plan = std::move(p2);
-  };
-  // The pause before a restart, doubling each time; a stop signal meanwhile is returned (else 0).
-  auto wait_backoff = [&]() {
-    timespec wait{static_cast<time_t>(backoff), static_cast<long>((backoff - std::floor(backoff)) * 1e9)};
-    const int s = sigtimedwait(&sigs, nullptr, &wait);
-    backoff *= 2;
-    if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
-      std::fprintf(stderr, "edprun: got %s while waiting to restart; stopping\n", strsignal(s));
-      return s;
-    }
-    return 0;
-  };
+  Supervisor sup({static_cast<int>(o.i64("max-restarts")), o.f64("restart-backoff"), static_cast<int>(o.i64("min-np")),
+                  s.req.host_source == HostSource::Hostfile},
+                 [&](const std::vector<std::string>& lost, int want) { return fit_without(s, lost, want, false); });
+  const double grace = static_cast<double>(o.i64("kill-grace"));
   for (;;) {
-    if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(plan.mpirun_argv).c_str());
-    std::remove(rescale_file.c_str());  // only this start's rank 0 may tell edprun a size
-    pid_t child = -1;
+    MpirunEnd m;
     try {
-      child = spawn_mpirun(plan.mpirun_argv);
-      write_mpirun_record(job.dir, child);  // for the next edprun, should this one be SIGKILLed
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "edprun: error: %s\n", e.what());
+      m = run_mpirun(s, job, history, sigs, grace);
+    } catch (const std::exception& x) {
+      std::fprintf(stderr, "edprun: error: %s\n", x.what());
       job.cleanup();
       return kUsageError;
     }
-    int got_signal = 0, code = 0;
-    bool killed = false;
-    auto deadline = std::chrono::steady_clock::time_point::max();
-    auto next_poll = std::chrono::steady_clock::now();
-    // A stall the ranks reported: when mpirun outlives it by --kill-grace, it is stuck on a host
-    // it cannot reach (Open MPI 4.1 waits for every daemon to confirm the abort) and is killed.
-    StallReport stall;
-    auto stall_deadline = std::chrono::steady_clock::time_point::max();
-    bool stall_killed = false;
-    for (;;) {
-      timespec tick{0, 200 * 1000 * 1000};
-      const int s = sigtimedwait(&sigs, nullptr, &tick);
-      if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
-        if (!got_signal) {
-          got_signal = s;
-          deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                            std::chrono::duration<double>(grace));
-          std::fprintf(stderr, "edprun: got %s, stopping the job\n", strsignal(s));
-        }
-        kill(child, s);
-      }
-      int st = 0;
-      const pid_t w = waitpid(child, &st, WNOHANG);
-      if (w == child) {
-        code = status_code(st);
-        if (WIFSIGNALED(st) && !got_signal)
-          std::fprintf(stderr, "edprun: mpirun was killed by signal %d (%s); removing what it left behind\n", WTERMSIG(st),
-                       strsignal(WTERMSIG(st)));
-        break;
-      }
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= next_poll) {  // a stat every 0.5 s; the file is read only when it grew
-        history.poll();
-        next_poll = now + std::chrono::milliseconds(500);
-        if (stall.records == 0) {
-          stall = read_stall_records(stall_dir);
-          if (stall.records > 0) {
-            stall_deadline = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                       std::chrono::duration<double>(grace));
-            std::fprintf(stderr, "edprun: the job stalled in %s; %s\n", stall.collective.c_str(),
-                         stall.silent_ranks.empty() ? "every rank answered"
-                                                    : concat("rank(s) ", join_ints(stall.silent_ranks), " on host(s) ",
-                                                             join_strings(stall.silent_hosts), " did not answer").c_str());
-          }
-        }
-      }
-      if (!stall_killed && now > stall_deadline) {
-        std::fprintf(stderr, "edprun: mpirun has not ended %.0f s after the stall (it waits for host(s) it cannot "
-                     "reach: %s); killing it\n", grace, join_strings(stall.silent_hosts).c_str());
-        kill(child, SIGKILL);
-        stall_killed = true;
-      }
-      if (!killed && now > deadline) {
-        std::fprintf(stderr, "edprun: mpirun did not stop within %.0f s; killing it\n", grace);
-        kill(child, SIGKILL);
-        killed = true;
-      }
+    if (m.signal) return finish(128 + m.signal);
+    if (s.verbose) std::fprintf(stderr, "edprun: mpirun exited with %d\n", m.code);
+    RescaleRecord rec;
+    const RunEnd e = run_end(s, m, history, rec);
+    Step step = sup.after(e);
+    for (int tries = 0; tries < 3; ++tries) {  // a step that cannot be carried out becomes another
+      const Step done = step.kind == Step::Finish ? step : carry_out(s, mps, job, sup, step, e, history.workers());
+      const bool same = done.kind == step.kind && done.np == step.np && done.say == step.say;
+      step = done;
+      if (same) break;
     }
-    const double ended_t = elastic::wall_time();
-    history.poll();  // what rank 0 wrote last
-    if (stall.records == 0) stall = read_stall_records(stall_dir);
-    if (stall_killed) code = comm::kStallExitCode;  // the ranks aborted with it; mpirun could not say so
-    const int leftovers = job.after_mpirun();
-    if (leftovers > 0) std::fprintf(stderr, "edprun: killed %d rank(s) left behind by mpirun\n", leftovers);
-    if (got_signal) return finish(128 + got_signal);
-    if (verbose) std::fprintf(stderr, "edprun: mpirun exited with %d\n", code);
-
-    // Why the job ended, when it did not succeed: the words of the restart message.
-    std::string failure;
-    if (code == elastic::kRescaleExitCode) {
-      // The job stopped at a step boundary after committing a checkpoint, and rank 0 recorded the
-      // size it committed. That record, not the control file (which a controller may have changed
-      // or broken since), is the size to continue at.
-      bool have_record = false;
-      try {
-        RescaleRecord rec;
-        try {
-          rec = read_rescale_record(rescale_file);
-        } catch (...) {
-          std::remove(rescale_file.c_str());
-          throw;
-        }
-        std::remove(rescale_file.c_str());
-        have_record = true;
-        const int from = history.workers();
-        move_to(rec.workers);
-        history.restart_rescale(from, rec.workers, rec.global_batch, rec.step, ended_t);
-        std::fprintf(stderr, "edprun: rescale %d: %d -> %d rank(s) (global batch %lld, committed at step %lld: %s)\n",
-                     history.rescales(), from, plan.np, static_cast<long long>(rec.global_batch),
-                     static_cast<long long>(rec.step), rec.checkpoint.c_str());
-        continue;
-      } catch (const std::exception& e) {
-        if (have_record) {
-          std::fprintf(stderr, "edprun: error: the job committed a rescale but cannot be started at its new size: %s; "
-                       "treated as a crash\n", e.what());
-          failure = "the job stopped for a rescale to a size the hosts cannot run (exit 75)";
-        } else {
-          std::fprintf(stderr,
-                       "edprun: error: the job exited with 75 (stopped for a rescale) but cannot be restarted at the size "
-                       "it committed: %s. Rank 0 records that size in EDP_RESCALE_FILE after committing its checkpoint, "
-                       "before exiting with 75 (docs/elastic.md); without it this is a bug of the job, treated as a crash\n",
-                       e.what());
-          failure = "the job stopped for a rescale without a usable rescale file (exit 75)";
-        }
-      }
-    } else if (code == elastic::kStopExitCode) {
-      // Not a failure: the job committed a checkpoint and stopped because its control file said
-      // {"stop": true} (a preemption). Restarting it here would only stop it again.
-      std::fprintf(stderr, "edprun: the job stopped as its control file asked (exit %d); started again, with a control file "
-                   "that no longer asks it to stop, it resumes from the checkpoint it committed at that step\n", code);
-      return finish(code);
-    } else if (code == comm::kStallExitCode) {
-      failure = "the job stalled (a collective timed out, exit 76)";
-    } else if (code != 0) {
-      failure = concat("the job failed (exit code ", code, ")");
-    }
-    if (failure.empty()) return finish(code);
-    // Hosts lost: ranks that did not answer in a stalled collective name their hosts. The restart
-    // leaves those hosts out (a hostfile job: edprun chose the hosts) and runs at the largest size the
-    // other hosts take, down to --min-np.
-    std::vector<std::string> lost;
-    if (code == comm::kStallExitCode)
-      for (const auto& h : stall.silent_hosts)
-        if (std::any_of(req.hosts.begin(), req.hosts.end(), [&](const HostSpec& s) { return s.name == h; }))
-          lost.push_back(h);
-    if (!lost.empty() && restarts < max_restarts) {
-      if (req.host_source != HostSource::Hostfile) {
-        std::fprintf(stderr, "edprun: host(s) %s lost; restarting without them needs a hostfile (inside Slurm, "
-                     "the allocation decides the hosts)\n", join_strings(lost).c_str());
-        return finish(code);
-      }
-      for (const auto& h : lost)
-        if (std::find(lost_hosts.begin(), lost_hosts.end(), h) == lost_hosts.end()) lost_hosts.push_back(h);
-      LaunchRequest next = req;
-      if (reread) {
-        try {
-          next.hosts = current_hosts();
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "edprun: error: cannot restart without host(s) %s: %s\n", join_strings(lost).c_str(), e.what());
-          return finish(code);
-        }
-      }
-      next.hosts.erase(std::remove_if(next.hosts.begin(), next.hosts.end(), [&](const HostSpec& s) {
-                         return std::find(lost.begin(), lost.end(), s.name) != lost.end();
-                       }), next.hosts.end());
-      const int want = history.workers();
-      const int floor_np = min_np > 0 ? min_np : want;
-      int fit = 0;
-      std::vector<int> allowed;
-      if (!next.hosts.empty()) {
-        try {
-          next.np = want;
-          allowed = allowed_worker_counts(next, disc.gpus);
-        } catch (const std::exception&) {
-          next.np = 1;  // `want` itself does not fit: the sizes that do
-          try {
-            allowed = allowed_worker_counts(next, disc.gpus);
-          } catch (const std::exception&) {
-          }
-        }
-        for (int n : allowed)
-          if (n <= want) fit = std::max(fit, n);
-      }
-      if (fit < floor_np || fit == 0) {
-        std::fprintf(stderr, "edprun: error: host(s) %s lost (rank(s) %s did not answer); the other host(s) take %d of "
-                     "the job's %d rank(s), fewer than --min-np %d allows; not restarting\n",
-                     join_strings(lost).c_str(), join_ints(stall.silent_ranks).c_str(), fit, want, floor_np);
-        return finish(code);
-      }
-      for (auto& [k, v] : next.extra_env)
-        if (k == "EDP_ALLOWED_WORKERS" && !reread) v = elastic::format_allowed_workers(allowed);
-      LaunchRequest saved = req;
-      req = next;
-      try {
-        move_to(fit, lost);
-      } catch (const std::exception& e) {
-        req = saved;
-        std::fprintf(stderr, "edprun: error: cannot restart without host(s) %s: %s\n", join_strings(lost).c_str(), e.what());
-        return finish(code);
-      }
-      std::string left;
-      for (const auto& h : req.hosts) left += (left.empty() ? std::string() : std::string(",")) + h.name;
-      ++restarts;
-      history.restart_failure(code, true, plan.np, ended_t);
-      std::fprintf(stderr, "edprun: host(s) %s lost (rank(s) %s did not answer); restart %d of %d on %s at %d rank(s) "
-                   "in %.0f s\n", join_strings(lost).c_str(), join_ints(stall.silent_ranks).c_str(), restarts,
-                   max_restarts, left.c_str(), plan.np, backoff);
-      if (const int sig = wait_backoff()) return finish(128 + sig);
+    for (const auto& line : step.say) std::fprintf(stderr, "edprun: %s\n", line.c_str());
+    if (step.kind == Step::Finish) return finish(step.code);
+    if (step.kind == Step::Rescale) {
+      const int from = history.workers();
+      history.restart_rescale(from, rec.workers, rec.global_batch, rec.step, m.ended_t);
+      std::fprintf(stderr, "edprun: rescale %d: %d -> %d rank(s) (global batch %lld, committed at step %lld: %s)\n",
+                   history.rescales(), from, s.plan.np, static_cast<long long>(rec.global_batch),
+                   static_cast<long long>(rec.step), rec.checkpoint.c_str());
       continue;
     }
-    if (restarts >= max_restarts) {
-      if (max_restarts > 0 || code == comm::kStallExitCode)
-        std::fprintf(stderr, "edprun: %s; no restart left (--max-restarts %d)\n", failure.c_str(), max_restarts);
-      return finish(code);
+    history.restart_failure(e.code, step.stall, s.plan.np, m.ended_t);
+    if (!step.without.empty()) {
+      std::string left;
+      for (const auto& h : s.req.hosts) left += (left.empty() ? std::string() : std::string(",")) + h.name;
+      std::fprintf(stderr, "edprun: host(s) %s lost (rank(s) %s did not answer); restart %d of %d on %s at %d rank(s) "
+                   "in %.0f s\n", join_strings(step.without).c_str(), join_ints(e.silent_ranks).c_str(), step.restart,
+                   static_cast<int>(o.i64("max-restarts")), left.c_str(), s.plan.np, step.wait_s);
+    } else {
+      std::fprintf(stderr, "edprun: %s; restart %d of %d at %d rank(s) in %.0f s\n", step.failure.c_str(), step.restart,
+                   static_cast<int>(o.i64("max-restarts")), s.plan.np, step.wait_s);
     }
-    ++restarts;
-    // At the job's current size: an in-place rescale may have changed it since this start. The job
-    // resumes from its last checkpoint, which re-shards to whatever size it is loaded at.
-    if (history.workers() != plan.np || reread) {
-      try {
-        move_to(history.workers());
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "edprun: warning: cannot restart at the job's current size of %d worker(s) (%s); "
-                     "restarting at %d\n", history.workers(), e.what(), plan.np);
-      }
-    }
-    history.restart_failure(code, code == comm::kStallExitCode, plan.np, ended_t);
-    std::fprintf(stderr, "edprun: %s; restart %d of %d at %d rank(s) in %.0f s\n", failure.c_str(), restarts,
-                 max_restarts, plan.np, backoff);
-    if (const int sig = wait_backoff()) return finish(128 + sig);
+    if (const int sig = wait_backoff(sigs, step.wait_s)) return finish(128 + sig);
   }
+}
+
+int launcher(int argc, char** argv) {
+  // Open MPI spells it -np; the options only know --long ones.
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i)
+    if (args[i] == "-np" || args[i] == "-n") args[i] = "--np";
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cli::Options o = edprun_options();
+  o.parse(static_cast<int>(cargs.size()), cargs.data());
+  Setup s;
+  s.dry = o.flag("dry-run");
+  s.verbose = o.flag("verbose");
+  s.reread = o.flag("reread-hostfile");
+  s.hostfile = o.str("hostfile");
+  // From here on a Ctrl-C waits (pending) until edprun can clean up what it created.
+  sigset_t sigs;
+  block_signals(sigs);
+  try {
+    fill_request(o, s);
+    prepare_job(o, s);
+    if (s.dry) {
+      std::fputs(format_plan(s.plan).c_str(), stdout);
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "edprun: error: %s\n", e.what());
+    return kUsageError;
+  }
+  // Declared before the Job, so that it outlives the Job's cleanup on every path.
+  MpsController mps(s.mps_control.empty() ? "nvidia-cuda-mps-control" : s.mps_control, s.verbose);
+  Job job;
+  job.dir = s.req.job_dir;
+  job.shm_dir = s.req.ompi_shm_dir;
+  job.verbose = s.verbose;
+  job.mps = &mps;
+  for (const auto& n : s.plan.notes)
+    if (n.rfind("warning:", 0) == 0) std::fprintf(stderr, "edprun: %s\n", n.c_str());
+  if (s.verbose) std::fputs(format_plan(s.plan).c_str(), stderr);
+  if (const int rc = start_daemons(s, mps, job)) return rc;
+  if (const int sig = pending_stop_signal()) {
+    job.cleanup();
+    return 128 + sig;
+  }
+  if (find_in_path(s.req.mpirun).empty()) {
+    std::fprintf(stderr, "edprun: error: %s not found on PATH (install Open MPI: apt-get install openmpi-bin)\n",
+                 s.req.mpirun.c_str());
+    job.cleanup();
+    return kUsageError;
+  }
+  return supervise(o, s, mps, job, sigs);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 #include "launch/mps.h"
 #include "launch/plan.h"
 #include "launch/system.h"
@@ -22,33 +23,16 @@ namespace edp::launch {
 
 namespace {
 
-std::string slurp(const std::string& path, bool binary = false) {
-  std::ifstream f(path, binary ? std::ios::binary : std::ios::in);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string pid_namespace() {
-  char buf[128] = {0};
-  const ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+// The file's text, or "" when it cannot be read (a process that is gone, another user's).
+std::string slurp(const std::string& path) {
+  try {
+    return files::read_file_if_exists(path).value_or("");
+  } catch (const Error&) {
+    return "";
+  }
 }
 
 }  // namespace
-
-unsigned long long process_start_time(long pid) {
-  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
-  // "pid (comm) state ppid ...": comm may hold spaces and ')', so count fields after the last ')'.
-  const size_t rp = stat.rfind(')');
-  if (rp == std::string::npos) return 0;
-  std::istringstream is(stat.substr(rp + 1));
-  std::string field;
-  for (int i = 3; i <= 22; ++i)  // field 3 (state) .. field 22 (starttime)
-    if (!(is >> field)) return 0;
-  if (stat.substr(rp + 2, 1) == "Z") return 0;  // a zombie has finished; only its parent's wait is missing
-  return std::strtoull(field.c_str(), nullptr, 10);
-}
 
 JobOwner current_owner(const std::string& shm_dir) {
   JobOwner o;
@@ -63,13 +47,7 @@ JobOwner current_owner(const std::string& shm_dir) {
 void write_owner(const std::string& job_dir, const JobOwner& o) {
   const nlohmann::json j = {{"pid", o.pid},       {"start_time", o.start_time}, {"host", o.host},
                             {"pid_ns", o.pid_ns}, {"shm_dir", o.shm_dir}};
-  const std::string tmp = job_dir + "/owner.json.tmp", path = job_dir + "/owner.json";
-  {
-    std::ofstream f(tmp);
-    f << j.dump() << "\n";
-    if (!f) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot rename " + tmp + ": " + std::strerror(errno));
+  files::write_atomic(job_dir + "/owner.json", j.dump() + "\n");
 }
 
 JobOwner read_owner(const std::string& job_dir) {
@@ -104,7 +82,7 @@ int kill_leftover_ranks(const std::string& job_dir) {
     std::ifstream f(dir + "/" + e->d_name);
     long pid = 0;
     if (!(f >> pid) || pid <= 1) continue;
-    const std::string env = slurp("/proc/" + std::to_string(pid) + "/environ", true);
+    const std::string env = slurp("/proc/" + std::to_string(pid) + "/environ");
     if (env.find("EDP_LAUNCH_JOB_DIR=" + job_dir + '\0') == std::string::npos) continue;
     if (process_start_time(pid) == 0) continue;  // already a zombie
     if (kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;

@@ -5,12 +5,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
 
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 #include "edp/elastic/allowed.h"
 #include "edp/launch/placement.h"
 
@@ -136,11 +137,14 @@ std::vector<HostSpec> parse_hostfile_text(const std::string& text, const std::st
 }
 
 std::vector<HostSpec> parse_hostfile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("--hostfile " + path + ": cannot open it");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_hostfile_text(ss.str(), path);
+  std::optional<std::string> text;
+  try {
+    text = files::read_file_if_exists(path);
+  } catch (const Error& e) {
+    throw Error("--hostfile " + path + ": " + e.what());
+  }
+  if (!text) throw Error("--hostfile " + path + ": cannot open it");
+  return parse_hostfile_text(*text, path);
 }
 
 std::vector<HostSlots> read_hostfile(const std::string& path) {
@@ -355,19 +359,18 @@ std::vector<std::string> mps_host_argv(const LaunchRequest& req, const std::vect
 
 namespace {
 
-// check_only: stop once every check has passed, before the per-rank part (O(np), and no check
-// there), so that allowed_worker_counts() can try thousands of sizes cheaply.
-Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus, bool check_only) {
-  Plan p;
-  const int K = req.ranks_per_gpu;
-  if (K < 1) throw Error(concat("--ranks-per-gpu ", K, ": must be at least 1"));
-  if (req.np < 0) throw Error(concat("-np ", req.np, ": must be at least 1"));
-  if (req.program.empty())
-    throw Error("nothing to run: give the program after '--', e.g. edprun -np 2 -- ./train --epochs 1");
-  if (req.local_cores < 1) throw Error("local_cores must be >= 1");
-  p.ranks_per_gpu = K;
-  p.host_source = req.host_source;
+// What the planner's steps share: the hosts, how many ranks each takes, the binding.
+struct Layout {
+  std::vector<HostSpec> hosts;
+  std::vector<int> cap, ranks_on;
+  int H = 0, G = 0, K = 1, np = 0;
+  bool oversubscribed = false, cores_shared = false, reuse = false, all_gpus = false;
+  BindMode bind = BindMode::Auto;
+};
 
+// The GPUs of the plan (none: CPU mode).
+void plan_gpus(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus, Plan& p, Layout& L) {
+  const int K = L.K;
   // GPUs.
   const bool forced_cpu = req.gpus.size() == 1 && req.gpus[0] == "none";
   const bool explicit_selection = !req.gpus.empty() && !forced_cpu && !(req.gpus.size() == 1 && req.gpus[0] == "all");
@@ -376,7 +379,7 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
                 "); use --gpus none for CPU mode");
   p.gpus = forced_cpu ? std::vector<GpuInfo>{} : select_gpus(local_gpus, req.gpus);
   p.gpu_mode = !p.gpus.empty();
-  const int G = static_cast<int>(p.gpus.size());
+  const int G = L.G = static_cast<int>(p.gpus.size());
   for (const auto& g : p.gpus)
     if (g.compute_mode == "Prohibited")
       throw Error(concat("GPU ", g.index, " (", g.uuid, ") is in Prohibited compute mode: no process "
@@ -388,13 +391,19 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
     p.notes.push_back(forced_cpu ? "CPU mode: --gpus none"
                                  : "CPU mode: no GPU found (" + req.gpu_source + "); ranks share the cores");
 
+}
+
+// The hosts, their capacities, the ranks (-np or its default) and how they fill the hosts.
+void plan_hosts(const LaunchRequest& req, Plan& p, Layout& L) {
+  const int G = L.G, K = L.K;
   // Hosts and their capacities.
-  std::vector<HostSpec> hosts = req.host_source == HostSource::Local
+  std::vector<HostSpec>& hosts = L.hosts = req.host_source == HostSource::Local
                                     ? std::vector<HostSpec>{{req.local_host, 0, 0}}
                                     : req.hosts;
   if (hosts.empty()) throw Error("no host to run on (empty hostfile or Slurm allocation)");
-  const int H = static_cast<int>(hosts.size());
-  std::vector<int> cap(H);
+  const int H = L.H = static_cast<int>(hosts.size());
+  std::vector<int>& cap = L.cap;
+  cap.assign(static_cast<size_t>(H), 0);
   for (int h = 0; h < H; ++h) {
     const int slots = hosts[h].slots;
     if (p.gpu_mode)
@@ -419,10 +428,11 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
     }
     p.notes.push_back(concat("-np not given: ", np, " rank(s)"));
   }
-  p.np = np;
+  p.np = L.np = np;
 
   // Fill hosts in order, as Open MPI's by-slot mapping does.
-  std::vector<int> ranks_on(H, 0);
+  std::vector<int>& ranks_on = L.ranks_on;
+  ranks_on.assign(static_cast<size_t>(H), 0);
   int left = np;
   for (int h = 0; h < H && left > 0; ++h) {
     ranks_on[h] = std::min(cap[h], left);
@@ -451,8 +461,16 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
     left = 0;
   }
 
+}
+
+// Cores per rank and the binding; the per-host part of the plan.
+void plan_cores(const LaunchRequest& req, Plan& p, Layout& L) {
+  const int H = L.H, K = L.K;
+  const std::vector<HostSpec>& hosts = L.hosts;
+  const std::vector<int>& ranks_on = L.ranks_on;
+  const std::vector<int>& cap = L.cap;
   // Cores: remote hosts are assumed to have as many as this one.
-  bool oversubscribed = false;
+  bool& oversubscribed = L.oversubscribed;
   for (int h = 0; h < H; ++h) {
     const int slot_limit = hosts[h].slots > 0 ? hosts[h].slots : req.local_cores;
     if (ranks_on[h] > slot_limit) oversubscribed = true;
@@ -460,9 +478,10 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
   if (oversubscribed && !req.oversubscribe)
     throw Error(concat("more ranks on a host than it has cores (", req.local_cores,
                        " on this host) or hostfile slots; pass --oversubscribe to let ranks share cores"));
-  bool cores_shared = false;
+  bool& cores_shared = L.cores_shared;
   for (int h = 0; h < H; ++h) cores_shared = cores_shared || ranks_on[h] > req.local_cores;
-  BindMode bind = req.bind;
+  BindMode& bind = L.bind;
+  bind = req.bind;
   if (bind == BindMode::Auto) bind = cores_shared ? BindMode::None : BindMode::Core;
   if (bind == BindMode::Core && cores_shared)
     throw Error(concat("--bind-to core: more ranks on a host than its ", req.local_cores,
@@ -487,6 +506,11 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
     p.hosts.push_back(hp);
   }
 
+}
+
+// MPS: whether ranks share GPUs through it, and its daemons on each host.
+void plan_mps(const LaunchRequest& req, Plan& p, Layout& L) {
+  const int H = L.H, G = L.G, K = L.K;
   // MPS.
   int max_share = 1;
   for (const auto& hp : p.hosts)
@@ -498,7 +522,7 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
       limit = mps_client_limit(g.cc_major);
       limiting = &g;
     }
-  const bool reuse = !req.mps_pipe_directory.empty();
+  const bool reuse = L.reuse = !req.mps_pipe_directory.empty();
   p.mps_thread_percentage = req.mps_thread_percentage ? req.mps_thread_percentage : default_thread_percentage(K);
   if (p.mps_thread_percentage < 1 || p.mps_thread_percentage > 100)
     throw Error(concat("--mps-thread-percentage ", p.mps_thread_percentage, ": must be 1..100"));
@@ -533,7 +557,7 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
       if (g.compute_mode == "Exclusive_Process")
         throw Error(concat("GPU ", g.index, " is in Exclusive_Process compute mode: ", max_share,
                            " ranks can share it only through MPS (", p.mps_reason, ")"));
-  const bool all_gpus = req.elastic && (req.host_source == HostSource::Local || !req.elastic_restart_only);
+  const bool all_gpus = L.all_gpus = req.elastic && (req.host_source == HostSource::Local || !req.elastic_restart_only);
   if (p.mps && p.mps_started_by_edprun) {
     // Unix socket paths hold 107 bytes; MPS's longest name in the pipe directory is
     // "control_privileged".
@@ -564,8 +588,13 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
     p.mps_host_stop_argv = mps_host_argv(req, p.mps_hosts, "stop", "", with_hosts);
   }
 
-  if (check_only) return p;
+}
 
+// Each rank's host, local rank, threads and GPU.
+void plan_ranks(const LaunchRequest& req, Plan& p, const Layout& L) {
+  const int H = L.H, K = L.K;
+  const bool reuse = L.reuse;
+  const std::vector<int>& ranks_on = L.ranks_on;
   // Ranks.
   int rank = 0;
   for (int h = 0; h < H; ++h)
@@ -587,6 +616,13 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
       p.ranks.push_back(r);
     }
 
+}
+
+// The variables every rank gets (the shim derives the per-rank ones from these).
+void plan_env(const LaunchRequest& req, Plan& p, const Layout& L) {
+  const int H = L.H, K = L.K;
+  const bool reuse = L.reuse;
+  const BindMode bind = L.bind;
   // Variables every rank gets (the shim derives the per-rank ones from these).
   auto env = [&](const std::string& k, const std::string& v) { p.env.emplace_back(k, v); };
   env("EDP_LAUNCHER", "edprun");
@@ -618,6 +654,13 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
   }
   for (const auto& [k, v] : req.extra_env) env(k, v);
 
+}
+
+// The mpirun command.
+void plan_mpirun(const LaunchRequest& req, Plan& p, const Layout& L) {
+  const int H = L.H, np = L.np;
+  const bool oversubscribed = L.oversubscribed, cores_shared = L.cores_shared;
+  const BindMode bind = L.bind;
   // The mpirun command.
   auto& a = p.mpirun_argv;
   a.push_back(req.mpirun);
@@ -661,6 +704,31 @@ Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus,
   a.insert(a.end(), req.mpirun_extra.begin(), req.mpirun_extra.end());
   a.insert(a.end(), {req.self_exe, "--rank-exec", "--"});
   a.insert(a.end(), req.program.begin(), req.program.end());
+}
+
+// check_only: stop once every check has passed, before the per-rank part (O(np), and no check
+// there), so that allowed_worker_counts() can try thousands of sizes cheaply.
+Plan plan_impl(const LaunchRequest& req, const std::vector<GpuInfo>& local_gpus, bool check_only) {
+  Plan p;
+  const int K = req.ranks_per_gpu;
+  if (K < 1) throw Error(concat("--ranks-per-gpu ", K, ": must be at least 1"));
+  if (req.np < 0) throw Error(concat("-np ", req.np, ": must be at least 1"));
+  if (req.program.empty())
+    throw Error("nothing to run: give the program after '--', e.g. edprun -np 2 -- ./train --epochs 1");
+  if (req.local_cores < 1) throw Error("local_cores must be >= 1");
+  p.ranks_per_gpu = K;
+  p.host_source = req.host_source;
+
+  Layout L;
+  L.K = K;
+  plan_gpus(req, local_gpus, p, L);
+  plan_hosts(req, p, L);
+  plan_cores(req, p, L);
+  plan_mps(req, p, L);
+  if (check_only) return p;
+  plan_ranks(req, p, L);
+  plan_env(req, p, L);
+  plan_mpirun(req, p, L);
   return p;
 }
 

@@ -32,6 +32,10 @@ struct GpuInfo {
   int cc_minor = 0;
   int64_t memory_mib = 0;
   std::string compute_mode = "Default";  // Default | Exclusive_Process | Prohibited
+  // A MIG instance (a slice of a GPU in MIG mode, `edprun --mig`): its profile ("1g.10gb") and
+  // the index of the GPU it belongs to; index is then the instance's place in nvidia-smi -L's list.
+  std::string mig_profile;
+  int parent = -1;
 };
 
 // One host line of an Open MPI hostfile ("node1 slots=4 max_slots=8"); slots 0 = not given.

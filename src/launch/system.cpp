@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <regex>
 #include <sstream>
 
 #include "edp/core/error.h"
@@ -131,14 +132,66 @@ bool nvml_discover(std::vector<GpuInfo>& out, std::string& why) {
 }
 }  // namespace
 
+std::vector<GpuInfo> parse_nvidia_smi_list_mig(const std::string& text) {
+  static const std::regex gpu_line(R"(^GPU\s+(\d+):\s*(.*?)\s*\(UUID:\s*([^)\s]+)\)\s*$)");
+  static const std::regex mig_line(R"(^\s+MIG\s+(\S+)\s+Device\s+(\d+):\s*\(UUID:\s*([^)\s]+)\)\s*$)");
+  std::vector<GpuInfo> out;
+  int parent = -1;
+  std::string parent_name;
+  std::istringstream is(text);
+  std::string line;
+  while (std::getline(is, line)) {
+    std::smatch m;
+    if (std::regex_match(line, m, gpu_line)) {
+      parent = std::atoi(m[1].str().c_str());
+      parent_name = m[2].str();
+    } else if (std::regex_match(line, m, mig_line)) {
+      if (parent < 0) throw Error("nvidia-smi -L printed a MIG instance before any GPU: '" + line + "'");
+      GpuInfo g;
+      g.index = static_cast<int>(out.size());
+      g.uuid = m[3].str();
+      g.mig_profile = m[1].str();
+      g.parent = parent;
+      g.name = parent_name + " MIG " + g.mig_profile;
+      // The profile names the instance's memory: "<compute>g.<memory>gb" (or "<c>c.<g>g.<m>gb").
+      static const std::regex mem(R"((\d+)gb$)");
+      std::smatch mm;
+      if (std::regex_search(g.mig_profile, mm, mem)) g.memory_mib = std::atoll(mm[1].str().c_str()) * 1024;
+      out.push_back(g);
+    } else if (trim(line).rfind("MIG", 0) == 0) {
+      throw Error("nvidia-smi -L printed '" + line + "': not a MIG instance line edprun can read");
+    }
+  }
+  return out;
+}
+
 Discovery discover_gpus(const std::string& method) {
   Discovery d;
+  if (method == "mig") {
+    // MIG instances as the devices: nvidia-smi -L lists them with their UUIDs (which
+    // CUDA_VISIBLE_DEVICES takes). edprun never changes a GPU's MIG mode or its instances.
+    const std::string smi = find_in_path("nvidia-smi");
+    if (smi.empty()) {
+      d.source = "--mig: nvidia-smi not on PATH";
+      return d;
+    }
+    const RunResult r = run_capture({smi, "-L"});
+    if (r.status != 0) {
+      d.source = concat("nvidia-smi -L failed (exit ", r.status, "): ", trim(r.err.empty() ? r.out : r.err));
+      return d;
+    }
+    d.gpus = parse_nvidia_smi_list_mig(r.out);
+    d.source = d.gpus.empty() ? "nvidia-smi -L: no MIG instance (MIG mode and instances are set up by an "
+                                "administrator; edprun never changes them)"
+                              : "nvidia-smi -L (MIG instances)";
+    return d;
+  }
   if (method == "none") {
     d.source = "discovery disabled (--gpu-discovery none)";
     return d;
   }
   if (method != "auto" && method != "nvml" && method != "nvidia-smi")
-    throw Error("--gpu-discovery '" + method + "': expected auto, nvml, nvidia-smi or none");
+    throw Error("--gpu-discovery '" + method + "': expected auto, nvml, nvidia-smi, mig or none");
   std::string why_nvml = "NVML not tried";
   if (method == "auto" || method == "nvml") {
     if (nvml_discover(d.gpus, why_nvml)) {
@@ -191,14 +244,6 @@ int physical_cores() {
       cores.insert({-1, c});  // no topology: count the CPU itself
   }
   return std::max<int>(1, cores.empty() ? cpus : static_cast<int>(cores.size()));
-}
-
-std::string host_name() {
-  // Containers often have a hostname that no hostfile uses; EDP_HOSTNAME names the host instead.
-  if (std::string h = knobs::get_string("EDP_HOSTNAME"); !h.empty()) return h;
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
 }
 
 std::string find_in_path(const std::string& name) {

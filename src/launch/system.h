@@ -2,6 +2,7 @@
 // dlopen, or nvidia-smi), the cores this process may use, PATH look-up, and running a child
 // process with its output captured. Kept apart from plan.h so that the planner stays pure.
 #pragma once
+#include "edp/core/process.h"
 #include <sys/types.h>
 
 #include <functional>
@@ -16,6 +17,11 @@ namespace edp::launch {
 // nvidia-smi --query-gpu=index,uuid,name,memory.total,compute_cap,compute_mode
 //            --format=csv,noheader,nounits  (compute_cap may be missing: older drivers)
 std::vector<GpuInfo> parse_nvidia_smi_csv(const std::string& text, bool has_compute_cap = true);
+// The MIG instances in `nvidia-smi -L`'s listing, in its order (index 0, 1, ... across GPUs):
+//   GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)
+//     MIG 1g.10gb     Device  0: (UUID: MIG-...)
+// GPUs without instances (MIG off) contribute none. Throws on a MIG line it cannot read.
+std::vector<GpuInfo> parse_nvidia_smi_list_mig(const std::string& text);
 
 struct Discovery {
   std::vector<GpuInfo> gpus;
@@ -27,8 +33,7 @@ Discovery discover_gpus(const std::string& method);
 
 // Physical cores (distinct core/package pairs) among the CPUs this process may run on.
 int physical_cores();
-// gethostname(), or $EDP_HOSTNAME when set (containers whose hostname no hostfile uses).
-std::string host_name();
+using edp::host_name;  // edp/core/process.h
 // Absolute path of `name` found on PATH (or name itself if it contains '/'), "" if absent.
 std::string find_in_path(const std::string& name);
 std::string self_exe_path();

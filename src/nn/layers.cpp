@@ -34,21 +34,40 @@ Linear::Linear(int64_t in, int64_t out, bool bias) {
   if (bias) b = Tensor({out});
   init_weight_bias(w, bias ? &b : nullptr);
   w_ = &register_parameter("weight", w);
-  if (bias) b_ = &register_parameter("bias", b);
+  if (bias) {
+    b_ = &register_parameter("bias", b);
+    b_->decay = false;
+  }
 }
+
+namespace {
+// [..., n] as [rows, n]: the matrix a Linear multiplies.
+Tensor as_rows(const Tensor& t) {
+  if (t.ndim() == 2) return t;
+  EDP_CHECK_SHAPE(t.ndim() >= 1, "Linear: input ", t.shape().str(), " has no feature dimension");
+  return t.reshape(Shape{-1, t.dim(-1)});
+}
+Shape with_last(const Shape& s, int64_t last) {
+  std::vector<int64_t> d = s.dims();
+  d.back() = last;
+  return Shape(d);
+}
+}  // namespace
 
 Tensor Linear::forward(const Tensor& x) {
   x_ = x;
-  return ops::linear_forward(x, w_->value, b_ ? b_->value : Tensor());
+  Tensor y = ops::linear_forward(as_rows(x), w_->value, b_ ? b_->value : Tensor(), training_ ? &saved_ : nullptr);
+  return x.ndim() == 2 ? y : y.reshape(with_last(x.shape(), w_->value.dim(0)));
 }
 
 Tensor Linear::backward(const Tensor& dy) {
   require_forward(x_, "Linear");
-  Tensor dx = ops::linear_backward(x_, w_->value, dy, w_->grad, b_ ? &b_->grad : nullptr,
-                                   input_grad_);
+  Tensor dx = ops::linear_backward(as_rows(x_), w_->value, as_rows(dy), w_->grad, b_ ? &b_->grad : nullptr,
+                                   input_grad_, &saved_);
+  saved_ = {};
   w_->mark_grad_ready();
   if (b_) b_->mark_grad_ready();
-  return dx;
+  return dx.defined() && x_.ndim() != 2 ? dx.reshape(x_.shape()) : dx;
 }
 
 // ---- Conv2d ----------------------------------------------------------------------------------
@@ -62,7 +81,10 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
   if (bias) b = Tensor({out_channels});
   init_weight_bias(w, bias ? &b : nullptr);
   w_ = &register_parameter("weight", w);
-  if (bias) b_ = &register_parameter("bias", b);
+  if (bias) {
+    b_ = &register_parameter("bias", b);
+    b_->decay = false;
+  }
   geom_.stride = stride;
   geom_.pad = padding;
   geom_.relu = relu;
@@ -139,6 +161,7 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum)
   EDP_CHECK(channels > 0, "BatchNorm2d(", channels, "): channels must be positive");
   gamma_ = &register_parameter("weight", Tensor::full({channels}, 1.0));
   beta_ = &register_parameter("bias", Tensor::zeros({channels}));
+  gamma_->decay = beta_->decay = false;
   mean_ = &register_buffer("running_mean", Tensor::zeros({channels}));
   var_ = &register_buffer("running_var", Tensor::full({channels}, 1.0));
 }
@@ -270,6 +293,124 @@ Tensor ResidualBlock::backward(const Tensor& dy) {
   if (!input_grad_) return Tensor();
   ops::add_(dx_main, dx_short);
   return dx_main;
+}
+
+// ---- transformer layers ----------------------------------------------------------------------
+TokenPositionEmbedding::TokenPositionEmbedding(int64_t vocab, int64_t context, int64_t dim) {
+  EDP_CHECK(vocab > 0 && context > 0 && dim > 0, "TokenPositionEmbedding(", vocab, ", ", context, ", ", dim,
+            "): sizes must be positive");
+  Tensor wte({vocab, dim}), wpe({context, dim});
+  init::normal_(wte, 0.0, 0.02);
+  init::normal_(wpe, 0.0, 0.02);
+  wte_ = &register_parameter("wte", wte);
+  wpe_ = &register_parameter("wpe", wpe);
+}
+
+Tensor TokenPositionEmbedding::forward(const Tensor& ids) {
+  ids_ = ids;
+  return ops::embedding_forward(ids, wte_->value, wpe_->value);
+}
+
+Tensor TokenPositionEmbedding::backward(const Tensor& dy) {
+  require_forward(ids_, "TokenPositionEmbedding");
+  ops::embedding_backward(ids_, dy, wte_->grad, wpe_->grad);
+  wte_->mark_grad_ready();
+  wpe_->mark_grad_ready();
+  return Tensor();
+}
+
+LayerNorm::LayerNorm(int64_t dim, double eps) : eps_(eps) {
+  EDP_CHECK(dim > 0, "LayerNorm(", dim, "): dim must be positive");
+  gamma_ = &register_parameter("weight", Tensor::full({dim}, 1.0));
+  beta_ = &register_parameter("bias", Tensor::zeros({dim}));
+  gamma_->decay = beta_->decay = false;
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  x_ = x;
+  return ops::layernorm_forward(x, gamma_->value, beta_->value, eps_, mean_, rstd_);
+}
+
+Tensor LayerNorm::backward(const Tensor& dy) {
+  require_forward(x_, "LayerNorm");
+  Tensor dx = ops::layernorm_backward(x_, dy, gamma_->value, mean_, rstd_, gamma_->grad, beta_->grad);
+  gamma_->mark_grad_ready();
+  beta_->mark_grad_ready();
+  return dx;
+}
+
+CausalSelfAttention::CausalSelfAttention(int64_t dim, int64_t heads, int64_t layers) : heads_(heads) {
+  EDP_CHECK(dim > 0 && heads > 0 && dim % heads == 0, "CausalSelfAttention(", dim, ", heads=", heads,
+            "): the width must be a positive multiple of the heads");
+  qkv_ = register_module("qkv", make<Linear>(dim, 3 * dim));
+  proj_ = register_module("proj", make<Linear>(dim, dim));
+  init::normal_(qkv_->weight().value, 0.0, 0.02);
+  init::normal_(proj_->weight().value, 0.0, layers > 0 ? 0.02 / std::sqrt(2.0 * static_cast<double>(layers)) : 0.02);
+  qkv_->bias()->value.zero();
+  proj_->bias()->value.zero();
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  EDP_CHECK_SHAPE(x.ndim() == 3, "CausalSelfAttention: input must be [B, T, D], got ", x.shape().str());
+  qkv_out_ = qkv_->forward(x);
+  attn_ = ops::attention_forward(qkv_out_, heads_, lse_);
+  return proj_->forward(attn_);
+}
+
+Tensor CausalSelfAttention::backward(const Tensor& dy) {
+  require_forward(attn_, "CausalSelfAttention");
+  proj_->set_input_grad(true);
+  Tensor dattn = proj_->backward(dy);
+  Tensor dqkv = ops::attention_backward(qkv_out_, attn_, dattn, lse_, heads_);
+  qkv_->set_input_grad(input_grad_);
+  return qkv_->backward(dqkv);
+}
+
+Residual::Residual(ModulePtr body) : body_(register_module("body", std::move(body))) {
+  EDP_CHECK(body_ != nullptr, "Residual: null body");
+}
+
+Tensor Residual::forward(const Tensor& x) {
+  Tensor y = body_->forward(x);
+  // The body's output is fresh (never the input), so it can take the sum in place.
+  EDP_CHECK(!y.same_storage(x), "Residual: the body returned its input; wrap a layer that makes a new tensor");
+  ops::add_(y, x);
+  return y;
+}
+
+Tensor Residual::backward(const Tensor& dy) {
+  body_->set_input_grad(true);
+  Tensor dx = body_->backward(dy);
+  ops::add_(dx, dy);
+  return dx;
+}
+
+Tensor TiedOutput::forward(const Tensor& x) {
+  x_ = x;
+  Tensor y = ops::linear_forward(as_rows(x), w_->value, Tensor(), training_ ? &saved_ : nullptr);
+  return x.ndim() == 2 ? y : y.reshape(with_last(x.shape(), w_->value.dim(0)));
+}
+
+Tensor TiedOutput::backward(const Tensor& dy) {
+  require_forward(x_, "TiedOutput");
+  Tensor dx = ops::linear_backward(as_rows(x_), w_->value, as_rows(dy), w_->grad, nullptr, input_grad_, &saved_);
+  saved_ = {};
+  return dx.defined() && x_.ndim() != 2 ? dx.reshape(x_.shape()) : dx;
+}
+
+double SequenceCrossEntropy::forward(const Tensor& logits, const Tensor& targets) {
+  EDP_CHECK_SHAPE(logits.ndim() >= 2 && targets.numel() * logits.dim(-1) == logits.numel(), "SequenceCrossEntropy: logits ",
+                  logits.shape().str(), " do not fit targets ", targets.shape().str());
+  shape_ = logits.shape();
+  targets_ = targets.reshape(Shape{targets.numel()});
+  return ops::softmax_cross_entropy_forward(logits.reshape(Shape{-1, logits.dim(-1)}), targets_, probs_, ignore_,
+                                            &counted_);
+}
+
+Tensor SequenceCrossEntropy::backward(double scale) const {
+  EDP_CHECK(probs_.defined(), "SequenceCrossEntropy.backward called before forward");
+  const double s = counted_ ? scale / static_cast<double>(counted_) : 0.0;
+  return ops::softmax_cross_entropy_backward(probs_, targets_, s, ignore_).reshape(shape_);
 }
 
 // ---- loss ------------------------------------------------------------------------------------

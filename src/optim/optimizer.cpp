@@ -92,23 +92,27 @@ void AdamW::step() {
   ++steps_;
   const double bc1 = 1 - std::pow(o_.beta1, static_cast<double>(steps_));
   const double bc2 = 1 - std::pow(o_.beta2, static_cast<double>(steps_));
-  std::vector<Tensor*> p, m, v;
-  std::vector<const Tensor*> g;
-  for (size_t k = 0; k < params_.size(); ++k) {
-    p.push_back(&params_[k]->value);
-    g.push_back(&params_[k]->grad);
-    m.push_back(&m_[k]);
-    v.push_back(&v_[k]);
+  // Two groups, one launch each: the parameters that decay and those that do not (decay = 1).
+  for (const bool decayed : {true, false}) {
+    std::vector<Tensor*> p, m, v;
+    std::vector<const Tensor*> g;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      if (params_[k]->decay != decayed) continue;
+      p.push_back(&params_[k]->value);
+      g.push_back(&params_[k]->grad);
+      m.push_back(&m_[k]);
+      v.push_back(&v_[k]);
+    }
+    // Host doubles; the op rounds them to the parameters' dtype (float32 on a GPU).
+    ops::AdamWStep h;
+    h.beta1 = o_.beta1;
+    h.beta2 = o_.beta2;
+    h.eps = o_.eps;
+    h.decay = decayed ? 1 - lr_ * o_.weight_decay : 1.0;
+    h.step_size = lr_ / bc1;
+    h.rbc2 = 1 / std::sqrt(bc2);
+    ops::adamw_step(p, g, m, v, h);
   }
-  // Host doubles; the op rounds them to the parameters' dtype (float32 on a GPU).
-  ops::AdamWStep h;
-  h.beta1 = o_.beta1;
-  h.beta2 = o_.beta2;
-  h.eps = o_.eps;
-  h.decay = 1 - lr_ * o_.weight_decay;
-  h.step_size = lr_ / bc1;
-  h.rbc2 = 1 / std::sqrt(bc2);
-  ops::adamw_step(p, g, m, v, h);
 }
 
 std::vector<Tensor*> AdamW::state() {

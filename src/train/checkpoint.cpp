@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 #include "edp/core/log.h"
 #include "edp/data/distributed_sampler.h"
 #include "edp/nn/module.h"
@@ -105,17 +106,6 @@ uint32_t crc(const char* p, size_t n) {
   return static_cast<uint32_t>(c);
 }
 
-[[noreturn]] void sys_fail(const std::string& what, const std::string& path) {
-  throw Error("checkpoint: " + what + " " + path + ": " + std::strerror(errno));
-}
-
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;  // best effort: some file systems do not allow it
-  (void)::fsync(fd);
-  ::close(fd);
-}
-
 std::string describe(const Tensor& t) {
   return t.defined() ? std::string(dtype_name(t.dtype())) + " " + t.shape().str() : std::string("undefined");
 }
@@ -177,40 +167,11 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
 
 void write_checkpoint(const std::string& path, const Checkpoint& c) {
   const std::vector<char> buf = encode_checkpoint(c);
-  const fs::path target(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) sys_fail("cannot create", tmp);
-  const char* p = buf.data();
-  size_t left = buf.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = e;
-      sys_fail("cannot write", tmp);
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
+  try {
+    files::write_atomic(path, std::string_view(buf.data(), buf.size()), files::Sync::Durable);
+  } catch (const Error& e) {
+    throw Error(std::string("checkpoint: ") + e.what());
   }
-  if (::fsync(fd) != 0) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    errno = e;
-    sys_fail("cannot flush", tmp);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    errno = e;
-    sys_fail("cannot rename " + tmp + " to", path);
-  }
-  fsync_dir(target.parent_path());
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
@@ -259,7 +220,7 @@ Checkpoint decode_checkpoint(const std::vector<char>& b, const std::string& path
       c.tensors.emplace_back(std::move(name), Tensor());
       continue;
     }
-    if (dt > static_cast<uint8_t>(DType::U8)) r.fail("tensor '" + name + "': unknown dtype code " + std::to_string(dt));
+    if (dt > static_cast<uint8_t>(DType::BF16)) r.fail("tensor '" + name + "': unknown dtype code " + std::to_string(dt));
     const uint8_t nd = r.pod<uint8_t>("ndim");
     std::vector<int64_t> dims(nd);
     int64_t numel = 1;
@@ -379,12 +340,8 @@ std::vector<std::string> CheckpointDir::list() const {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    const std::string n = e.path().filename().string();
-    // ckpt-<digits>.edp exactly (temporary files end in .tmp.<pid>).
-    if (n.size() < 10 || n.rfind("ckpt-", 0) != 0 || n.substr(n.size() - 4) != ".edp") continue;
-    const std::string digits = n.substr(5, n.size() - 9);
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
-    found.emplace_back(std::stoll(digits), e.path().string());
+    // ckpt-<digits>.edp exactly (temporary files end in .tmp.<pid>, set-aside ones in .<suffix>).
+    if (const int64_t step = step_of(e.path().string()); step >= 0) found.emplace_back(step, e.path().string());
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> out;
@@ -398,12 +355,36 @@ std::string CheckpointDir::commit(int64_t step, const Checkpoint& c) {
   std::snprintf(name, sizeof name, "ckpt-%012lld.edp", static_cast<long long>(step));
   const std::string path = (fs::path(dir_) / name).string();
   write_checkpoint(path, c);
-  const std::vector<std::string> all = list();
-  for (size_t i = static_cast<size_t>(keep_); i < all.size(); ++i) {
+  const std::vector<std::string> all = list();  // newest first
+  bool held_kept = false;                       // the newest one at or before hold_ is kept
+  for (size_t i = 0; i < all.size(); ++i) {
+    const bool held = hold_ >= 0 && !held_kept && step_of(all[i]) <= hold_;
+    held_kept = held_kept || held;
+    if (i < static_cast<size_t>(keep_) || held) continue;
     std::error_code ec;
     fs::remove(all[i], ec);
   }
   return path;
+}
+
+int64_t CheckpointDir::step_of(const std::string& path) {
+  const std::string n = fs::path(path).filename().string();
+  if (n.size() < 10 || n.rfind("ckpt-", 0) != 0 || n.substr(n.size() - 4) != ".edp") return -1;
+  const std::string digits = n.substr(5, n.size() - 9);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::strtoll(digits.c_str(), nullptr, 10);
+}
+
+std::vector<std::string> CheckpointDir::set_aside_after(int64_t step, const std::string& suffix) {
+  std::vector<std::string> moved;
+  for (const std::string& p : list()) {
+    if (step_of(p) <= step) continue;
+    const std::string to = p + "." + suffix;
+    if (std::rename(p.c_str(), to.c_str()) != 0)
+      throw Error("checkpoint: cannot rename " + p + " to " + to + ": " + std::strerror(errno));
+    moved.push_back(to);
+  }
+  return moved;
 }
 
 std::optional<Checkpoint> CheckpointDir::latest(std::string* path) const {
@@ -416,6 +397,9 @@ std::optional<Checkpoint> CheckpointDir::latest(std::string* path) const {
       log::warn("skipping damaged checkpoint: ", e.what());
     }
   }
+  if (const size_t n = list().size(); n > 0)
+    log::warn("none of the ", n, " checkpoint(s) in ", dir_,
+              " reads back whole (each is named above): the job starts from step 0");
   return std::nullopt;
 }
 

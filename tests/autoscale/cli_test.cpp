@@ -1,16 +1,21 @@
 // The `edp-autoscale plan` contract, exercised by running the built tool: a valid request gives
 // the optimal plan as JSON (checked against the library's brute force), and every kind of bad
-// input exits with code 2 and a message naming the job and the field. Also a tiny `simulate` and
-// `workload` (the load and bound report).
+// input exits with code 2 and a message naming the job and the field; version 2 (docs/plan.md)
+// and its example. The command lines: per-subcommand help, one definition per option name, an
+// environment variable for each. Also a tiny `simulate` and `workload` (the load and bound report).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
 
 #include "edp/autoscale/optimizer.h"
+#include "edp/autoscale/plan.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -68,11 +73,11 @@ TEST(AutoscaleCli, PlanGivesTheOptimumAsJson) {
   ASSERT_EQ(r.code, 0) << r.out;
   const json out = json::parse(r.out);
   // The same request through the library's brute force.
-  edp::autoscale::PlanRequest req;
+  edp::autoscale::TableRequest req;
   req.gpus = 6;
   const json request = good_request();
   for (const json& j : request["jobs"]) {
-    edp::autoscale::JobRequest jr;
+    edp::autoscale::TableJob jr;
     jr.id = j["id"].get<std::string>();
     jr.min_gpus = j["min_gpus"].get<int>();
     jr.max_gpus = j["max_gpus"].get<int>();
@@ -140,11 +145,127 @@ TEST(AutoscaleCli, BadInputExitsWithCode2NamingJobAndField) {
   EXPECT_EQ(run("frobnicate").code, 2);
 }
 
+// What nlohmann's parser lets through silently, and numbers no real request has.
+TEST(AutoscaleCli, PlanRefusesDuplicateKeysOverflowDenormalsAndInconsistentCurrent) {
+  const fs::path f = tmpdir() / "raw.json";
+  auto plan_text = [&](const std::string& text) {
+    std::ofstream(f) << text;
+    return run("plan --input " + f.string());
+  };
+  std::string text = good_request().dump();
+  text.replace(text.find("\"gpus\":6"), 8, "\"gpus\":6,\"gpus\":60");
+  RunResult r = plan_text(text);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("field 'gpus' is given twice"), std::string::npos) << r.out;
+  json req = good_request();
+  std::string t2 = req.dump();
+  t2.replace(t2.find("\"samples_per_s\":100"), 19, "\"samples_per_s\":1e400");
+  r = plan_text(t2);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("number overflow"), std::string::npos) << r.out;
+  req["jobs"][0]["throughput"][0]["samples_per_s"] = 5e-324;
+  r = plan_with(req);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("normal number"), std::string::npos) << r.out;
+  req = good_request();
+  req["jobs"][0]["throughput"][1]["samples_per_s"] = 1e-300;
+  r = plan_with(req);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("at least 1e-9"), std::string::npos) << r.out;
+  req = good_request();
+  req["jobs"][2]["current"] = {{"gpus", 3}, {"batch", 24}};  // max_gpus 2
+  r = plan_with(req);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("job 'c'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("above max_gpus 2"), std::string::npos) << r.out;
+}
+
+// plan --example is the repository's example (docs/plan_example.json), a complete v2 request; plan
+// decides it exactly as the library does, and v2 refusals name their field.
+TEST(AutoscaleCli, PlanVersion2AndItsExample) {
+  const RunResult ex = run("plan --example");
+  ASSERT_EQ(ex.code, 0) << ex.out;
+  std::ifstream doc(fs::path(EDP_SOURCE_DIR) / "docs" / "plan_example.json");
+  std::stringstream ss;
+  ss << doc.rdbuf();
+  EXPECT_EQ(ex.out, ss.str()) << "docs/plan_example.json differs from `edp-autoscale plan --example`; regenerate it";
+  const fs::path f = tmpdir() / "v2.json";
+  std::ofstream(f) << ex.out;
+  const RunResult r = run("plan --input " + f.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json out = json::parse(r.out);
+  const edp::autoscale::PlanRequest req = edp::autoscale::parse_plan_request(ex.out, "example");
+  const edp::autoscale::Plan want = edp::autoscale::decide(req);
+  EXPECT_EQ(out["version"].get<int>(), 2);
+  ASSERT_EQ(out["allocations"].size(), req.jobs.size());
+  for (size_t j = 0; j < req.jobs.size(); ++j) {
+    const json& a = out["allocations"][j];
+    EXPECT_EQ(a["gpus"].get<int>(), want.choices[j].config.gpus);
+    EXPECT_EQ(a["option"].get<int>(), want.choices[j].option);
+    ASSERT_EQ(a["option_values"].size(), want.values[j].size());
+    for (size_t o = 0; o < want.values[j].size(); ++o)
+      EXPECT_EQ(a["option_values"][o].get<double>(), want.values[j][o]);  // JSON doubles round-trip exactly
+  }
+  auto refused = [&](const std::function<void(json&)>& edit, const std::string& want) {
+    json bad = json::parse(ex.out);
+    edit(bad);
+    const RunResult b = plan_with(bad);
+    EXPECT_EQ(b.code, 2) << want << ": " << b.out;
+    EXPECT_NE(b.out.find(want), std::string::npos) << b.out;
+  };
+  refused([](json& r) { r["version"] = 3; }, "field 'version'");
+  refused([](json& r) { r["policy"] = "fastest"; }, "unknown policy 'fastest'");
+  refused([](json& r) { r["jobs"][1].erase("remaining"); }, "job 'bert-b' (jobs[1]): field 'remaining'");
+  refused([](json& r) { r["jobs"][0]["current"]["gpus"] = 9; }, "more than the cluster's 8");
+  refused([](json& r) { r["jobs"][0]["options"].push_back(r["jobs"][0]["options"][0]); }, "listed twice");
+}
+
+// Every subcommand has its own help, listing only its options; an option name means the same, with
+// the same default and variable, in every subcommand that takes it.
+TEST(AutoscaleCli, EachSubcommandHasItsOwnHelpAndEveryOptionOneDefinition) {
+  const std::vector<std::string> cmds = {"plan", "simulate", "workload", "serve", "submit", "status", "cancel"};
+  std::map<std::string, std::string> seen;  // option -> its help line (text, default, variable)
+  std::map<std::string, std::string> helps;
+  const std::regex line(R"(^  --([a-z-]+)( V)? +(.*)$)");
+  for (const std::string& c : cmds) {
+    const RunResult r = run(c + " --help");
+    ASSERT_EQ(r.code, 0) << c << ": " << r.out;
+    EXPECT_NE(r.out.find("usage: edp-autoscale " + c), std::string::npos) << r.out;
+    helps[c] = r.out;
+    std::istringstream in(r.out);
+    for (std::string l; std::getline(in, l);) {
+      std::smatch m;
+      if (!std::regex_match(l, m, line)) continue;
+      const std::string name = m[1];
+      std::string env = "EDP_AUTOSCALE_";
+      for (char ch : name) env += ch == '-' ? '_' : static_cast<char>(std::toupper(ch));
+      EXPECT_NE(l.find("[" + env + "]"), std::string::npos) << c << " --" << name << " has no variable: " << l;
+      if (seen.count(name)) EXPECT_EQ(seen[name], m[3].str()) << "--" << name << " differs between subcommands";
+      seen[name] = m[3];
+    }
+  }
+  EXPECT_EQ(helps["plan"].find("--trace"), std::string::npos) << "plan --help lists simulate's options";
+  EXPECT_NE(helps["simulate"].find("--sim-replan"), std::string::npos);
+  EXPECT_NE(helps["serve"].find("[EDP_AUTOSCALE_RESCALE_TIMEOUT]"), std::string::npos);
+  EXPECT_NE(helps["serve"].find("[EDP_AUTOSCALE_TICK]"), std::string::npos);
+  // status on a root that does not exist is an error, not an empty table.
+  const RunResult st = run("status --root /nonexistent/edp-root");
+  EXPECT_EQ(st.code, 2) << st.out;
+  EXPECT_NE(st.out.find("--root /nonexistent/edp-root: no such directory"), std::string::npos) << st.out;
+  // --slots is serve's count; the simulators' slot kind is --slot-kind, as serve's.
+  const RunResult old = run("simulate --poisson 5 --gpus 4 --slots cpu --out /tmp/x --no-plots");
+  EXPECT_EQ(old.code, 2) << old.out;
+  EXPECT_NE(old.out.find("unknown option --slots"), std::string::npos) << old.out;
+}
+
 TEST(AutoscaleCli, SimulateWritesSummaryAndPerJobCsv) {
   const fs::path d = tmpdir() / "sim";
-  const RunResult r = run("simulate --poisson 40 --gpus 8 --policy static,dp --out " + d.string() +
+  const RunResult r = run("simulate --poisson 40 --gpus 8 --policy static,dp --window 28800 --out " + d.string() +
                           " --no-plots --quiet");
   ASSERT_EQ(r.code, 0) << r.out;
+  // The table's header follows --window.
+  EXPECT_NE(r.out.find("done/8h"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("done/7d"), std::string::npos) << r.out;
   std::ifstream sf(d / "summary.json");
   const json s = json::parse(sf);
   ASSERT_EQ(s["runs"].size(), 2u);
@@ -184,11 +305,21 @@ TEST(AutoscaleCli, WorkloadReportsLoadAndPolicyBounds) {
   EXPECT_NE(bad.out.find("unknown policy"), std::string::npos) << bad.out;
 }
 
+// A trace that cannot be read is the first and only complaint: no word about the profiles (their
+// lookup starts from the trace's folder), exit 2, the file named.
+TEST(AutoscaleCli, MissingTraceIsReportedBeforeAnythingElse) {
+  for (const std::string cmd : {"simulate --gpus 4 --out " + (tmpdir() / "out").string(), std::string("workload --gpus 4")}) {
+    const RunResult r = run(cmd + " --trace " + (tmpdir() / "no_such_trace.csv").string());
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("cannot open trace '" + (tmpdir() / "no_such_trace.csv").string() + "'"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("synthetic"), std::string::npos) << r.out;
+  }
+  fs::remove_all(tmpdir());
+}
+
 TEST(AutoscaleCli, PolluxWorkloadFindsTheProfilesAboveIt) {
-  const fs::path data = fs::path(EDP_SOURCE_DIR) / ".." / "shared" / "data";
+  const fs::path data = fs::path(EDP_SOURCE_DIR) / "data";
   const fs::path wl = data / "pollux_workloads" / "workloads-realistic" / "workload-1.csv";
-  if (!fs::exists(wl) || !fs::exists(data / "model_profiles" / "model_limits.csv"))
-    GTEST_SKIP() << "no shared data at " << data;
   // model_profiles is two folders above the workload file; no --profiles needed.
   const RunResult r = run("workload --trace " + wl.string() + " --gpus 64 --policy baseline,dp");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -205,10 +336,7 @@ TEST(AutoscaleCli, PolluxWorkloadFindsTheProfilesAboveIt) {
 }
 
 TEST(AutoscaleCli, ComparePublishedReproducesTiresiasAndOptimusWithinTenPercent) {
-  const fs::path data = fs::path(EDP_SOURCE_DIR) / ".." / "shared" / "data";
-  if (!fs::exists(data / "pollux_workloads" / "workloads" / "workload-1.csv") ||
-      !fs::exists(data / "model_profiles" / "model_limits.csv"))
-    GTEST_SKIP() << "no shared data at " << data;
+  const fs::path data = fs::path(EDP_SOURCE_DIR) / "data";
   const RunResult r = run("simulate --compare-published --workloads " + (data / "pollux_workloads").string() +
                           " --policy tiresias,optimus,goodput");
   ASSERT_EQ(r.code, 0) << r.out;

@@ -12,25 +12,13 @@
 #   - nothing is left: no process of the jobs, no edprun job directory.
 # usage: live_e2e.sh BUILD_DIR
 set -euo pipefail
-build=$1
-as="$build/tools/edp-autoscale/edp-autoscale"
-cnn="$build/examples/fashion_mnist_cnn"
-if [[ $(id -u) == 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-work=$(mktemp -d /tmp/edp-live-test.XXXXXX)
-export TMPDIR="$work/tmp"   # edprun's job directories go here: checked empty at the end
-mkdir -p "$TMPDIR"
-root="$work/root"
-serve_pid=""
-fail() { echo "FAIL: $*" >&2; echo "--- controller log:" >&2; cat "$work"/serve*.log >&2 || true; exit 1; }
-cleanup() {
-  [[ -n "$serve_pid" ]] && kill -9 "$serve_pid" 2>/dev/null || true
-  pkill -9 -f "$root/jobs" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/serve_lib.sh" "$1" live
+export EDP_MIN_STEP_MS=100  # a job's shortest run (4 workers, 47 steps of 256) is then 4.7 s
 
+# --pause 0.1: these jobs train for some seconds; with the default pause (0.8 s) a grow predicted
+# cautiously (docs/autoscaler.md §8) pays only for jobs with more than ~6 s left.
 serve() {  # log name
-  "$as" serve --root "$root" --slots 4 --slot-kind cpu --policy goodput --replan 3 --tick 0.1 > "$work/$1" 2>&1 &
+  "$as" serve --root "$root" --slots 4 --slot-kind cpu --policy goodput --replan 3 --tick 0.1 --pause 0.1 > "$work/$1" 2>&1 &
   serve_pid=$!
 }
 spec() {  # name
@@ -66,16 +54,17 @@ spec a > "$work/a.json"; spec b > "$work/b.json"; spec c > "$work/c.json"
 echo '{"name": "crash", "command": ["'"$cnn"'", "--no-such-flag"], "min_batch": 64, "max_restarts": 0}' > "$work/crash.json"
 ida=$("$as" submit --root "$root" "$work/a.json")
 idx=$("$as" submit --root "$root" "$work/crash.json")
-sleep 6
+# Events, not time: B arrives once A has trained a little, the controller dies once B trains too.
+step_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("step", 0))' "$root/jobs/$1/status.json" 2>/dev/null || echo 0; }
+wait_for 120 "job A's first steps" eval '(( $(step_of "$ida") >= 5 ))'
 idb=$("$as" submit --root "$root" "$work/b.json")
-sleep 3
+wait_for 120 "job B's first steps" eval '(( $(step_of "$idb") >= 1 ))'
 # The controller dies hard mid-run; its jobs keep running.
 kill -9 "$serve_pid"; wait "$serve_pid" 2>/dev/null || true; serve_pid=""
 echo "controller killed; jobs: $(states)"
 idc=$("$as" submit --root "$root" "$work/c.json")   # queued while no controller runs
-sleep 2
 serve serve2.log
-grep -q "re-adopted" "$work/serve2.log" || { sleep 2; grep -q "re-adopted" "$work/serve2.log" || fail "the restarted controller did not re-adopt the running jobs"; }
+wait_for 60 "the restarted controller to re-adopt the running jobs" grep -q "re-adopted" "$work/serve2.log"
 # A fourth job, cancelled before it can start? The cluster may have room; cancel at once.
 idd=$("$as" submit --root "$root" "$work/c.json")
 "$as" cancel --root "$root" "$idd" > /dev/null

@@ -10,22 +10,7 @@
 #     preemption, nothing is left running or behind.
 # usage: live_preempt.sh BUILD_DIR
 set -euo pipefail
-build=$1
-as="$build/tools/edp-autoscale/edp-autoscale"
-cnn="$build/examples/fashion_mnist_cnn"
-if [[ $(id -u) == 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-work=$(mktemp -d /tmp/edp-preempt-test.XXXXXX)
-export TMPDIR="$work/tmp"
-mkdir -p "$TMPDIR"
-root="$work/root"
-serve_pid=""
-fail() { echo "FAIL: $*" >&2; echo "--- controller log:" >&2; cat "$work/serve.log" >&2 || true; exit 1; }
-cleanup() {
-  [[ -n "$serve_pid" ]] && kill -9 "$serve_pid" 2>/dev/null || true
-  pkill -9 -f "$root/jobs" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/serve_lib.sh" "$1" preempt
 
 spec() {  # name limit weight preemptible
   cat <<JSON

@@ -115,18 +115,18 @@ TEST(PlanLive, GrowsIntoFreeSlotsAndHoldsWithoutGain) {
   std::erase_if(one.measured, [](const Measured& m) { return m.workers != 1; });
   LivePlan plan = plan_live({one}, p);
   ASSERT_EQ(plan.choices.size(), 1u);
-  EXPECT_EQ(plan.choices[0].action, "grow") << plan.choices[0].reason;
+  EXPECT_EQ(plan.choices[0].action, Action::Grow) << plan.choices[0].reason;
   EXPECT_EQ(plan.choices[0].workers, 2) << "explores at most explore_factor x the largest size measured (1)";
   plan = plan_live({measured_job("a", 1, 64, 4, 0, 1'000'000)}, p);  // measured at 2: may go to 4
   EXPECT_EQ(plan.choices[0].workers, 4) << plan.choices[0].reason;
   // Almost done: a rescale's pause outweighs its gain.
   plan = plan_live({measured_job("a", 1, 64, 4, 999'900, 1'000'000)}, p);
-  EXPECT_EQ(plan.choices[0].action, "hold") << plan.choices[0].reason;
+  EXPECT_EQ(plan.choices[0].action, Action::Hold) << plan.choices[0].reason;
   // Not measured at its size yet: it holds.
   LiveJob j = measured_job("a", 1, 64, 4, 0, 1'000'000);
   j.settled = false;
   plan = plan_live({j}, p);
-  EXPECT_EQ(plan.choices[0].action, "hold");
+  EXPECT_EQ(plan.choices[0].action, Action::Hold);
 }
 
 TEST(PlanLive, HysteresisKeepsNearEqualOptions) {
@@ -139,9 +139,9 @@ TEST(PlanLive, HysteresisKeepsNearEqualOptions) {
   for (Measured& m : j.measured)
     if (m.workers == 2 && m.batch == 64) m.step_s = 64.0 / (1.10 * 128.0 / j.measured[3].step_s);
   p.hysteresis = 0.15;
-  EXPECT_EQ(plan_live({j}, p).choices[0].action, "hold");
+  EXPECT_EQ(plan_live({j}, p).choices[0].action, Action::Hold);
   p.hysteresis = 0.0;
-  EXPECT_NE(plan_live({j}, p).choices[0].action, "hold");
+  EXPECT_NE(plan_live({j}, p).choices[0].action, Action::Hold);
 }
 
 TEST(PlanLive, StaticIsFifoAndNeverRescales) {
@@ -153,9 +153,9 @@ TEST(PlanLive, StaticIsFifoAndNeverRescales) {
   b.spec = parse_job_spec(R"({"name": "b", "command": ["p"], "min_batch": 64, "workers": 2, "max_workers": 2})", "b");
   c.spec = parse_job_spec(R"({"name": "c", "command": ["p"], "min_batch": 64})", "c");
   const LivePlan plan = plan_live({a, b, c}, p);
-  EXPECT_EQ(plan.choices[0].action, "hold");
-  EXPECT_EQ(plan.choices[1].action, "wait");  // 2 slots needed, 1 free
-  EXPECT_EQ(plan.choices[2].action, "wait");  // behind b, although it would fit
+  EXPECT_EQ(plan.choices[0].action, Action::Hold);
+  EXPECT_EQ(plan.choices[1].action, Action::Wait);  // 2 slots needed, 1 free
+  EXPECT_EQ(plan.choices[2].action, Action::Wait);  // behind b, although it would fit
 }
 
 // Random instances: the plan never uses more slots than there are, keeps every running
@@ -240,20 +240,20 @@ TEST(PlanLive, PreemptsOnlyPreemptibleJobsForWorthierOnes) {
     "min_batch": 64, "max_batch": 256, "batch": 128, "weight": 10})", "b");
   LivePlan plan = plan_live({a, b}, p);
   ASSERT_EQ(plan.choices.size(), 2u);
-  EXPECT_EQ(plan.choices[0].action, "stop") << plan.choices[0].reason;
+  EXPECT_EQ(plan.choices[0].action, Action::Stop) << plan.choices[0].reason;
   EXPECT_EQ(plan.choices[0].slots, 0);
-  EXPECT_EQ(plan.choices[1].action, "start") << plan.choices[1].reason;
+  EXPECT_EQ(plan.choices[1].action, Action::Start) << plan.choices[1].reason;
   EXPECT_EQ(plan.choices[1].workers, 2);
   EXPECT_LE(plan.slots_used, 2);
   // The same job not preemptible keeps its slots; B waits.
   a.spec.preemptible = false;
   plan = plan_live({a, b}, p);
-  EXPECT_EQ(plan.choices[0].action, "hold") << plan.choices[0].reason;
-  EXPECT_EQ(plan.choices[1].action, "wait") << plan.choices[1].reason;
+  EXPECT_EQ(plan.choices[0].action, Action::Hold) << plan.choices[0].reason;
+  EXPECT_EQ(plan.choices[1].action, Action::Wait) << plan.choices[1].reason;
   // Static never preempts, whatever the weights.
   a.spec.preemptible = true;
   p.name = "static";
   plan = plan_live({a, b}, p);
-  EXPECT_EQ(plan.choices[0].action, "hold");
-  EXPECT_EQ(plan.choices[1].action, "wait");
+  EXPECT_EQ(plan.choices[0].action, Action::Hold);
+  EXPECT_EQ(plan.choices[1].action, Action::Wait);
 }

@@ -164,8 +164,8 @@ TEST(AutoscaleOptimizer, LargeInstanceIsFeasibleAndNotWorseThanGreedy) {
 }
 
 namespace {
-JobRequest good_job(const std::string& id) {
-  JobRequest j;
+TableJob good_job(const std::string& id) {
+  TableJob j;
   j.id = id;
   j.min_gpus = 0;
   j.max_gpus = 4;
@@ -175,7 +175,7 @@ JobRequest good_job(const std::string& id) {
   j.throughput = {{1, 32, 100}, {2, 64, 190}, {4, 128, 350}, {4, 512, 500}, {3, 64, 200}};
   return j;
 }
-std::string error_of(const PlanRequest& r) {
+std::string error_of(const TableRequest& r) {
   try {
     make_problem(r);
   } catch (const edp::DataError& e) {
@@ -186,7 +186,7 @@ std::string error_of(const PlanRequest& r) {
 }  // namespace
 
 TEST(AutoscaleOptimizer, MakeProblemAppliesTheContractsFeasibilityRules) {
-  PlanRequest r;
+  TableRequest r;
   r.gpus = 8;
   r.jobs = {good_job("a")};
   const auto p = make_problem(r);
@@ -207,39 +207,39 @@ TEST(AutoscaleOptimizer, MakeProblemAppliesTheContractsFeasibilityRules) {
 
 TEST(AutoscaleOptimizer, MakeProblemRejectsBadInputNamingJobAndField) {
   auto with = [](auto edit) {
-    PlanRequest r;
+    TableRequest r;
     r.gpus = 8;
     r.jobs = {good_job("a"), good_job("b")};
     edit(r);
     return error_of(r);
   };
-  EXPECT_NE(with([](PlanRequest& r) { r.gpus = -1; }).find("'gpus'"), std::string::npos);
-  std::string e = with([](PlanRequest& r) { r.jobs[1].ref_batch = 48; });
+  EXPECT_NE(with([](TableRequest& r) { r.gpus = -1; }).find("'gpus'"), std::string::npos);
+  std::string e = with([](TableRequest& r) { r.jobs[1].ref_batch = 48; });
   EXPECT_NE(e.find("job 'b'"), std::string::npos) << e;
   EXPECT_NE(e.find("'ref'"), std::string::npos) << e;
-  e = with([](PlanRequest& r) { r.jobs[0].throughput[2].samples_per_s = -3; });
+  e = with([](TableRequest& r) { r.jobs[0].throughput[2].samples_per_s = -3; });
   EXPECT_NE(e.find("throughput[2].samples_per_s"), std::string::npos) << e;
-  e = with([](PlanRequest& r) { r.jobs[1].min_gpus = -1; });
+  e = with([](TableRequest& r) { r.jobs[1].min_gpus = -1; });
   EXPECT_NE(e.find("job 'b'"), std::string::npos) << e;
   EXPECT_NE(e.find("min_gpus"), std::string::npos) << e;
-  e = with([](PlanRequest& r) { r.jobs[1].id = "a"; });
+  e = with([](TableRequest& r) { r.jobs[1].id = "a"; });
   EXPECT_NE(e.find("duplicate id"), std::string::npos) << e;
-  e = with([](PlanRequest& r) { r.jobs[0].throughput.push_back({2, 64, 1}); });
+  e = with([](TableRequest& r) { r.jobs[0].throughput.push_back({2, 64, 1}); });
   EXPECT_NE(e.find("duplicate row"), std::string::npos) << e;
-  e = with([](PlanRequest& r) { r.jobs[0].max_gpus = 0; });
+  e = with([](TableRequest& r) { r.jobs[0].max_gpus = 0; });
   EXPECT_NE(e.find("max_gpus"), std::string::npos) << e;
   // Non-preemptible jobs that cannot all fit: 3 jobs x min 4 GPUs on 8.
-  e = with([](PlanRequest& r) {
+  e = with([](TableRequest& r) {
     r.jobs.push_back(good_job("c"));
     for (auto& j : r.jobs) j.min_gpus = 4;
   });
   EXPECT_NE(e.find("non-preemptible"), std::string::npos) << e;
   EXPECT_NE(e.find("'c'"), std::string::npos) << e;
   // A job that must run but has no feasible row at all.
-  e = with([](PlanRequest& r) {
+  e = with([](TableRequest& r) {
     r.jobs[1].min_gpus = 1;
     r.jobs[1].max_batch_per_gpu = 1;
   });
   EXPECT_NE(e.find("job 'b'"), std::string::npos) << e;
-  EXPECT_EQ(with([](PlanRequest&) {}), "");
+  EXPECT_EQ(with([](TableRequest&) {}), "");
 }

@@ -1,7 +1,7 @@
 // Simulator and policies: invariants (capacity never exceeded, each job's work done exactly
 // once), the static policy reproducing trace durations on a big cluster, the paper's null case
 // (batch fixed => dp == baseline), trace/profile parsing errors with file:line:column, and the
-// throughput fit on the real profiles when shared/data is present (skipped otherwise).
+// throughput fit on the real profiles of the repository's data/.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string data_dir() { return std::string(EDP_SOURCE_DIR) + "/../shared/data"; }
-bool have_data() { return fs::exists(data_dir() + "/philly_jobs.csv") && fs::exists(data_dir() + "/model_profiles/model_limits.csv"); }
+// The repository's data/ (the Philly week, the Pollux profiles and workloads; data/README.md).
+std::string data_dir() { return std::string(EDP_SOURCE_DIR) + "/data"; }
 
 std::vector<TraceJob> small_trace(int jobs, double rate, uint64_t seed) {
   PoissonOptions o;
@@ -308,7 +308,6 @@ TEST(AutoscaleSim, MalformedTraceNamesFileLineAndColumn) {
 }
 
 TEST(AutoscaleSim, RealProfilesFitWithinStatedError) {
-  if (!have_data()) GTEST_SKIP() << "no shared data at " << data_dir();
   const auto profiles = load_model_profiles(data_dir() + "/model_profiles");
   ASSERT_EQ(profiles.size(), 6u);
   for (const auto& p : profiles) {
@@ -324,7 +323,6 @@ TEST(AutoscaleSim, RealProfilesFitWithinStatedError) {
 }
 
 TEST(AutoscaleSim, PhillyPrefixRunsUnderEveryPolicy) {
-  if (!have_data()) GTEST_SKIP() << "no shared data at " << data_dir();
   const auto profiles = load_model_profiles(data_dir() + "/model_profiles");
   auto trace = load_philly_trace(data_dir() + "/philly_jobs.csv");
   trace.resize(400);
@@ -392,7 +390,6 @@ TEST(AutoscaleSim, PolluxWorkloadParsingRoundsBatchesAndNamesBadFields) {
 
 TEST(AutoscaleSim, PolluxWorkloadJobsRunTheModelsCompleteRun) {
   const std::string wl = data_dir() + "/pollux_workloads/workloads-realistic/workload-1.csv";
-  if (!have_data() || !fs::exists(wl)) GTEST_SKIP() << "no shared data at " << data_dir();
   const auto profiles = load_model_profiles(data_dir() + "/model_profiles");
   for (const auto& p : profiles) EXPECT_GT(p.total_samples, 0) << p.name;
   const auto jobs = load_pollux_workload(wl, profiles);

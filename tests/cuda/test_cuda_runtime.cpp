@@ -55,6 +55,7 @@ TEST_F(CudaRuntime, CopiesAndFillsEveryDtype) {
         case DType::I32: cpu.data<int32_t>()[i] = static_cast<int32_t>(v) - 100; break;
         case DType::I64: cpu.data<int64_t>()[i] = (static_cast<int64_t>(v) << 33) - 5; break;
         case DType::U8: cpu.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+        case DType::BF16: cpu.data<bfloat16>()[i] = to_bfloat16(static_cast<float>(v)); break;
       }
     }
     const Tensor dev = cpu.to(gpu());

@@ -1,6 +1,11 @@
 // IDX reader on crafted files: valid plain and gzip files round-trip; every malformation gives
-// a DataError naming the file and the expected and found values, never a crash.
+// a DataError naming the file and the expected and found values, never a crash; decoded copies
+// in EDP_DATA_CACHE.
+#include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "edp/data/dataset.h"
 #include "test_util.h"
@@ -46,6 +51,41 @@ TEST(Idx, EmptySetIsValid) {
   auto ds = load_idx(dir.file("img"), dir.file("lab"), Normalize{});
   EXPECT_EQ(ds->size(), 0);
   EXPECT_EQ(ds->sample_shape(), (Shape{1, 28, 28}));
+}
+
+// EDP_DATA_CACHE: a gzip image file is decoded once into the directory; later loads read the copy
+// and give the same bytes; a changed source is decoded again; a damaged copy is ignored; without
+// the directory nothing is written.
+TEST(Idx, DecodedCopiesInTheDataCache) {
+  TempDir dir, cache;
+  std::vector<uint8_t> px(6 * 12), lab(6, 1);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 7);
+  write_gz(dir.file("img.gz"), idx_images(6, 3, 4, px));
+  write_gz(dir.file("lab.gz"), idx_labels(6, lab));
+  setenv("EDP_DATA_CACHE", cache.str().c_str(), 1);
+  auto copies = [&] {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(cache.str())) out.push_back(e.path().string());
+    return out;
+  };
+  const auto first = load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
+  ASSERT_EQ(copies().size(), 1u);
+  const auto again = load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
+  EXPECT_EQ(std::memcmp(first->features().raw(), px.data(), px.size()), 0);
+  EXPECT_EQ(std::memcmp(again->features().raw(), px.data(), px.size()), 0);
+  std::ofstream(copies()[0], std::ios::trunc) << "garbage";  // damaged: ignored, decoded again
+  const auto damaged = load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
+  EXPECT_EQ(std::memcmp(damaged->features().raw(), px.data(), px.size()), 0);
+  for (auto& p : px) p = static_cast<uint8_t>(255 - p);  // the source changes: a new copy
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  write_gz(dir.file("img.gz"), idx_images(6, 3, 4, px));
+  const auto changed = load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
+  EXPECT_EQ(std::memcmp(changed->features().raw(), px.data(), px.size()), 0);
+  EXPECT_EQ(copies().size(), 2u);
+  setenv("EDP_DATA_CACHE", (cache.str() + "/absent").c_str(), 1);  // no such directory: no copy
+  load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
+  EXPECT_FALSE(std::filesystem::exists(cache.str() + "/absent"));
+  unsetenv("EDP_DATA_CACHE");
 }
 
 TEST(Idx, LoadIdxNormalisesEveryByteValue) {
@@ -196,8 +236,10 @@ TEST(Idx, FashionMnistLayoutFromPlainFiles) {
   EXPECT_EQ(train->sample_shape(), (Shape{1, 3, 4}));
   EXPECT_EQ(test->labels(), (std::vector<int32_t>{4, 5}));
   const uint8_t first = pattern(60)[0];
-  EXPECT_FLOAT_EQ(train->features().data<float>()[0],
-                  static_cast<float>((first / 255.0 - 0.2860f) / 0.3530f));
+  std::vector<float> sample(12);
+  train->get(0, sample.data());
+  EXPECT_FLOAT_EQ(sample[0], static_cast<float>((first / 255.0 - 0.2860f) / 0.3530f));
+  EXPECT_EQ(train->features().dtype(), DType::U8);  // kept as bytes, converted per sample
   EXPECT_THROW_WITH(load_fashion_mnist(dir.str(), "valid"), Error, "\"valid\"", "train");
   const std::string nodir = dir.file("missing");
   EXPECT_THROW_WITH(load_fashion_mnist(nodir, "train"), DataError,

@@ -67,3 +67,38 @@ TEST(TensorDataset, ConstructorRejectsMismatches) {
                     "float64");
   EXPECT_THROW_WITH(TensorDataset(x, {0, 0, 0}, 0), Error, "num_classes");
 }
+
+// Image bytes with a Normalize give, per sample, exactly the floats that converting the whole set
+// up front gives (the table of each channel), for every byte value and channel; slices of either
+// form are views that agree.
+TEST(TensorDataset, ImageBytesGiveTheSameFloatsAsConvertedFeatures) {
+  const int64_t n = 300, c = 3, plane = 4;
+  Tensor bytes(Shape{n, c, 2, 2}, DType::U8);
+  for (int64_t i = 0; i < bytes.numel(); ++i) bytes.data<uint8_t>()[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+  std::vector<int32_t> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = static_cast<int32_t>(i % 10);
+  const Normalize norm{{0.1f, 0.5f, 0.9f}, {0.2f, 0.3f, 0.7f}};
+  Tensor floats(Shape{n, c, 2, 2}, DType::F32);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t k = 0; k < plane; ++k) {
+        const int64_t at = (i * c + ch) * plane + k;
+        const double mean = norm.mean[static_cast<size_t>(ch)], sd = norm.std[static_cast<size_t>(ch)];
+        floats.data<float>()[at] = static_cast<float>((bytes.data<uint8_t>()[at] / 255.0 - mean) / sd);
+      }
+  TensorDataset compact(bytes, y, 10, norm), full(floats, y, 10);
+  EXPECT_EQ(compact.features().nbytes() * 4, full.features().nbytes());
+  std::vector<float> a(12), b(12);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(compact.get(i, a.data()), full.get(i, b.data()));
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * 12), 0) << "sample " << i;
+  }
+  auto part = compact.slice(100, 50);
+  EXPECT_TRUE(part->features().same_storage(compact.features()));
+  EXPECT_EQ(part->size(), 50);
+  part->get(7, a.data());
+  full.get(107, b.data());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * 12), 0);
+  EXPECT_THROW_WITH(TensorDataset(floats, y, 10, norm), ShapeError, "must be uint8");
+  EXPECT_THROW_WITH(TensorDataset(bytes, y, 10, Normalize{{0.1f, 0.2f}, {1.0f}}), Error, "2 means");
+}

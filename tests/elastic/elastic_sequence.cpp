@@ -1,8 +1,9 @@
-// A test program for elastic::Job: trains the Fashion-MNIST MLP and changes its size at given
-// steps, recording which samples every rank trained on.
+// A test program for elastic::Job: trains the Fashion-MNIST MLP (or, with --model gpt, a tiny
+// GPT on the token windows of a generated text) and changes its size at given steps, recording
+// which samples (token windows) every rank trained on.
 //
 //   elastic_sequence --plan 4:4,8:1,12:3 --record DIR [--ckpt DIR] [--limit N] [--epochs N]
-//                    [--batch B]
+//                    [--batch B] [--model mlp|gpt]
 //
 // --plan STEP:W[:GB],...  before step STEP, rank 0 writes {"workers": W, "global_batch": GB} to
 //   DIR/control.json (GB absent: B per worker), which the job reads in that step.
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "edp/comm/membership.h"
 #include "edp/edp.h"
 
 using namespace edp;
@@ -36,6 +38,23 @@ struct Change {
   int workers;
   int64_t global_batch;
 };
+
+// A deterministic English-like byte stream of about `n` tokens (words drawn from a fixed list),
+// written to a token file of this process (every process makes the same one).
+std::string make_token_file(const std::string& dir, int64_t n) {
+  static const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "see",
+                                "it", "was", "late", "in", "day", "so", "they", "slept", "well"};
+  Rng rng(11);
+  std::string text;
+  while (static_cast<int64_t>(text.size()) < n) {
+    text += words[rng.next_u64() % 20];
+    text += rng.next_u64() % 7 == 0 ? ".\n" : " ";
+  }
+  text.resize(static_cast<size_t>(n));
+  const std::string path = dir + "/tokens." + std::to_string(getpid()) + ".tok";
+  data::write_token_file(path, data::ByteTokenizer::encode(text), data::ByteTokenizer::kVocab);
+  return path;
+}
 
 std::vector<Change> parse_plan(const std::string& s, int64_t batch) {
   std::vector<Change> out;
@@ -93,6 +112,9 @@ int main(int argc, char** argv) {
   o.add("epochs", "2", "epochs").add("batch", "32", "batch per worker at the start");
   o.add("ckpt-every", "0", "commit a checkpoint every N steps (0: every epoch)");
   o.add("die-at", "0", "rank 1 kills itself (SIGKILL) before step N, once (a marker in --record)");
+  o.add_flag("new-rank-fails", "a rank started by a grow fails (throws) during its setup, before it joins");
+  o.add("settle-at", "0", "before step N, wait for a grow under way to join its new ranks (Job::settle)");
+  o.add("model", "mlp", "mlp (Fashion-MNIST) or gpt (a tiny GPT on --limit token windows of 16)");
   o.add_flag("no-coverage", "do not check the coverage (a crash repeats the steps since the last checkpoint)");
   o.parse(argc, argv);
   return comm::run_main(argc, argv, [&](comm::Communicator& world) {
@@ -100,20 +122,40 @@ int main(int argc, char** argv) {
     const std::string record = o.str("record");
     EDP_CHECK(!record.empty(), "--record is required");
     const auto plan = parse_plan(o.str("plan"), o.i64("batch"));
-    auto train = data::load_fashion_mnist(data::kFashionMnistDir, "train")->head(o.i64("limit"));
-    auto test = data::load_fashion_mnist(data::kFashionMnistDir, "test");
-    manual_seed(7);
-    auto model = nn::make<nn::Sequential>();
-    model->add(nn::make<nn::Flatten>(), "flatten");
-    model->add(nn::make<nn::Linear>(784, 64), "fc1");
-    model->add(nn::make<nn::ReLU>(), "relu");
-    model->add(nn::make<nn::Linear>(64, 10), "fc2");
-    optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9, .nesterov = true});
+    if (o.flag("new-rank-fails") && comm::spawned())
+      throw Error("elastic_sequence: this new rank fails during its setup (--new-rank-fails)");
+    const bool gpt = o.str("model") == "gpt";
+    EDP_CHECK(gpt || o.str("model") == "mlp", "--model: mlp or gpt, not ", o.str("model"));
+    constexpr int64_t kContext = 16;
+    std::shared_ptr<const data::Dataset> train;
+    std::shared_ptr<data::TensorDataset> test;
+    std::shared_ptr<nn::Module> model;
+    std::unique_ptr<optim::Optimizer> opt_ptr;
+    if (gpt) {
+      auto tokens = std::make_shared<data::TokenFile>(make_token_file(record, o.i64("limit") * kContext + 1));
+      train = std::make_shared<data::TokenWindows>(tokens, kContext);
+      manual_seed(7);
+      model = nn::make<nn::GPT>(nn::GPTConfig{.vocab = 256, .context = kContext, .layers = 1, .dim = 16, .heads = 2});
+      opt_ptr = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
+    } else {
+      train = data::load_fashion_mnist(data::kFashionMnistDir, "train")->head(o.i64("limit"));
+      test = data::load_fashion_mnist(data::kFashionMnistDir, "test");
+      manual_seed(7);
+      auto seq = nn::make<nn::Sequential>();
+      seq->add(nn::make<nn::Flatten>(), "flatten");
+      seq->add(nn::make<nn::Linear>(784, 64), "fc1");
+      seq->add(nn::make<nn::ReLU>(), "relu");
+      seq->add(nn::make<nn::Linear>(64, 10), "fc2");
+      model = seq;
+      opt_ptr = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .nesterov = true});
+    }
+    optim::Optimizer& opt = *opt_ptr;
     elastic::JobOptions jo;
     jo.name = "elastic_sequence";
     jo.epochs = o.i64("epochs");
     jo.global_batch = o.i64("batch") * world.size();
-    jo.lr = 0.05;
+    jo.lr = gpt ? 1e-3 : 0.05;
+    if (gpt) jo.max_grad_norm = 1.0;
     jo.lr_base_batch = 32;
     jo.warmup_steps = 10;
     jo.checkpoint_dir = o.str("ckpt");
@@ -127,6 +169,7 @@ int main(int argc, char** argv) {
     gethostname(host, sizeof host - 1);
     int placed_rank = -1, placed_size = -1;
     nn::SoftmaxCrossEntropy ce;
+    nn::SequenceCrossEntropy sce;
     data::Batch b;
     while (job.next_epoch()) {
       while (job.next_batch(b)) {
@@ -146,13 +189,24 @@ int main(int argc, char** argv) {
         }
         for (const Change& c : plan)
           if (job.is_root() && c.step == job.steps() + 1) write_control(jo.control_file, c);
+        if (gpt) {
+          const double loss = sce.forward(job.forward(b.x), b.y);
+          job.backward(sce.backward());
+          job.step(loss);
+          continue;
+        }
         const double loss = ce.forward(job.forward(b.x), b.y);
         job.backward(ce.backward());
         job.step(loss);
+        if (o.i64("settle-at") == job.steps() + 1 && job.rescaling()) {  // a step boundary
+          job.settle();
+          if (job.is_root()) std::fprintf(stderr, "elastic_sequence: settled before step %lld\n",
+                                          static_cast<long long>(job.steps() + 1));
+        }
       }
     }
     if (!job.active()) return job.exit_code();
-    const train::EvalResult r = train::evaluate(*model, *test, job.world());
+    const double acc = gpt ? 0.0 : train::evaluate(*model, *test, job.world()).accuracy;
     job.world().barrier();  // every record of the processes still here is written
     if (job.is_root()) {
       if (!o.flag("no-coverage"))
@@ -166,7 +220,7 @@ int main(int argc, char** argv) {
       std::printf("{\"workers\": %d, \"global_batch\": %lld, \"steps\": %lld, \"test_acc\": %.4f, \"digest\": \"%016" PRIx64
                   "\"}\n",
                   job.size(), static_cast<long long>(job.global_batch()), static_cast<long long>(job.steps()),
-                  r.accuracy, h);
+                  acc, h);
     }
     return 0;
   });

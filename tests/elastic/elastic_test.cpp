@@ -1,7 +1,7 @@
 // The elastic control file under a real mpirun (1-3 ranks): parsing and its errors, and
 // ElasticControl::poll giving every rank the same decision at the same step — nothing while the
 // file is absent, asks for the current size or does not parse (with a warning), the request once
-// it asks for another size.
+// it asks for another size. And the job's gradient clipping under data parallelism.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,19 +14,14 @@
 
 #include "edp/comm/communicator.h"
 #include "edp/core/error.h"
+#include "edp/edp.h"
 #include "edp/elastic/elastic.h"
+#include "shared_path.h"
 
 using namespace edp;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A per-job path every rank agrees on (rank 0's pid, broadcast).
-std::string shared_path(comm::Communicator& world, const std::string& name) {
-  int64_t pid = ::getpid();
-  world.broadcast(&pid, 1, DType::I64, 0);
-  return (fs::temp_directory_path() / ("edp_elastic_" + std::to_string(pid) + "_" + name)).string();
-}
 
 // Atomic replace, as a controller should write it; the sleep makes the modification time move
 // even on file systems with coarse timestamps.
@@ -184,4 +179,76 @@ TEST(Elastic, RescaleRecordIsWrittenWhole) {
   EXPECT_EQ(ss.str(), "{\"checkpoint\":\"ck/ckpt-17.edp\",\"global_batch\":96,\"step\":17,\"workers\":3}\n");
   EXPECT_FALSE(fs::exists(p + ".tmp"));
   fs::remove(p);
+}
+
+// Gradient clipping under data parallelism (JobOptions::max_grad_norm): the norm is that of the
+// averaged gradient, taken after the allreduce, so every rank applies the same scale and the
+// update is the single-process one. Each rank trains one step of a tiny GPT on its share of a
+// 4·W-window data set (one global batch: the whole set), with SGD at lr 1 and no momentum, so the
+// parameter change is minus the clipped gradient; each rank then computes the reference on its
+// own — the whole set's mean gradient on one process, clipped — and compares. The ranks' local
+// norms differ (different windows), so clipping before the allreduce would fail this check.
+// Tolerance 1e-4 relative to the largest change: sums over 1 vs W ranks round differently.
+TEST(ElasticJob, ClipsTheAveragedGradientOnEveryRank) {
+  auto& world = edp::comm::world();
+  const int W = world.size();
+  constexpr int64_t T = 8, kWindows = 4;
+  const std::string path = shared_path(world, "clip.tok");
+  if (world.rank() == 0) {
+    std::vector<int32_t> ids;
+    Rng rng(5);
+    for (int64_t i = 0; i < kWindows * W * T + 1; ++i) ids.push_back(static_cast<int32_t>(rng.next_u64() % 32));
+    data::write_token_file(path, ids, 32);
+  }
+  world.barrier();
+  auto windows = std::make_shared<data::TokenWindows>(std::make_shared<data::TokenFile>(path), T);
+  const nn::GPTConfig cfg{.vocab = 32, .context = T, .layers = 1, .dim = 8, .heads = 2, .mlp_ratio = 2};
+  constexpr double kMaxNorm = 0.05;
+  manual_seed(3);
+  auto model = std::make_shared<nn::GPT>(cfg);
+  std::vector<Tensor> before;
+  for (auto* p : model->parameters()) before.push_back(p->value.clone());
+  optim::SGD sgd(model->parameters(), {.lr = 1.0});
+  elastic::JobOptions jo;
+  jo.name = "clip_test";
+  jo.global_batch = kWindows * W;
+  jo.lr = 1.0;
+  jo.lr_base_batch = kWindows * W;
+  jo.lr_scaling = "none";
+  jo.max_grad_norm = kMaxNorm;
+  jo.progress = false;
+  {
+    elastic::Job job(world, model, sgd, windows, jo);
+    nn::SequenceCrossEntropy ce;
+    data::Batch b;
+    while (job.next_epoch())
+      while (job.next_batch(b)) {
+        const double loss = ce.forward(job.forward(b.x), b.y);
+        job.backward(ce.backward());
+        job.step(loss);
+      }
+  }
+  // The reference: the whole set in one batch, on this process alone.
+  manual_seed(3);
+  nn::GPT ref(cfg);
+  Tensor x({kWindows * W, T}, DType::I32), y({kWindows * W, T}, DType::I32);
+  for (int64_t i = 0; i < kWindows * W; ++i) windows->get_sample(i, x.data<int32_t>() + i * T, y.data<int32_t>() + i * T);
+  nn::SequenceCrossEntropy ce;
+  ce.forward(ref.forward(x), y);
+  ref.zero_grad();
+  ref.backward(ce.backward());
+  const double norm = optim::clip_grad_norm(ref.parameters(), kMaxNorm);
+  ASSERT_GT(norm, 4 * kMaxNorm) << "the test needs a gradient that is clipped";
+  const auto params = model->parameters(), rparams = ref.parameters();
+  double scale = 0, err = 0;
+  for (size_t k = 0; k < params.size(); ++k)
+    for (int64_t i = 0; i < params[k]->value.numel(); ++i) {
+      const double change = params[k]->value.item(i) - before[k].item(i);
+      const double want = -rparams[k]->grad.item(i);
+      scale = std::max(scale, std::abs(want));
+      err = std::max(err, std::abs(change - want));
+    }
+  EXPECT_LE(err, 1e-4 * scale) << "rank " << world.rank() << " of " << W << ": largest change " << scale;
+  world.barrier();
+  if (world.rank() == 0) std::remove(path.c_str());
 }

@@ -10,9 +10,20 @@
 #   restart  the same sequence by restart (EDP_RESCALE_MODE=restart) under edprun (planning with
 #            4 cores, so that it allows 4 workers on this 2-core machine): the same
 #            coverage, each change logged "by restart".
+#   background  a grow in the background (the default): 2 -> 4 asked for at step 5, the new ranks
+#            start while the job trains on and join when ready (the program waits for them before
+#            step 30: Job::settle), then 4 -> 1 at step 35 and 1 -> 3 at step 40, whose ranks join
+#            whenever they are ready (at the end of the job at the latest): every sample of both
+#            epochs seen exactly once; the rescale event shows the background phase. Then a grow
+#            whose new ranks fail during their setup: the job goes on at its size and ends normally,
+#            every sample seen once, nothing left running.
 #   kill     rank 1 of 2 is killed (SIGKILL) before step 17 under edprun --max-restarts 1, with a
 #            checkpoint every 5 steps: the job restarts from step 15 and ends with parameters
 #            bitwise equal to an uninterrupted run that committed at the same steps.
+#   gpt      the tiny GPT on token windows (--model gpt): 2 -> 4 -> 1 -> 3 workers in place, every
+#            window of both epochs seen exactly once; then, under edprun with bfloat16 products
+#            where the CPU has them (EDP_BF16=1), rank 1 of 2 killed before step 17 and the job
+#            restarted from its step-15 checkpoint ends bitwise equal to an uninterrupted run.
 # Variables: MODE, MPIEXEC, EDPRUN, EXE, WORK.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -41,7 +52,10 @@ endfunction()
 set(plan 5:4,12:1,20:3)
 if(MODE STREQUAL "inplace")
   file(MAKE_DIRECTORY ${WORK}/a ${WORK}/b)
-  run(a ${MPIEXEC} --oversubscribe -np 2 -x EDP_EVENTS_FILE=${WORK}/a/events.jsonl ${EXE} --plan ${plan} --record ${WORK}/a)
+  # The changes at exactly the planned steps (the grows wait for their new ranks at the request:
+  # EDP_BACKGROUND_GROW=0), so that one process can follow the same global-batch schedule.
+  run(a ${MPIEXEC} --oversubscribe -np 2 -x EDP_EVENTS_FILE=${WORK}/a/events.jsonl -x EDP_BACKGROUND_GROW=0 ${EXE}
+    --plan ${plan} --record ${WORK}/a)
   expect("${a}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(6 processes\\)"
     "first step at 4 worker\\(s\\) done[^\n]*\\(in place\\)" "first step at 1 worker\\(s\\) done[^\n]*\\(in place\\)"
     "first step at 3 worker\\(s\\) done[^\n]*\\(in place\\)" "\"workers\": 3, \"global_batch\": 96")
@@ -67,10 +81,30 @@ if(MODE STREQUAL "inplace")
   # allreduce and the new ranks in the next epoch's backward, forever.
   foreach(last 47 94)
     file(MAKE_DIRECTORY ${WORK}/end${last})
-    run(e ${MPIEXEC} --oversubscribe -np 2 -x EDP_COMM_TIMEOUT=60 ${EXE} --plan ${last}:4 --record ${WORK}/end${last})
+    run(e ${MPIEXEC} --oversubscribe -np 2 -x EDP_COMM_TIMEOUT=60 -x EDP_BACKGROUND_GROW=0 ${EXE} --plan ${last}:4
+      --record ${WORK}/end${last})
     expect("${e}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(4 processes\\)"
       "\"workers\": 4, \"global_batch\": 128")
   endforeach()
+elseif(MODE STREQUAL "background")
+  file(MAKE_DIRECTORY ${WORK}/a ${WORK}/b)
+  run(a ${MPIEXEC} --oversubscribe -np 2 -x EDP_EVENTS_FILE=${WORK}/a/events.jsonl ${EXE} --plan 5:4,35:1,40:3
+    --settle-at 30 --record ${WORK}/a)
+  expect("${a}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once" "starting 2 new rank\\(s\\); the job trains on at 2"
+    "first step at 4 worker\\(s\\) done[^\n]*\\(in place\\)")
+  file(STRINGS ${WORK}/a/events.jsonl ev REGEX "\"from_workers\":2,\"workers\":4,.*\"background_s\":[0-9.e-]+,\"state_s\"")
+  list(LENGTH ev n)
+  if(NOT n EQUAL 1)
+    message(FATAL_ERROR "expected one 2 -> 4 rescale event with a background phase in events.jsonl")
+  endif()
+  run(b ${MPIEXEC} --oversubscribe -np 2 ${EXE} --plan 5:4 --new-rank-fails --record ${WORK}/b)
+  expect("${b}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(2 processes\\)"
+    "a rank started by a grow failed before it joined the job: elastic_sequence: this new rank fails"
+    "the grow failed and left the job as it was" "\"workers\": 2, \"global_batch\": 64")
+  execute_process(COMMAND pgrep -f "${EXE} --plan 5:4 --new-rank-fails" RESULT_VARIABLE left OUTPUT_VARIABLE pids)
+  if(left EQUAL 0)
+    message(FATAL_ERROR "processes of the failed grow are left running: ${pids}")
+  endif()
 elseif(MODE STREQUAL "restart")
   run(r ${CMAKE_COMMAND} -E env EDP_RESCALE_MODE=restart
       ${EDPRUN} --allow-run-as-root --oversubscribe --cores-per-host 4 --bind-to none -np 2 --control-file ${WORK}/control.json --
@@ -92,6 +126,27 @@ elseif(MODE STREQUAL "kill")
     message(FATAL_ERROR "after the crash and restart the parameters differ from the uninterrupted run: ${db} vs ${da}")
   endif()
   message(STATUS "killed and restarted: parameters bitwise equal (${da})")
+elseif(MODE STREQUAL "gpt")
+  file(MAKE_DIRECTORY ${WORK}/a ${WORK}/b ${WORK}/c)
+  set(gpt --model gpt --limit 400 --batch 8)
+  run(a ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} ${gpt} --plan ${plan} --record ${WORK}/a)
+  expect("${a}" "coverage: 2 epoch\\(s\\) x 400 samples, each seen once \\(6 processes\\)"
+    "first step at 4 worker\\(s\\) done[^\n]*\\(in place\\)" "first step at 1 worker\\(s\\) done[^\n]*\\(in place\\)"
+    "\"workers\": 3, \"global_batch\": 24")
+  if(EDPRUN)
+    set(common ${gpt} --no-coverage --ckpt-every 5)
+    run(b ${CMAKE_COMMAND} -E env EDP_BF16=1 ${EDPRUN} --allow-run-as-root --oversubscribe -np 2 --
+        ${EXE} ${common} --record ${WORK}/b --ckpt ${WORK}/b/ckpt)
+    run(c ${CMAKE_COMMAND} -E env EDP_BF16=1 ${EDPRUN} --allow-run-as-root --oversubscribe -np 2 --max-restarts 1
+        --restart-backoff 0 -- ${EXE} ${common} --die-at 17 --record ${WORK}/c --ckpt ${WORK}/c/ckpt)
+    expect("${c}" "rank 1 kills itself before step 17" "resumed from [^\n]*ckpt-000000000015.edp: step 15")
+    json_field("${b}" digest db)
+    json_field("${c}" digest dc)
+    if(NOT db STREQUAL dc)
+      message(FATAL_ERROR "GPT: after the crash and restart the parameters differ from the uninterrupted run: ${dc} vs ${db}")
+    endif()
+    message(STATUS "GPT killed and restarted: parameters bitwise equal (${db})")
+  endif()
 else()
-  message(FATAL_ERROR "MODE must be inplace, restart or kill")
+  message(FATAL_ERROR "MODE must be inplace, background, restart, kill or gpt")
 endif()

@@ -251,6 +251,10 @@ TEST(EdprunErrors, ExitCodeTwo) {
       {{"--mps", "on", "--gpus", "none", "--", "x"}, "no GPU to share"},
       {{"--hostfile", "/nonexistent/hosts", "--", "x"}, "cannot open"},
       {{"--mps", "sometimes", "--", "x"}, "expected auto, on or off"},
+      // Durations and counts are refused below their range, from the flag or the environment.
+      {{"--restart-backoff", "-1", "--", "x"}, "--restart-backoff (flag) must be a number in [0, 86400], got '-1'"},
+      {{"--kill-grace=-5", "--", "x"}, "--kill-grace (flag) must be an integer in [0, 86400]"},
+      {{"--max-restarts", "-1", "--", "x"}, "--max-restarts (flag) must be an integer in [0, 1000000]"},
   };
   for (const auto& c : cases) {
     const RunResult r = run_capture(edprun(c.args), sc.env());
@@ -362,6 +366,28 @@ TEST(EdprunMps, ReusedDaemonIsNeitherStartedNorStopped) {
   EXPECT_EQ(read_file(sc.log).find("start"), std::string::npos);
   EXPECT_EQ(read_file(sc.log).find("quit"), std::string::npos);
   EXPECT_NE(read_file(sc.out + "/rank.0").find("pipe=" + sc.root + "/mine"), std::string::npos);
+}
+
+// --mig: MIG instances are the devices (the fake nvidia-smi lists 2 GPUs x 3 instances in MIG
+// mode): one rank per instance, each seeing only its instance; --gpus picks instances; MPS inside
+// instances and a host without instances are refused.
+TEST(EdprunMig, OneRankPerInstance) {
+  Scratch sc;
+  auto env = sc.env();
+  env.emplace_back("EDP_FAKE_MIG", "1g.10gb 1g.10gb 2g.20gb");
+  const std::string show = "echo \"$EDP_RANK $CUDA_VISIBLE_DEVICES $EDP_LOCAL_GPU\" > " + sc.out + "/mig.$EDP_RANK";
+  RunResult r = run_capture(edprun({"--mig", "--oversubscribe", "-np", "3", "--gpus", "1,2,4", "--", "/bin/sh", "-c", show}), env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_file(sc.out + "/mig.0"), "0 MIG-fake0000-0000-0000-0000-000000000001 1\n");
+  EXPECT_EQ(read_file(sc.out + "/mig.1"), "1 MIG-fake0000-0000-0000-0000-000000000002 2\n");
+  EXPECT_EQ(read_file(sc.out + "/mig.2"), "2 MIG-fake0001-0000-0000-0000-000000000001 4\n");
+  r = run_capture(edprun({"--mig", "--dry-run", "-np", "2", "--ranks-per-gpu", "2", "--", "/bin/true"}), env);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--mig: one rank per MIG instance"), std::string::npos) << r.err;
+  r = run_capture(edprun({"--mig", "--dry-run", "-np", "1", "--", "/bin/true"}), sc.env());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--mig: nvidia-smi -L: no MIG instance"), std::string::npos) << r.err;
+  EXPECT_TRUE(list_dir(sc.tmp).empty());
 }
 
 TEST(EdprunCpu, ProbePlacementAndExitCodes) {

@@ -25,7 +25,7 @@ namespace {
 std::vector<GpuInfo> fake_gpus(int n, int cc_major = 9, const std::string& mode = "Default") {
   std::vector<GpuInfo> g;
   for (int i = 0; i < n; ++i)
-    g.push_back({i, "GPU-" + std::to_string(1000 + i), "Fake", cc_major, 0, 81920, mode});
+    g.push_back({i, "GPU-" + std::to_string(1000 + i), "Fake", cc_major, 0, 81920, mode, "", -1});
   return g;
 }
 
@@ -576,6 +576,32 @@ TEST(Parsers, NvidiaSmiCsv) {
   const auto old = parse_nvidia_smi_csv("0, GPU-x, Tesla P100, 16280, Default\n", false);
   EXPECT_EQ(old[0].cc_major, 0);
   EXPECT_THROW(parse_nvidia_smi_csv("0, GPU-x\n"), edp::Error);
+}
+
+// nvidia-smi -L on a host with MIG instances (the listing in NVIDIA's MIG user guide): the
+// instances in order, indexed across GPUs, with their UUIDs, profiles and memory; a GPU with MIG
+// off has none; a MIG line that does not read is an error, never skipped.
+TEST(Parsers, NvidiaSmiListMig) {
+  const auto m = parse_nvidia_smi_list_mig(
+      "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)\n"
+      "  MIG 1g.5gb      Device  0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)\n"
+      "  MIG 1c.3g.20gb  Device  1: (UUID: MIG-cba663e8-9bed-5b7e-8f6f-ac2a7e4bdf03)\n"
+      "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-0e2d1a3b-0000-0000-0000-000000000001)\n"
+      "GPU 2: NVIDIA H100 80GB HBM3 (UUID: GPU-0e2d1a3b-0000-0000-0000-000000000002)\n"
+      "  MIG 3g.40gb     Device  0: (UUID: MIG-11111111-2222-3333-4444-555555555555)\n");
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0].index, 0);
+  EXPECT_EQ(m[0].uuid, "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f");
+  EXPECT_EQ(m[0].mig_profile, "1g.5gb");
+  EXPECT_EQ(m[0].memory_mib, 5 * 1024);
+  EXPECT_EQ(m[1].mig_profile, "1c.3g.20gb");
+  EXPECT_EQ(m[1].memory_mib, 20 * 1024);
+  EXPECT_EQ(m[2].index, 2);
+  EXPECT_EQ(m[2].parent, 2);
+  EXPECT_EQ(m[2].name, "NVIDIA H100 80GB HBM3 MIG 3g.40gb");
+  EXPECT_TRUE(parse_nvidia_smi_list_mig("GPU 0: NVIDIA H100 (UUID: GPU-x)\n").empty());
+  EXPECT_THROW(parse_nvidia_smi_list_mig("GPU 0: X (UUID: GPU-x)\n  MIG 1g.10gb Device ?: (UUID: MIG-y)\n"),
+               edp::Error);
 }
 
 TEST(Format, ShellQuote) {

@@ -14,6 +14,7 @@
 #include "edp/backend/ops.h"
 #include "edp/core/random.h"
 #include "edp/core/threads.h"
+#include "edp/nn/gpt.h"
 #include "edp/nn/init.h"
 #include "edp/nn/layers.h"
 
@@ -280,4 +281,147 @@ TEST(GradCheck, SoftmaxCrossEntropy) {
   Mismatch mm;
   compare("softmax_ce dlogits", z, dz, loss, mm);
   EXPECT_EQ(mm.count, 0) << "max relative error " << mm.max_err;
+}
+
+// ---- transformer layers ------------------------------------------------------------------------
+
+namespace {
+// Checks dL/dθ of a module whose input is token ids (no input gradient).
+void gradcheck_ids(Module& m, const Tensor& ids, uint64_t seed = 1) {
+  m.to(DType::F64);
+  Rng rng(seed);
+  Tensor y = m.forward(ids);
+  Tensor r = random_input(y.shape(), rng, false);
+  m.zero_grad();
+  m.backward(r);
+  std::vector<Tensor> pgrads;
+  for (Parameter* p : m.parameters()) pgrads.push_back(p->grad.clone());
+  auto loss = [&] { return dot(m.forward(ids), r); };
+  Mismatch mm;
+  auto params = m.parameters();
+  for (size_t k = 0; k < params.size(); ++k)
+    compare(m.type_name() + " d" + params[k]->name, params[k]->value, pgrads[k], loss, mm);
+  EXPECT_EQ(mm.count, 0) << "max relative error " << mm.max_err;
+}
+}  // namespace
+
+TEST(GradCheck, TokenPositionEmbedding) {
+  // Token 3 appears three times, 0 twice: their rows sum several positions' gradients.
+  manual_seed(40);
+  TokenPositionEmbedding e(5, 4, 3);
+  gradcheck_ids(e, Tensor::from_vector<int32_t>({2, 4}, {3, 0, 3, 1, 0, 3, 4, 2}));
+}
+
+TEST(GradCheck, TokenPositionEmbeddingShorterThanContext) {
+  manual_seed(41);
+  TokenPositionEmbedding e(6, 8, 2);
+  gradcheck_ids(e, Tensor::from_vector<int32_t>({3, 2}, {5, 5, 0, 1, 5, 2}));
+}
+
+TEST(GradCheck, LayerNorm) {
+  LayerNorm ln(6);
+  Rng rng(42);
+  ln.to(DType::F64);
+  for (Parameter* p : ln.parameters()) p->value = random_input(p->value.shape(), rng);
+  gradcheck_module(ln, {3, 4, 6});
+}
+
+TEST(GradCheck, LayerNormManyRowChunks) {
+  // 150 rows: the parameter gradients are summed over chunks of 64 rows (64 + 64 + 22).
+  LayerNorm ln(3);
+  Rng rng(43);
+  ln.to(DType::F64);
+  for (Parameter* p : ln.parameters()) p->value = random_input(p->value.shape(), rng);
+  gradcheck_module(ln, {150, 3});
+}
+
+TEST(GradCheck, CausalSelfAttention) {
+  manual_seed(44);
+  CausalSelfAttention a(8, 2, 2);
+  gradcheck_module(a, {2, 5, 8});
+}
+
+TEST(GradCheck, AttentionCoreAcrossQueryBlocks) {
+  // T = 67 > 64: the second query block (3 rows) sees keys of the first; 2 heads of width 2.
+  Rng rng(45);
+  Tensor qkv = random_input({1, 67, 12}, rng);
+  Tensor lse;
+  Tensor y = ops::attention_forward(qkv, 2, lse);
+  Tensor r = random_input(y.shape(), rng, false);
+  Tensor dqkv = ops::attention_backward(qkv, y, r, lse, 2);
+  auto loss = [&] {
+    Tensor l2;
+    return dot(ops::attention_forward(qkv, 2, l2), r);
+  };
+  Mismatch mm;
+  compare("attention dqkv", qkv, dqkv, loss, mm);
+  EXPECT_EQ(mm.count, 0) << "max relative error " << mm.max_err;
+}
+
+TEST(GradCheck, AttentionIsCausal) {
+  // The output at position t must not depend on positions after t: perturbing the last token's
+  // q, k, v changes only the last output row.
+  Rng rng(46);
+  Tensor qkv = random_input({1, 6, 6}, rng);
+  Tensor lse;
+  Tensor y0 = ops::attention_forward(qkv, 1, lse);
+  for (int64_t c = 0; c < 6; ++c) qkv.data<double>()[5 * 6 + c] += 0.5;
+  Tensor y1 = ops::attention_forward(qkv, 1, lse);
+  for (int64_t i = 0; i < 5 * 2; ++i) EXPECT_EQ(y0.item(i), y1.item(i)) << "row " << i / 2;
+  EXPECT_NE(y0.item(5 * 2), y1.item(5 * 2));
+}
+
+TEST(GradCheck, Residual) {
+  manual_seed(47);
+  Residual r(make<Linear>(4, 4));
+  gradcheck_module(r, {3, 2, 4});
+}
+
+TEST(GradCheck, TiedOutputSharesTheTokenTable) {
+  // The table's gradient gets the embedding's rows and the output projection's product.
+  manual_seed(48);
+  auto e = make<TokenPositionEmbedding>(7, 3, 4);
+  Sequential s;
+  s.add(e, "embed");
+  s.add(make<TiedOutput>(e->token_table()), "head");
+  EXPECT_EQ(s.parameters().size(), 2u);
+  gradcheck_ids(s, Tensor::from_vector<int32_t>({2, 3}, {6, 1, 1, 0, 2, 6}));
+}
+
+TEST(GradCheck, TinyGPT) {
+  manual_seed(49);
+  GPT g({.vocab = 11, .context = 6, .layers = 2, .dim = 8, .heads = 2, .mlp_ratio = 2});
+  gradcheck_ids(g, Tensor::from_vector<int32_t>({2, 5}, {1, 4, 10, 4, 0, 7, 7, 3, 2, 9}));
+}
+
+TEST(GradCheck, SequenceCrossEntropyIgnoreIndex) {
+  Rng rng(50);
+  Tensor z = random_input({2, 3, 5}, rng);
+  Tensor t = Tensor::from_vector<int32_t>({2, 3}, {4, -1, 0, 2, 2, -1});
+  SequenceCrossEntropy ce(-1);
+  const double l = ce.forward(z, t);
+  EXPECT_EQ(ce.counted(), 4);
+  Tensor dz = ce.backward();
+  ASSERT_EQ(dz.shape(), z.shape());
+  for (int64_t c = 0; c < 5; ++c) {  // ignored positions: no gradient
+    EXPECT_EQ(dz.item(1 * 5 + c), 0.0);
+    EXPECT_EQ(dz.item(5 * 5 + c), 0.0);
+  }
+  // The mean over the 4 counted rows, from the definition.
+  double want = 0;
+  for (int64_t row : {0, 2, 3, 4}) {
+    const int64_t lab = static_cast<int64_t>(t.item(row));
+    double s = 0;
+    for (int64_t c = 0; c < 5; ++c) s += std::exp(z.item(row * 5 + c));
+    want += std::log(s) - z.item(row * 5 + lab);
+  }
+  EXPECT_NEAR(l, want / 4, 1e-12);
+  auto loss = [&] {
+    SequenceCrossEntropy c2(-1);
+    return c2.forward(z, t);
+  };
+  Mismatch mm;
+  compare("sequence_ce dlogits", z, dz, loss, mm);
+  EXPECT_EQ(mm.count, 0) << "max relative error " << mm.max_err;
+  EXPECT_THROW(ce.forward(z, Tensor::from_vector<int32_t>({2, 3}, {4, -2, 0, 2, 2, -1})), ShapeError);
 }

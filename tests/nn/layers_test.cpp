@@ -2,11 +2,13 @@
 // accumulate, activation grads are fresh), shape errors that name both shapes, determinism.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "edp/backend/ops.h"
 #include "edp/core/random.h"
 #include "edp/core/threads.h"
+#include "edp/nn/gpt.h"
 #include "edp/nn/init.h"
 #include "edp/nn/layers.h"
 
@@ -197,4 +199,106 @@ TEST(Layers, ConvDeterministicForFixedThreads) {
   auto b = run();
   EXPECT_EQ(0, std::memcmp(a.first.raw(), b.first.raw(), a.first.nbytes()));
   EXPECT_EQ(0, std::memcmp(a.second.raw(), b.second.raw(), a.second.nbytes()));
+}
+
+// ---- transformer layers ------------------------------------------------------------------------
+
+namespace {
+// One forward and backward of a tiny GPT at `threads` threads: the logits and every gradient.
+std::vector<Tensor> gpt_step(int threads, int64_t T) {
+  set_num_threads(threads);
+  manual_seed(7);
+  GPT g({.vocab = 37, .context = 80, .layers = 2, .dim = 16, .heads = 4, .mlp_ratio = 4});
+  Rng rng(3);
+  std::vector<int32_t> ids(static_cast<size_t>(3 * T));
+  for (auto& v : ids) v = static_cast<int32_t>(rng.next_u64() % 37);
+  Tensor x = Tensor::from_vector<int32_t>({3, T}, ids);
+  Tensor logits = g.forward(x);
+  SequenceCrossEntropy ce;
+  ce.forward(logits, x);
+  g.zero_grad();
+  g.backward(ce.backward());
+  std::vector<Tensor> out{logits};
+  for (auto* p : g.parameters()) out.push_back(p->grad.clone());
+  set_num_threads(2);
+  return out;
+}
+}  // namespace
+
+TEST(Layers, GPTIsDeterministicAndCloseAcrossThreadCounts) {
+  // T = 70 spans two attention query blocks; 3 batch × 4 heads = 12 items split over the
+  // threads; LayerNorm's 210 rows span 4 chunks; the embedding's token rows have one owner each.
+  // Bitwise run to run at a fixed thread count (the determinism contract); across thread counts
+  // the GEMMs' blockings differ, so only close (float32 rounding of sums of ~100 terms).
+  const auto a = gpt_step(2, 70), b = gpt_step(2, 70), c = gpt_step(1, 70);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(0, std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes())) << "tensor " << i;
+    double scale = 0, err = 0;
+    for (int64_t k = 0; k < a[i].numel(); ++k) {
+      scale = std::max(scale, std::abs(a[i].item(k)));
+      err = std::max(err, std::abs(a[i].item(k) - c[i].item(k)));
+    }
+    EXPECT_LE(err, 1e-4 * scale + 1e-9) << "tensor " << i;
+  }
+}
+
+TEST(Layers, EmbeddingRejectsIdsOutsideTheVocabulary) {
+  TokenPositionEmbedding e(4, 3, 2);
+  try {
+    e.forward(Tensor::from_vector<int32_t>({1, 3}, {0, 4, 1}));
+    FAIL() << "no error";
+  } catch (const ShapeError& err) {
+    EXPECT_NE(std::string(err.what()).find("token id 4 at [0, 1]"), std::string::npos) << err.what();
+  }
+  EXPECT_THROW(e.forward(Tensor::from_vector<int32_t>({1, 4}, {0, 1, 1, 1})), ShapeError);  // T > context
+}
+
+TEST(Layers, LinearMapsTheLastDimension) {
+  Linear l(3, 2);
+  Tensor x = Tensor::full({2, 4, 3}, 0.5);
+  Tensor y = l.forward(x);
+  ASSERT_EQ(y.shape(), Shape({2, 4, 2}));
+  EXPECT_EQ(l.backward(Tensor::full({2, 4, 2}, 1.0)).shape(), x.shape());
+  Tensor y2 = l.forward(x.reshape(Shape{8, 3}));
+  EXPECT_EQ(0, std::memcmp(y.raw(), y2.raw(), y.nbytes()));
+}
+
+TEST(Layers, Bfloat16RoundsToNearestEven) {
+  EXPECT_EQ(to_bfloat16(1.0f).bits, 0x3f80);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
+  EXPECT_EQ(to_bfloat16(1.0f + 0x1.0p-8f).bits, 0x3f80);
+  EXPECT_EQ(to_bfloat16(1.0f + 0x1.8p-8f).bits, 0x3f81);
+  EXPECT_TRUE(std::isnan(from_bfloat16(to_bfloat16(std::nanf("")))));
+  Tensor t = Tensor::from_vector<float>({3}, {1.5f, -2.25f, 3.0e-3f}).to(DType::BF16);
+  EXPECT_EQ(t.dtype(), DType::BF16);
+  EXPECT_EQ(t.nbytes(), 6u);
+  EXPECT_FLOAT_EQ(static_cast<float>(t.item(1)), -2.25f);
+  EXPECT_NEAR(t.to(DType::F32).item(2), 3.0e-3, 3.0e-3 / 128);
+}
+
+TEST(Layers, Bfloat16MatmulsStayCloseToFloat32AndAreDeterministic) {
+  std::string why;
+  if (!ops::cpu_bf16_available(&why)) GTEST_SKIP() << "no bfloat16 products here: " << why;
+  auto run = [](bool bf16) {
+    EXPECT_TRUE(ops::set_matmul_bf16(bf16));
+    auto out = gpt_step(2, 70);
+    ops::set_matmul_bf16(false);
+    return out;
+  };
+  const auto f = run(false), b1 = run(true), b2 = run(true);
+  for (size_t i = 0; i < f.size(); ++i) {
+    EXPECT_EQ(0, std::memcmp(b1[i].raw(), b2[i].raw(), b1[i].nbytes())) << "tensor " << i << " differs run to run";
+    // bfloat16 keeps 8 bits of mantissa (relative rounding 2^-9 per operand); products of 16-80
+    // terms accumulated in float32 stay within a few percent of the tensor's scale.
+    double scale = 0, err = 0;
+    for (int64_t k = 0; k < f[i].numel(); ++k) {
+      scale = std::max(scale, std::abs(f[i].item(k)));
+      err = std::max(err, std::abs(f[i].item(k) - b1[i].item(k)));
+    }
+    EXPECT_LE(err, 0.05 * scale + 1e-6) << "tensor " << i;
+  }
+  bool any_diff = false;  // the bf16 path really ran
+  for (int64_t k = 0; k < f[0].numel() && !any_diff; ++k) any_diff = f[0].item(k) != b1[0].item(k);
+  EXPECT_TRUE(any_diff);
 }

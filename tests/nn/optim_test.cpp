@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "edp/nn/layers.h"
 #include "edp/optim/optimizer.h"
 #include "edp/optim/schedule.h"
 
@@ -60,6 +61,23 @@ TEST(AdamW, TwoSteps) {
   opt.step();
   const double p2 = p1 * (1 - 0.001) - 0.01 * 0.2 / (std::sqrt(0.04) + 1e-8);
   EXPECT_NEAR(p.value.item(), p2, 1e-6);
+}
+
+TEST(AdamW, DecayOnlyWhereTheParameterAsksForIt) {
+  // Zero gradients: m and v stay 0, so a step is the decay alone. Biases and norms are not decayed.
+  auto w = make_param(2.0f, 0.0f);
+  auto b = make_param(2.0f, 0.0f);
+  b.decay = false;
+  AdamW opt({&w, &b}, {.lr = 0.1, .weight_decay = 0.5});
+  opt.step();
+  EXPECT_FLOAT_EQ(w.value.item(), 2.0f * (1 - 0.05f));
+  EXPECT_FLOAT_EQ(b.value.item(), 2.0f);
+  // The layers mark them: Linear's bias, LayerNorm's weight and bias do not decay.
+  nn::Linear l(2, 3);
+  nn::LayerNorm ln(3);
+  EXPECT_TRUE(l.weight().decay);
+  EXPECT_FALSE(l.bias()->decay);
+  for (auto* p : ln.parameters()) EXPECT_FALSE(p->decay) << p->name;
 }
 
 TEST(ClipGradNorm, ScalesOnlyAboveMax) {

@@ -155,6 +155,20 @@ class ClusterPolicy {
 std::unique_ptr<ClusterPolicy> make_cluster_policy(const std::string& name, const ClusterPolicyConfig& cfg = {});
 std::vector<std::string> cluster_policy_names();
 
+// A job as edp's node-level policies see it: its remaining progress (scale-invariant iterations),
+// the GPUs it holds, and its progress rate at each GPU count it may take.
+struct ClusterDpJob {
+  double remaining = 0;
+  int current_gpus = 0;
+  std::vector<std::pair<int, double>> rates;  // (GPUs, progress per second)
+};
+// The request (plan.h) edp's node-level policies decide on: restart-aware (else remaining),
+// hysteresis cfg.hysteresis, every change and every start pausing cfg.restart_s, one option per
+// GPU count with a positive rate (batch 0: the job adapts its batch).
+struct PlanRequest;
+void fill_cluster_request(PlanRequest& req, const std::vector<ClusterDpJob>& jobs, int capacity,
+                          const ClusterPolicyConfig& cfg, bool restart_aware);
+
 // Goodput of a job with an adaptive batch at a placement: the best (micro-batch, accumulation)
 // over the profiled grid (global batch in [init_batch, max_batch]); ncf keeps 32768 (the
 // artifact fixes it for Pollux).
@@ -197,5 +211,16 @@ struct ClusterSimResult {
 
 ClusterSimResult simulate_cluster(const std::vector<ClusterJob>& jobs, const ClusterProfiles& profiles,
                                   const ClusterSimConfig& cfg);
+
+// A published average JCT (s) of the Pollux paper's simulator study (16 nodes x 4 GPUs): per
+// workload file 1..8 (0: not published) and their mean. nullptr when that policy and relative job
+// load were not published ("pollux", "tiresias", "optimus"; loads 0.5, 1.0, 1.5, 2.0).
+struct PublishedJct {
+  const char* policy;
+  double load;
+  double per_workload[8];
+  double mean;
+};
+const PublishedJct* published_jct(const std::string& policy, double load);
 
 }  // namespace edp::autoscale

@@ -1,8 +1,8 @@
 // The live autoscaler's decisions (edp-autoscale serve, docs/autoscaler.md §8): what a submitted
 // job asks for (JobSpec), what the controller knows of it (LiveJob: its measured step times at the
-// sizes it ran at, its progress, its rescale cost), and one planning round (plan_live): the same
-// exact DP as the simulator (solve(), optimizer.h) over each job's options
-// (slots, ranks per slot, global batch), valued restart-aware as the simulator's best policy.
+// sizes it ran at, its progress, its rescale cost), and one planning round (plan_live): a request
+// of plan.h over each job's options (slots, ranks per slot, global batch), decided restart-aware
+// by the same valuation and DP as every other caller (plan, both simulators).
 //
 // Everything here is a pure function of its inputs, so that the controller's decisions can be
 // tested and replayed without processes.
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "edp/autoscale/plan.h"
 #include "edp/autoscale/throughput.h"
 #include "edp/elastic/events.h"
 
@@ -53,7 +54,8 @@ struct Measured {
 // Fits throughput.h's step-time model to a job's own measurements (docs/autoscaler.md §8): the
 // compute line a + c*b by least squares when two per-rank batches were measured (else through the
 // origin), the exposed communication s0 + s1*w when two sizes above 1 were (else proportional to
-// w from the one there is, else 0: linear scaling until a measurement says otherwise).
+// w from the one there is, else 0: linear scaling until a measurement says otherwise). The caller
+// chooses the rows (plan_live: those past their warm-up, LivePolicy::measured_steps()).
 StepTimeModel fit_measured(const std::vector<Measured>& m);
 
 struct LiveJob {
@@ -77,7 +79,39 @@ struct LivePolicy {
   double default_pause_s = 0.8;  // rescale cost before a job measured its own
   double start_s = 3.0;          // cost of starting a job (process start, data load)
   double explore_factor = 2.0;   // a job may be given at most this times the largest size it was measured at
+  // The first steps at a new size are slow (allocations, page faults, new ranks loading). A size
+  // counts as measured once it has 2 x warmup_steps + 1 steps: then the median step time the job
+  // reports (over its recent steps) is no longer a warm-up step.
+  int warmup_steps = 3;
+  int measured_steps() const { return 2 * warmup_steps + 1; }
 };
+
+// A job's throughput at a configuration: measured where it ran (past its warm-up), else predicted
+// cautiously: the step-time model fitted to its measurements (fit_measured) gives the ratio
+// between the configuration and the nearest one measured (distance |ln w/w'| + |ln B/B'|), and
+// the prediction is that measurement times the ratio raised to trust = n / (n + 1), n being the
+// configurations measured — shrunk toward what was measured, the more so the less was. A job that
+// measured nothing gets the median per-rank throughput of the others (prior_rank_sps) x ranks.
+class Predictor {
+ public:
+  Predictor(const LiveJob& job, const LivePolicy& policy, double prior_rank_sps);
+  double samples_per_s(int workers, int ranks_per_slot, int64_t batch, bool* was_measured = nullptr) const;
+  double trust() const;
+
+ private:
+  const Measured* measured(int workers, int k, int64_t batch) const;
+  double model(int workers, int k, int64_t batch) const;  // the fitted model alone
+  const LiveJob& job_;
+  const LivePolicy& policy_;
+  double prior_rank_sps_;
+  std::vector<Measured> usable_;  // measured past the warm-up
+  int anchors_ = 0;               // of them, with one rank per slot (the model's rows)
+  StepTimeModel model_;
+};
+
+// What the live controller does with a job in a round.
+enum class Action { Start, Grow, Shrink, Rebatch, Stop, Hold, Wait, Deferred };
+const char* action_name(Action a);
 
 // One job's decision, with the reason the decision log shows.
 struct LiveChoice {
@@ -89,7 +123,7 @@ struct LiveChoice {
   bool measured = false;     // samples_per_s was measured, not predicted
   double remaining_s = 0;    // predicted time to finish at the choice (pause included)
   double stay_remaining_s = 0;  // running: predicted time to finish where it is
-  std::string action;        // start | grow | shrink | rebatch | stop | hold | wait
+  Action action = Action::Wait;
   std::string reason;
 };
 
@@ -103,6 +137,10 @@ struct LivePlan {
 // One planning round. Jobs in submission order. Throws edp::Error only on an internal error; jobs
 // that cannot run at all (min_workers > slots) are simply never started (the caller refuses them).
 LivePlan plan_live(const std::vector<LiveJob>& jobs, const LivePolicy& policy);
+
+// The request (plan.h) plan_live decides for dp and goodput: exposed so that tests can check that
+// the controller asks the same question as the other callers.
+PlanRequest live_request(const std::vector<LiveJob>& jobs, const LivePolicy& policy);
 
 // The per-rank speed factor of `k` ranks sharing one GPU under MPS when one rank alone keeps it
 // busy a fraction `busy` of its step: 1 while k x busy <= 1, then 1 / (k x busy).

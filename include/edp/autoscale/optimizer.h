@@ -4,10 +4,11 @@
 // (jobs x GPUs); docs/autoscaler.md has the formulation, the recurrence and the complexity.
 //
 // Two levels:
-//   - make_problem(): the contract of `edp-autoscale plan` (a measured throughput table per
-//     job, a reference row, bounds, weights) -> per-job options with values, fully validated;
-//   - solve(): options with values -> the optimal choice per job. It needs no table and is
-//     what the policies of the simulator call directly.
+//   - solve(): options with values -> the optimal choice per job. It needs no table and is what
+//     decide() (plan.h: the one valuation every caller uses) calls;
+//   - make_problem(): the v1 form of the `plan` contract (a measured throughput table per job, a
+//     reference row, bounds, weights) -> per-job options with values, fully validated; the same
+//     values decide() gives the request from_v1() makes of it.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,8 +23,8 @@ struct ThroughputPoint {
   double samples_per_s = 0;
 };
 
-// A job as the `plan` contract describes it.
-struct JobRequest {
+// A job as the v1 `plan` contract describes it: a throughput table and bounds.
+struct TableJob {
   std::string id;
   int min_gpus = 0;  // 0: the job may wait (0 GPUs); >= 1: it must run with at least this many
   int max_gpus = 0;
@@ -39,9 +40,9 @@ struct JobRequest {
   int current_batch = 0;
 };
 
-struct PlanRequest {
+struct TableRequest {
   int gpus = 0;
-  std::vector<JobRequest> jobs;
+  std::vector<TableJob> jobs;
   double rescale_penalty = 0.0;  // in [0, 1)
 };
 
@@ -77,7 +78,7 @@ struct Solution {
 
 // Thrown (as edp::Error subclass) for invalid requests; the message names the job and field.
 // make_problem validates; solve() checks only its own preconditions.
-std::vector<JobOptions> make_problem(const PlanRequest& req);
+std::vector<JobOptions> make_problem(const TableRequest& req);
 
 // Exact optimum of: maximise sum_j value(choice_j) s.t. sum_j gpus(choice_j) <= capacity, each
 // job takes exactly one of its options, or waits (value 0) when may_wait. Ties between optimal
@@ -87,13 +88,5 @@ Solution solve(const std::vector<JobOptions>& jobs, int capacity);
 
 // Reference solver for tests: enumerates every assignment (exponential; tiny instances only).
 Solution solve_brute_force(const std::vector<JobOptions>& jobs, int capacity);
-
-// make_problem + solve, with the ids carried through; for the CLI.
-struct PlanResult {
-  Solution solution;
-  std::vector<std::string> ids;
-  double solve_ms = 0;
-};
-PlanResult plan(const PlanRequest& req);
 
 }  // namespace edp::autoscale

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "edp/autoscale/optimizer.h"
+#include "edp/autoscale/plan.h"
 
 namespace edp::autoscale {
 
@@ -52,12 +52,10 @@ struct Assignment {
   int ranks_per_gpu = 1;
 };
 
-// How the elastic policies weight jobs against each other in the DP objective.
-//   "equal":     every job weight 1: maximise the sum of speedups over the jobs' own configs
-//                (the contract's default);
-//   "remaining": weight 1 / (time the job still needs at its own config): the value becomes the
-//                fraction of its remaining work a job completes per second, an SRPT-like
-//                priority that targets average completion time.
+// How the elastic policies value an option (plan.h's objectives):
+//   "equal":     the speedup over the job's own configuration (objective throughput);
+//   "remaining": the fraction of its remaining work a job completes per second (objective
+//                remaining), an SRPT-like priority that targets average completion time.
 enum class Weighting { Equal, Remaining };
 
 struct PolicyConfig {
@@ -82,5 +80,12 @@ class Policy {
 // "static", "baseline", "dp", "goodput"; throws edp::Error listing the names for anything else.
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& cfg = {});
 std::vector<std::string> policy_names();
+
+// The request (plan.h) a policy of this simulator decides on for these jobs: static is objective
+// fifo; the elastic ones restart-aware when cfg.restart_aware, else remaining or throughput by the
+// weighting. Each job's remaining work is remaining_s x ref_samples_per_s, floored at one second's
+// work; a restart (started before) costs pause_s, a first start nothing.
+PlanRequest pool_request(const std::vector<JobState>& active, int capacity, const std::string& policy,
+                         const PolicyConfig& cfg);
 
 }  // namespace edp::autoscale

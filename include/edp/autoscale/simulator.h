@@ -39,7 +39,7 @@ struct TraceJob {
 // edp::DataError with file:line:column. Jobs with duration 0 are kept (they finish at once).
 std::vector<TraceJob> load_philly_trace(const std::string& path);
 
-// Reads a Pollux (OSDI'21) workload file, shared/data/pollux_workloads/*/workload-N.csv
+// Reads a Pollux (OSDI'21) workload file, data/pollux_workloads/*/workload-N.csv
 // (name, time, application, num_replicas, batch_size): each job names its model and its own
 // (GPUs, global batch); its work is the model's complete run (ModelProfile::total_samples) and
 // its duration_s is the time that takes at its own configuration on the fitted model. A batch
@@ -188,10 +188,9 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
 // configuration per GPU). Summed over a trace they bound the policy's average JCT on an unlimited
 // cluster (exactly its value there for static, baseline and dp; goodput, which values
 // throughput x efficiency, may choose slower ones) and the GPU-time the work needs on a
-// saturated one
-// (docs/autoscaler.md, "Why dp/baseline stays below 2x"). In trace order; cfg.policy picks the
-// options (static: the requested configuration only); cfg.statistical_efficiency counts progress
-// as the simulator does.
+// saturated one (docs/results/autoscaler.md, "Why dp/baseline stays below 2x"). In trace order;
+// cfg.policy picks the options (static: the requested configuration only);
+// cfg.statistical_efficiency counts progress as the simulator does.
 struct JobBound {
   std::string model;
   double own_gpu_s = 0;  // requested GPUs x trace duration

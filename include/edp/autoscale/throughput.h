@@ -1,5 +1,5 @@
 // Throughput model of a data-parallel job: step time as a function of (GPUs, per-GPU batch),
-// fitted to the measured Pollux profiles (shared/data/model_profiles). The form, fitted by
+// fitted to the measured Pollux profiles (data/model_profiles). The form, fitted by
 // weighted least squares on relative error (docs/autoscaler.md, "Throughput model"):
 //
 //   compute(b)   = a + c * b                        b = per-GPU batch (linear: one GPU's work)

@@ -52,6 +52,24 @@ Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
 int64_t count_correct(const Tensor& logits, const Tensor& labels);
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);
+double softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
+                                     int32_t ignore_index, int64_t* counted);
+Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, double scale,
+                                      int32_t ignore_index);
+// The embedding's token gradient copies the ids to the host (one synchronisation) to group the
+// positions of each token; the sums run on the GPU, one block per present token, in position order.
+Tensor embedding_forward(const Tensor& ids, const Tensor& wte, const Tensor& wpe);
+void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dwte, Tensor& dwpe);
+Tensor layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                         Tensor& mean, Tensor& rstd);
+Tensor layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                          const Tensor& mean, const Tensor& rstd, Tensor& dgamma, Tensor& dbeta);
+// Attention: q, k, v are gathered into [B·H, T, hd] blocks, the scores and products are cuBLAS
+// strided-batched GEMMs (the [B·H, T, T] scores are materialised on the GPU), the causal masked
+// softmax and its backward are kernels/attention.cu.
+Tensor attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse);
+Tensor attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& dy, const Tensor& lse,
+                          int64_t heads);
 
 // ---- GPU-only fused ops -----------------------------------------------------------------------
 enum class Activation { Identity = 0, ReLU = 1, GELU = 2 };

@@ -7,13 +7,14 @@
 //   kernels/<name>.cu             its kernels (linear and conv2d use cuBLASLt / cuDNN instead)
 //   tests/backend/<name>_test.cpp the CUDA implementation against the CPU one
 // with <name> one of linear, conv2d, pool, activation, dropout, reduce, batchnorm,
-// softmax_xent, optim.
+// softmax_xent, optim, embedding, layernorm, attention.
 //
 // Conventions: activations are NCHW; weights of Linear are [out, in], of Conv2d
 // [out, in, k, k]. Functions named *_backward return the input gradient (a fresh tensor, or an
 // undefined one when want_dx is false) and ACCUMULATE into parameter gradients (dw += ...).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "edp/core/tensor.h"
@@ -22,10 +23,30 @@ namespace edp::ops {
 
 // ---- linear ---------------------------------------------------------------------------------
 // y[N, out] = x[N, in] · w[out, in]^T + b[out]   (b may be undefined)
-Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);
+// With `saved` and bfloat16 products on (CPU), the forward keeps its bfloat16 roundings of x and w
+// there, and a backward given the same `saved` uses them instead of rounding x and w again.
+struct LinearSaved {
+  Tensor x, w;  // bfloat16 [N, in], [out, in]; undefined when not kept
+};
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, LinearSaved* saved = nullptr);
 // dx = dy · w;  dw += dy^T · x;  db += Σ_n dy
 Tensor linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
-                       bool want_dx);
+                       bool want_dx, const LinearSaved* saved = nullptr);
+
+// Matrix products in bfloat16 (mixed precision, PyTorch's autocast rule): when on, linear and
+// attention round their float32 operands to bfloat16 and accumulate the products in float32;
+// everything else (and every tensor kept between ops: parameters, gradients, activations) stays
+// float32. On the CPU it needs oneDNN and a CPU with AVX512-BF16 (or AMX): elsewhere the CPU
+// products stay float32, and set_matmul_bf16(true) returns false so that the caller can say so.
+// On CUDA: cuBLASLt / cuBLAS with bfloat16 operands (sm_80 and newer). Process-wide; the default
+// is off (EDP_BF16). matmul_bf16() is the request.
+bool set_matmul_bf16(bool on);
+bool matmul_bf16();
+// Whether this build and CPU can run the CPU's bfloat16 products, and why not.
+bool cpu_bf16_available(std::string* why = nullptr);
+// The instruction set oneDNN's CPU kernels run at ("avx2", "avx512_core", "avx512_core_amx", ...;
+// EDP_CPU_ISA), or "none" in a build without oneDNN.
+const char* cpu_isa_name();
 
 // ---- conv2d: convolution (square kernel, zero padding, implicit GEMM per sample) ------------
 struct Conv2dGeometry {
@@ -104,6 +125,40 @@ double softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
 Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, double scale);
 // Rows whose argmax equals the label.
 int64_t count_correct(const Tensor& logits, const Tensor& labels);
+// Sequence form: rows whose label equals ignore_index count for nothing (no loss, zero gradient)
+// and the mean is over the other rows; *counted (optional) receives their number. Any other label
+// outside [0, C) is an error. The backward's scale is then 1/counted for the mean loss.
+double softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
+                                     int32_t ignore_index, int64_t* counted);
+Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, double scale,
+                                      int32_t ignore_index);
+
+// ---- embedding: token + position embedding --------------------------------------------------
+// y[b, t, :] = wte[ids[b, t], :] + wpe[t, :]   (ids int32 [B, T], wte [V, D], wpe [Tmax, D],
+// T <= Tmax; an id outside [0, V) is an error naming it and its position).
+Tensor embedding_forward(const Tensor& ids, const Tensor& wte, const Tensor& wpe);
+// dwte[v] += Σ_{(b,t): ids = v} dy[b, t];  dwpe[t] += Σ_b dy[b, t]. Only the rows of the tokens
+// present are touched (the cost is O(B·T·D), not O(V·D)); each row's sum is taken in position
+// order, so the result does not depend on the thread count.
+void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dwte, Tensor& dwpe);
+
+// ---- layernorm: over the last dimension -----------------------------------------------------
+// y = (x - μ) · rstd · γ + β per row of D (x [..., D]); mean and rstd [rows] kept for backward.
+Tensor layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                         Tensor& mean, Tensor& rstd);
+// dx = rstd · (g - mean(g) - x̂ · mean(g · x̂)) with g = dy · γ;  dγ += Σ_rows dy · x̂;  dβ += Σ_rows dy
+Tensor layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                          const Tensor& mean, const Tensor& rstd, Tensor& dgamma, Tensor& dbeta);
+
+// ---- attention: causal multi-head self-attention (the core, between two Linears) ------------
+// qkv [B, T, 3·D] holds q, k, v side by side, each D = H·hd with head h at columns [h·hd, (h+1)·hd).
+// y[b, t, h] = Σ_{s ≤ t} softmax_s(q_t · k_s / √hd) v_s, y [B, T, D] (heads side by side).
+// lse [B, H, T] (the log-sum-exp of each softmax row) is kept for backward, which recomputes the
+// probabilities from it instead of storing the [T, T] matrices.
+Tensor attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse);
+// Returns dqkv [B, T, 3·D] (no parameters).
+Tensor attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& dy,
+                          const Tensor& lse, int64_t heads);
 
 // ---- optim: optimizer updates (PyTorch's rules, edp/optim/optimizer.h) ----------------------
 // One step over a parameter list: params[i] is updated in place from grads[i] and its state

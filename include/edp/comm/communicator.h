@@ -98,7 +98,7 @@ class Communicator {
   virtual int local_rank() const = 0;
   virtual int local_size() const = 0;
   virtual std::string backend() const = 0;  // "mpi", "self", "nccl", "colocated"
-  // Whether the collectives take GPU (device) buffers: NCCL and colocated (edp/cuda/nccl.h,
+  // Whether the collectives take GPU (device) buffers: NCCL and colocated (edp/comm/nccl.h,
   // edp/comm/colocated.h). The MPI and self backends reduce host memory only.
   virtual bool device_buffers() const { return false; }
   // Whether a collective on device buffers is only enqueued on a GPU stream, so that the call

@@ -1,12 +1,22 @@
 // Changing a running job's membership in place (elastic jobs, edp/elastic/job.h): ranks leave on
-// a split communicator; new ranks are started with MPI_Comm_spawn and merged
-// (MPI_Intercomm_merge). Only the MPI backend can do this; elsewhere the functions say why not.
+// a split communicator; new ranks are started with MPI_Comm_spawn and joined in the background,
+// while the running ranks go on with their work. Only the MPI backend can do this; elsewhere the
+// functions say why not.
 //
-// A spawned process runs the same program with the same arguments. Its Environment merges it
-// into the job during initialisation, so that comm::world() — what run_main hands to the
-// program — is already the grown job: ranks 0..W-1 are the ranks that spawned it, in their
-// order, then the new ones. The program runs its usual setup and meets the others in the first
-// collective of that setup (elastic::Job's state broadcast).
+// A grow (comm::Grow), seen from the running ranks:
+//   1. every rank constructs a Grow at the same point (collective, cheap): a thread of its own
+//      starts the new processes (MPI_Comm_spawn over a copy of the running ranks' communicator),
+//      merges them in (the running ranks first, in their order, then the new ones) and posts
+//      the "ready" barrier of the grown communicator;
+//   2. the running ranks keep training on their communicator and call poll() at step
+//      boundaries (one broadcast of an integer from rank 0): kStarting, then kReady once every
+//      new rank has reached the ready barrier (its data loaded and its model built), or kFailed;
+//   3. at kReady every rank takes() the grown communicator and the job moves to it.
+// A spawned process runs the same program with the same arguments. Its Environment connects it
+// during initialisation, so that comm::world() — what run_main hands to the program — is already
+// the grown communicator. The program runs its setup (data, model) on its own, then enters the
+// ready barrier: its first collective on world() must be ready_barrier() (elastic::Job does it),
+// then watch_communicator(world) on every rank of the grown job.
 //
 // Leaving: a rank that is no longer part of the job stops using every communicator of the job
 // and returns from the program. Open MPI 4.1's MPI_Finalize waits for every process that mpirun
@@ -29,16 +39,39 @@ class SpawnError : public Error {
   using Error::Error;
 };
 
-// True when this process was started by spawn_ranks of a running job.
+// True when this process was started by a Grow of a running job.
 bool spawned();
 
-// Collective over `current`: starts `count` new processes of this program (the same executable,
-// arguments and working directory; through EDP_SPAWN_WRAPPER when it is set), each given the
-// extra environment `env` ("KEY=VALUE") and EDP_SPAWN_RANK_BASE = current.size(). Returns the
-// grown communicator: current's ranks first, in their order, then the new ones. Throws
-// SpawnError on every rank of `current` when MPI could not start them. The stall inspector then
-// watches the grown communicator.
-std::unique_ptr<Communicator> spawn_ranks(Communicator& current, int count, const std::vector<std::string>& env = {});
+// A grow in the background (see the file comment).
+class Grow {
+ public:
+  enum class State { kStarting, kReady, kFailed };
+  // Collective over `current`: starts `count` new processes of this program (the same
+  // executable, arguments and working directory; through EDP_SPAWN_WRAPPER when it is set),
+  // each given the extra environment `env` ("KEY=VALUE") and EDP_SPAWN_RANK_BASE =
+  // current.size(). Throws SpawnError on every rank, before anything started, when it is known
+  // that they cannot start (a build without MPI, too few slots under plain mpirun). Without
+  // MPI_THREAD_MULTIPLE the processes are started and connected here, blocking.
+  Grow(Communicator& current, int count, const std::vector<std::string>& env = {});
+  ~Grow();  // waits for the thread; a grow not taken is abandoned (see take())
+  Grow(const Grow&) = delete;
+  Grow& operator=(const Grow&) = delete;
+  // Collective over `current`: where the grow stands, as rank 0 sees it, on every rank.
+  State poll(Communicator& current);
+  // After kReady: the grown communicator (every rank of it has passed the ready barrier).
+  std::unique_ptr<Communicator> take();
+  // After kFailed: why (rank 0's message, on every rank).
+  const std::string& error() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The new ranks' side of the ready barrier: their first collective on world() (collective
+// over the grown communicator, with the running ranks' Grow).
+void ready_barrier(Communicator& world);
 
 // Makes `c` the communicator the stall inspector watches (elastic jobs call it with the job's
 // communicator after each membership change; collective over `c`). nullptr: stop watching (a

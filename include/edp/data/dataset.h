@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,26 +22,14 @@ class Dataset {
   // Writes sample i's features (sample_shape().numel() float32 values) to `out`, returns its label.
   // Must be safe to call from several threads at once.
   virtual int32_t get(int64_t i, float* out) const = 0;
-};
 
-// Features held in memory as float32 [N, ...sample_shape], labels as int32 [N].
-class TensorDataset : public Dataset {
- public:
-  TensorDataset(Tensor features, std::vector<int32_t> labels, int num_classes);
-  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
-  Shape sample_shape() const override;
-  int num_classes() const override { return num_classes_; }
-  int32_t get(int64_t i, float* out) const override;
-  const Tensor& features() const { return features_; }
-  const std::vector<int32_t>& labels() const { return labels_; }
-  // The first n samples (a view of the same features; n is clamped to size()).
-  std::shared_ptr<TensorDataset> head(int64_t n) const;
-
- private:
-  Tensor features_;
-  std::vector<int32_t> labels_;
-  int num_classes_;
-  int64_t row_ = 0;  // floats per sample, cached: get() is the hot path of the loader
+  // Sequence datasets (token windows) have int32 features and one label per position; the
+  // DataLoader reads every dataset through get_sample(), whose default is get().
+  virtual DType feature_dtype() const { return DType::F32; }
+  virtual Shape label_shape() const { return Shape{}; }  // [] : one label per sample
+  // Writes sample i's features (sample_shape().numel() values of feature_dtype()) to `x` and its
+  // label_shape().numel() labels to `y`.
+  virtual void get_sample(int64_t i, void* x, int32_t* y) const { *y = get(i, static_cast<float*>(x)); }
 };
 
 // Per-channel affine normalisation applied after scaling bytes to [0, 1]: (x/255 - mean)/std.
@@ -48,6 +37,40 @@ class TensorDataset : public Dataset {
 struct Normalize {
   std::vector<float> mean{0.0f};
   std::vector<float> std{1.0f};
+};
+
+// Features held in memory, labels as int32 [N]. Two forms:
+//   float32 [N, ...sample_shape], copied out as they are;
+//   image bytes (uint8 [N, C, ...]) with a Normalize, turned into float32 by get() one sample at a
+//   time — (byte/255 - mean[c]) / std[c] from a table of 256 values per channel, computed in double
+//   and rounded once — so a quarter of the memory, and the very floats that converting the whole
+//   set at load time would give. The dataset loaders keep images this way.
+class TensorDataset : public Dataset {
+ public:
+  TensorDataset(Tensor features, std::vector<int32_t> labels, int num_classes);
+  TensorDataset(Tensor image_bytes, std::vector<int32_t> labels, int num_classes, const Normalize& norm);
+  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+  Shape sample_shape() const override;
+  int num_classes() const override { return num_classes_; }
+  int32_t get(int64_t i, float* out) const override;
+  // The stored features: float32, or the image bytes (uint8) when normalize() is set.
+  const Tensor& features() const { return features_; }
+  const std::optional<Normalize>& normalize() const { return norm_; }
+  const std::vector<int32_t>& labels() const { return labels_; }
+  // Samples [from, from + n) (a view of the same features; clamped to the set).
+  std::shared_ptr<TensorDataset> slice(int64_t from, int64_t n) const;
+  // The first n samples (slice(0, n)).
+  std::shared_ptr<TensorDataset> head(int64_t n) const { return slice(0, n); }
+
+ private:
+  void check_labels();  // and sets row_
+  Tensor features_;
+  std::vector<int32_t> labels_;
+  int num_classes_;
+  int64_t row_ = 0;  // values per sample, cached: get() is the hot path of the loader
+  std::optional<Normalize> norm_;
+  std::vector<std::vector<float>> tables_;  // bytes: one 256-entry table per channel
+  int64_t plane_ = 0;                       // bytes: values per channel of a sample
 };
 
 // The normalisations the loaders below apply (statistics of each training set):
@@ -69,7 +92,8 @@ struct IdxImages {
 IdxImages read_idx_images(const std::string& path);
 std::vector<uint8_t> read_idx_labels(const std::string& path);
 
-// Loads a pair of IDX files into a dataset of [N, 1, rows, cols] float32 features.
+// Loads a pair of IDX files into a dataset of [N, 1, rows, cols] image bytes, normalised by `norm`
+// as they are read (TensorDataset).
 std::shared_ptr<TensorDataset> load_idx(const std::string& images_path,
                                         const std::string& labels_path, const Normalize& norm,
                                         int num_classes = 10);

@@ -51,8 +51,8 @@ class RandomSampler : public Sampler {
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
 struct Batch {
-  Tensor x;                      // float32 [b, ...sample_shape]
-  Tensor y;                      // int32 [b]
+  Tensor x;                      // feature_dtype() [b, ...sample_shape] (float32 for images)
+  Tensor y;                      // int32 [b, ...label_shape] ([b] for classification)
   std::vector<int64_t> indices;  // dataset indices of the rows
   int64_t size() const { return x.defined() ? x.dim(0) : 0; }
 };

@@ -53,8 +53,10 @@ struct ControlLimits {
   // Worker counts the launcher can run the job at (edprun passes them as EDP_ALLOWED_WORKERS);
   // empty: any count.
   std::vector<int> allowed_workers;
-  // The largest global batch the job accepts (e.g. the training set's size); 0: no limit.
-  int64_t max_global_batch = 0;
+  // The global batches the job accepts (e.g. up to the training set's size); 0: no limit.
+  int64_t min_global_batch = 0, max_global_batch = 0;
+  // Where the global batch's bounds come from, for the refusal messages.
+  std::string min_global_batch_rule, max_global_batch_rule;
   // The largest per-worker batch (memory); 0: no limit.
   int64_t max_worker_batch = 0;
   // allowed_workers from EDP_ALLOWED_WORKERS (elastic/allowed.h: "1-4,6,8"); the rest unset.
@@ -77,14 +79,25 @@ class ElasticControl {
   std::optional<RescaleRequest> poll(comm::Communicator& world);
   const std::string& path() const { return path_; }
   const ControlLimits& limits() const { return limits_; }
+  // The job could not carry out the request poll() returned (e.g. a grow could not start its
+  // ranks and there is no checkpoint to restart from). Call on every rank. The same request is
+  // tried again after 2, then 4 more looks at the file; after kMaxAttempts failures it is dropped,
+  // with a message, until the file changes.
+  static constexpr int kMaxAttempts = 3;
+  void failed(const std::string& why);
 
  private:
   std::string path_;
   RescaleRequest current_;
   ControlLimits limits_;
+  void take(const std::string& text, const std::string& error);  // rank 0: a new version of the file
   timespec seen_mtime_{0, 0};
   int64_t seen_size_ = -1;
+  uint64_t seen_ino_ = 0;
+  std::string seen_text_, seen_error_;
   std::optional<RescaleRequest> last_;  // rank 0: the last valid, accepted request read
+  int failures_ = 0;                    // of last_, in a row
+  int64_t wait_ = 0;                    // looks at the file to skip before trying last_ again
 };
 
 // After the rescale checkpoint is committed, rank 0 records the size the job is to continue at

@@ -8,6 +8,19 @@
 //    "pause_s": 0.41, "phases": {"decide_s": ..., "spawn_s": ..., "state_s": ..., ...}}
 //   {"event": "rescale", "mode": "restart", ...same fields...}
 //   {"event": "stop",    "workers": 2, "global_batch": 128, "step": 80, "t": ...}
+//   {"event": "rate",    "workers": 2, "global_batch": 128, "step": 58, "t": ..., "steps": 20,
+//    "samples_per_s": 10450.2}
+//
+// A rescale's "visible_s" is what the training lost to it: from the moment the ranks stopped
+// training for the change to the end of the first step at the new size, less a typical step (the
+// median of the steps before). An in-place grow starts its new ranks in the background while the
+// job trains on (phase "background_s", not counted), so only the join is visible; by restart, the
+// whole pause is.
+// "start" and "rescale" carry "threads": the compute threads of each rank at the new size (rank
+// order; edp/comm/layout.h). "rate" is the training speed settled at a size: the samples per
+// second over the `steps` steps that follow the first step after a start or a rescale (that first
+// step, which pays the change, is left out; a window that an epoch boundary interrupts starts
+// again after it). It is written once per start or rescale, when the window is complete.
 //
 // "t" is the wall time (seconds since the epoch) the event was written; for a rescale, it is
 // written when the first step at the new size has finished, and pause_s = t - requested_t, the
@@ -27,13 +40,17 @@
 namespace edp::elastic {
 
 struct MembershipEvent {
-  std::string event;  // "start", "rescale" or "stop"
+  std::string event;  // "start", "rescale", "stop" or "rate"
   std::string mode;   // rescale: "in_place" or "restart"
   int from_workers = 0, workers = 0;
   int64_t from_global_batch = 0, global_batch = 0;
   int64_t step = 0;
   double requested_t = 0, t = 0, pause_s = 0;
+  double visible_s = -1;  // rescale: the time the training lost to it (see the file comment); -1: not recorded
   std::vector<std::pair<std::string, double>> phases;  // rescale: seconds per phase, in the order they ran
+  std::vector<int> threads;                            // start, rescale: compute threads per rank
+  int64_t steps = 0;                                   // rate: steps measured
+  double samples_per_s = 0;                            // rate
 };
 
 // Appends `e` as one line to EDP_EVENTS_FILE when it is set (one write(2) of the whole line with

@@ -62,6 +62,11 @@ class DistributedLoader;
 
 namespace edp::elastic {
 
+// Defaults of JobOptions' bounds and guard.
+constexpr int64_t kBatchRange = 8;     // min/max global batch: the first one / or x this
+constexpr int64_t kGuardWindow = 10;   // steps per window of the divergence guard
+constexpr int kGuardPatience = 3;      // windows in a row above the limit
+
 struct JobOptions {
   std::string name = "job";  // in messages, and the checkpoints' "model"
   int64_t epochs = 1;
@@ -77,6 +82,10 @@ struct JobOptions {
   int64_t warmup_steps = 0;
   uint64_t seed = 42;           // the data order (the model's initialisation is the caller's)
   int loader_workers = 1;       // threads assembling batches
+  // Compute threads per rank. 0 (the default): follow the layout — after the start and after
+  // every rescale, the rank's share of its host's cores given the ranks now on that host, unless
+  // the environment fixes a count (edp/comm/layout.h). > 0: that count, always.
+  int threads = 0;
   // Checkpoints: the newest one in checkpoint_dir is resumed from; one is committed every
   // checkpoint_every steps (0: at the end of every epoch). Empty dir: no checkpoints (then a
   // rescale can only happen in place).
@@ -91,10 +100,38 @@ struct JobOptions {
   std::string rescale_mode;      // "auto", "in-place", "restart"; empty: EDP_RESCALE_MODE
   Device device = Device::cpu();
   int64_t bucket_cap_bytes = 0;   // DistributedDataParallel's cap (0: EDP_BUCKET_CAP_MB)
+  // Clip the gradients' global L2 norm to this before every optimizer step (0: no clipping). It
+  // runs after the allreduce, on the averaged gradients every rank holds, so every rank computes
+  // the same norm and applies the same scale (also a rank without samples in an uneven last step).
+  double max_grad_norm = 0;
   std::string on_nonfinite = "stop";  // "stop" (an error naming the step and parameter) or "skip"
   bool progress = true;               // a progress line on rank 0
   // More settings every rank must agree on (the program's flags), checked with the job's own.
   std::vector<comm::Setting> settings;
+  // A request may move the global batch only within [min_global_batch, max_global_batch] (and
+  // never above the training set). 0: the job's first global batch divided (min) or multiplied
+  // (max) by kBatchRange. The learning rate follows the batch (lr_scaling), so this bounds what a
+  // request can do to it.
+  int64_t min_global_batch = 0, max_global_batch = 0;
+  // The divergence guard: every kGuardWindow steps the job's mean loss over them (every rank's
+  // samples) is compared with its running level (a moving average of the earlier windows). More
+  // than divergence_factor times that level for kGuardPatience windows in a row stops the job with
+  // an error naming the steps, the losses and the last change of size; the checkpoints committed
+  // since the last good window are set aside (renamed *.diverged), so the job, started again,
+  // resumes from its last good state. 0: no guard.
+  double divergence_factor = 4;
+  // Settings (names in `settings`) that a resume may change, e.g. how often checkpoints are
+  // written. Every other setting, and the job's own (epochs, learning rate and its rule, warmup,
+  // data seed, training samples, model size), is the job's identity: each checkpoint records it and
+  // a resume with a different one is refused, naming the differences, unless
+  // accept_config_change (a deliberate change, e.g. of the learning rate).
+  std::vector<std::string> resume_may_change;
+  bool accept_config_change = false;
+  // An in-place grow starts the new ranks in the background: the job trains on at its size while
+  // they start, load their data and build their model, and joins them at the first step boundary
+  // after they are ready. false (or EDP_BACKGROUND_GROW=0): the job waits for them at the step of
+  // the request.
+  bool background_grow = true;
 };
 
 // What a reset callback learns after the job's membership or batch changed in place.
@@ -153,6 +190,9 @@ class Job {
   double lr() const { return lr_; }  // after scaling to the current global batch
   const EpochSummary& last_epoch() const { return summary_; }
   bool left() const { return left_; }
+  // The job resumed from a checkpoint of its finished training: there was nothing left to train
+  // (evaluate the model and report; last_epoch() is empty).
+  bool complete_at_start() const { return complete_at_start_; }
   // Still training: not left, not stopping for a restart. After next_batch() returned false,
   // true means the epoch ended (evaluate, report) and false that the program should end.
   bool active() const { return !left_ && exit_code_ == 0; }
@@ -173,6 +213,11 @@ class Job {
   void sync();
   // Called on every rank after the job's size or global batch changed in place.
   void on_reset(std::function<void(const ResetInfo&)> callback);
+  // A rescale under way: new ranks starting in the background (JobOptions::background_grow).
+  bool rescaling() const;
+  // Collective, at a step boundary (after step(), before the next next_batch()): waits until a
+  // rescale under way has joined the new ranks (or failed).
+  void settle();
 
  private:
   struct Impl;
@@ -180,7 +225,7 @@ class Job {
   std::shared_ptr<nn::Module> model_;
   int64_t epoch_ = 0, step_ = 0, global_batch_ = 0;
   double lr_ = 0;
-  bool left_ = false;
+  bool left_ = false, complete_at_start_ = false;
   int exit_code_ = 0;
   EpochSummary summary_;
 };

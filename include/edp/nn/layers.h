@@ -8,6 +8,13 @@
 //   BatchNorm2d  y = γ (x - μ)/√(σ² + ε) + β   (batch stats in train, running stats in eval)
 //   Dropout      y = x·m/(1-p), m ~ Bernoulli(1-p), identity in eval
 //   Flatten      [N, ...] → [N, Π ...]
+// The transformer's layers (activations [B, T, D]; Linear maps the last dimension of any input):
+//   TokenPositionEmbedding  y[b,t] = wte[ids[b,t]] + wpe[t]       (ids int32 [B, T])
+//   LayerNorm    y = (x - μ)/√(σ² + ε) γ + β over the last dimension
+//   CausalSelfAttention  y = proj(attention(qkv(x))), softmax over s ≤ t per head
+//   Residual     y = x + f(x)                  dx = dy + f'(dy)
+//   TiedOutput   logits = x wteᵀ (the embedding's table, shared: its gradient gets both parts)
+//   SequenceCrossEntropy  mean over positions whose target is not ignore_index
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -20,6 +27,7 @@
 
 namespace edp::nn {
 
+// Maps the last dimension: x [..., in] -> [..., out].
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias = true);
@@ -33,6 +41,7 @@ class Linear : public Module {
   Parameter* w_;
   Parameter* b_ = nullptr;
   Tensor x_;
+  ops::LinearSaved saved_;  // bfloat16 roundings of x and w kept for backward (bf16 products)
 };
 
 class Conv2d : public Module {
@@ -168,6 +177,95 @@ class ResidualBlock : public Module {
   std::shared_ptr<Sequential> main_;
   std::shared_ptr<Sequential> shortcut_;  // null for the identity
   Tensor out_;                            // after the final ReLU
+};
+
+// ---- transformer layers -------------------------------------------------------------------------
+// Token and position tables, N(0, 0.02) as GPT-2 initialises them.
+class TokenPositionEmbedding : public Module {
+ public:
+  TokenPositionEmbedding(int64_t vocab, int64_t context, int64_t dim);
+  Tensor forward(const Tensor& ids) override;   // int32 [B, T], T <= context -> [B, T, dim]
+  Tensor backward(const Tensor& dy) override;   // returns an undefined tensor (ids have no gradient)
+  std::string type_name() const override { return "TokenPositionEmbedding"; }
+  Parameter& token_table() { return *wte_; }
+
+ private:
+  Parameter *wte_, *wpe_;
+  Tensor ids_;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  std::string type_name() const override { return "LayerNorm"; }
+
+ private:
+  Parameter *gamma_, *beta_;
+  double eps_;
+  Tensor x_, mean_, rstd_;
+};
+
+// Causal multi-head self-attention: qkv = x Wqkvᵀ + b, the attention core of ops.h per head,
+// y = attn Wprojᵀ + b. The projection's weights start at N(0, 0.02/√(2·layers)) (GPT-2's scaling
+// of the residual branches); pass layers = 0 for plain N(0, 0.02).
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(int64_t dim, int64_t heads, int64_t layers = 0);
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  std::string type_name() const override { return "CausalSelfAttention"; }
+
+ private:
+  int64_t heads_;
+  std::shared_ptr<Linear> qkv_, proj_;
+  Tensor qkv_out_, attn_, lse_;
+};
+
+// y = x + body(x).
+class Residual : public Module {
+ public:
+  explicit Residual(ModulePtr body);
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  std::string type_name() const override { return "Residual"; }
+
+ private:
+  ModulePtr body_;
+};
+
+// logits = x · Wᵀ with W a parameter of another module (the token table): it owns no parameter,
+// its backward adds into W's gradient and leaves marking it ready to the owner, whose backward
+// runs later (so the gradient is ready once, complete, for DistributedDataParallel).
+class TiedOutput : public Module {
+ public:
+  explicit TiedOutput(Parameter& weight) : w_(&weight) {}
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  std::string type_name() const override { return "TiedOutput"; }
+
+ private:
+  Parameter* w_;
+  Tensor x_;
+  ops::LinearSaved saved_;
+};
+
+// Mean cross-entropy over a sequence: logits [..., V], targets int32 [...] (same leading shape);
+// positions whose target is ignore_index count for nothing.
+class SequenceCrossEntropy {
+ public:
+  explicit SequenceCrossEntropy(int32_t ignore_index = -1) : ignore_(ignore_index) {}
+  double forward(const Tensor& logits, const Tensor& targets);
+  // d(mean loss)/d logits (logits' shape), optionally scaled.
+  Tensor backward(double scale = 1.0) const;
+  int64_t counted() const { return counted_; }  // positions in the last forward's mean
+
+ private:
+  int32_t ignore_;
+  int64_t counted_ = 0;
+  Shape shape_;
+  Tensor probs_, targets_;
 };
 
 // Mean softmax cross-entropy over the batch.

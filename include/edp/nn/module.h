@@ -25,6 +25,9 @@ struct Parameter {
   Tensor value;
   Tensor grad;  // same shape/dtype/device as value
   std::vector<std::function<void(Parameter&)>> grad_ready_hooks;
+  // Whether AdamW's decoupled weight decay applies. Layers clear it on the parameters that decay
+  // must not pull towards zero: biases and normalisation scales and shifts.
+  bool decay = true;
 
   void mark_grad_ready() {
     for (auto& h : grad_ready_hooks) h(*this);

@@ -2,7 +2,8 @@
 // compared with it directly:
 //   SGD:   g = grad + wd·p;  buf = μ·buf + (1-dampening)·g (buf = g on the first step);
 //          g = nesterov ? g + μ·buf : buf;  p -= lr·g
-//   AdamW: p -= lr·wd·p (decoupled);  m = β1 m + (1-β1) g;  v = β2 v + (1-β2) g²;
+//   AdamW: p -= lr·wd·p (decoupled; only on parameters whose `decay` is set: not on biases and
+//          normalisation parameters, which the layers mark);  m = β1 m + (1-β1) g;  v = β2 v + (1-β2) g²;
 //          p -= lr · (m / (1-β1^t)) / (√(v / (1-β2^t)) + ε)
 #pragma once
 #include <cstdint>

@@ -77,18 +77,51 @@ class CheckpointDir {
  public:
   explicit CheckpointDir(std::string dir, int keep = 2);
   const std::string& dir() const { return dir_; }
-  // Writes ckpt-<step>.edp atomically, then removes all but the newest `keep` checkpoints.
-  // Returns the path written.
+  // Writes ckpt-<step>.edp atomically, then removes all but the newest `keep` checkpoints (and
+  // never the one that hold() protects). Returns the path written.
   std::string commit(int64_t step, const Checkpoint& c);
   // The newest checkpoint that reads back whole (nullopt when there is none); damaged or
-  // half-written ones are skipped with a line on stderr naming the file and the reason.
+  // half-written ones are skipped with a line on stderr naming the file and the reason, and when
+  // none reads back whole a warning says that the job starts over.
   std::optional<Checkpoint> latest(std::string* path = nullptr) const;
   // Checkpoint files present, newest first (by step).
   std::vector<std::string> list() const;
+  // While set (>= 0), the newest checkpoint at or before `step` is kept whatever `keep` says (a
+  // known-good state while the newer ones are in doubt); -1 releases it.
+  void hold(int64_t step) { hold_ = step; }
+  // Renames the checkpoints after `step` to <name>.<suffix>, which latest() and list() no longer
+  // see (nothing is deleted); returns the new paths.
+  std::vector<std::string> set_aside_after(int64_t step, const std::string& suffix);
+  // The step of a checkpoint file name (ckpt-<step>.edp), -1 if it is not one.
+  static int64_t step_of(const std::string& path);
 
  private:
   std::string dir_;
   int keep_;
+  int64_t hold_ = -1;
+};
+
+// One job per checkpoint directory. Two jobs writing one directory mix their checkpoints: the
+// second resumes from the first one's state and reports its results as its own. The job that
+// writes checkpoints (rank 0) holds DIR/lock while it runs: a small JSON record of the process
+// (pid, start time, host, pid namespace), the job's name and its launch (edprun's job directory,
+// the same across the restarts of one edprun). The file is made whole under a temporary name and
+// linked into place, so it appears atomically and never half-written.
+//   - a lock whose process is gone (same host and pid namespace, the pid free or reused) is stale
+//     and taken over with a message: a SIGKILLed job leaves one;
+//   - a lock of the same launch is taken over: a restart by edprun after a crash;
+//   - otherwise the directory is in use: edp::Error naming the holder and what to do.
+// The destructor removes the lock if it is still this process's.
+class CheckpointLock {
+ public:
+  CheckpointLock(const std::string& dir, const std::string& job, const std::string& launch);
+  ~CheckpointLock();
+  CheckpointLock(const CheckpointLock&) = delete;
+  CheckpointLock& operator=(const CheckpointLock&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, text_;
 };
 
 }  // namespace edp::train

@@ -30,7 +30,7 @@
 //   deterministic execution for a fixed environment"; the JIT convolutions used here give each
 //   output and each weight-gradient partial one owner thread and reduce the partials in a fixed
 //   order, no atomics); tests/backend/conv2d_test.cpp checks repeated calls bitwise and both
-//   implementations against each other. The ISA is capped at the build's (cap_isa below).
+//   implementations against each other. The ISA follows EDP_CPU_ISA (dnnl_engine.cpp).
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -45,10 +45,9 @@
 #include "edp/backend/ops.h"
 #include "edp/config.h"
 #include "edp/core/knobs.h"
+#include "edp/core/threads.h"
 #include "edp/core/log.h"
-#if EDP_HAVE_DNNL
-#include <dnnl.hpp>
-#endif
+#include "dnnl_engine.h"
 #if EDP_HAVE_CUDA
 #include "edp/backend/cuda_ops.h"
 #endif
@@ -165,37 +164,8 @@ using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
-// oneDNN generates its kernels at run time for the best ISA of the host, so the same build would
-// compute other bits on an AVX-512 node than on an AVX2 node (other register blockings, other
-// summation orders). edp's contract is that a portable build runs the same instructions on every
-// host (docs/architecture.md, "Portable builds"), so oneDNN is capped at the ISA this build was
-// compiled for (EDP_CPU_FEATURES: x86-64-v3 -> AVX2, x86-64-v4 or an AVX-512 native build ->
-// AVX-512). DNNL_MAX_CPU_ISA, oneDNN's own variable, overrides the cap when set.
-void cap_isa() {
-  if (std::getenv("DNNL_MAX_CPU_ISA")) return;
-  const std::string f = std::string(",") + EDP_CPU_FEATURES + ",";
-  auto has = [&](const char* x) { return f.find(std::string(",") + x + ",") != std::string::npos; };
-  dnnl::cpu_isa isa = dnnl::cpu_isa::sse41;
-  if (has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq"))
-    isa = dnnl::cpu_isa::avx512_core;
-  else if (has("avx2"))
-    isa = dnnl::cpu_isa::avx2;
-  else if (has("avx"))
-    isa = dnnl::cpu_isa::avx;
-  try {
-    dnnl::set_max_cpu_isa(isa);
-  } catch (const dnnl::error& e) {  // only possible once a kernel was generated: too late, say so
-    log::warn("oneDNN: cannot cap the CPU ISA to the build's (", e.what(), "); convolution bits may differ between hosts");
-  }
-}
-
-dnnl::engine& engine() {
-  static dnnl::engine e = [] {
-    cap_isa();
-    return dnnl::engine(dnnl::engine::kind::cpu, 0);
-  }();
-  return e;
-}
+// The engine and its ISA policy (EDP_CPU_ISA): dnnl_engine.cpp.
+dnnl::engine& engine() { return dnnl_engine(); }
 
 // Everything oneDNN needs for one shape: the primitive descriptors (the layouts it chose) and
 // the primitives. The backward ones are made on first use: inference never needs them.
@@ -209,7 +179,11 @@ struct Plan {
   std::optional<dnnl::convolution_backward_weights> bwd_w;
 };
 
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>;
+// The shape, the fused ops, and the thread count: oneDNN's OpenMP primitives split their work for
+// the threads there were when they were created and run that many, so a plan made before the
+// count changed (an elastic job's ranks follow the ranks on their host) would oversubscribe the
+// cores or leave some idle.
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int>;
 
 struct Geometry {
   dims strides, pad_l, pad_r;
@@ -242,7 +216,7 @@ std::mutex& plan_mutex() {
 
 Plan& plan_for(const ConvDims& d, bool bias, bool relu) {
   static std::map<Key, std::unique_ptr<Plan>> plans;
-  const Key key{d.N, d.C, d.H, d.W, d.O, d.k, d.stride, d.pad, bias, relu};
+  const Key key{d.N, d.C, d.H, d.W, d.O, d.k, d.stride, d.pad, bias, relu, ::edp::num_threads()};
   std::lock_guard<std::mutex> lock(plan_mutex());
   auto it = plans.find(key);
   if (it != plans.end()) return *it->second;

@@ -9,11 +9,12 @@
 // Per device: one cuBLASLt handle; per (device, stream): a 32 MiB workspace (concurrent streams
 // must not share one); per problem shape: the matmul descriptor, layouts and the algorithm
 // chosen by cuBLASLt's heuristic, cached so that a training step does no planning after the
-// first.
+// first. With ops::matmul_bf16() the operands are rounded to bfloat16 (kernels/bf16.cu) and the
+// products accumulate and write float32 (CUBLAS_COMPUTE_32F).
 #include "edp/config.h"
 
 #if EDP_HAVE_CUDA
-#include <cublasLt.h>
+#include "cuda/cublas.h"
 
 #include <map>
 #include <mutex>
@@ -41,10 +42,11 @@ uint32_t alignment_of(const void* p) {
 struct PlanKey {
   GemmSpec g;
   bool bias, tf32;
+  bool bf16;  // bfloat16 A and B (ops::matmul_bf16), float32 D and accumulation
   uint32_t align_a, align_b, align_d;
   auto tie() const {
     return std::make_tuple(g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.beta, bias,
-                           tf32, align_a, align_b, align_d);
+                           tf32, bf16, align_a, align_b, align_d);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
@@ -64,41 +66,42 @@ struct LtState {
 };
 
 LtState& lt_state(int device) {
-  return per_device_state<LtState>(device, [](auto& s) { CUBLAS_CHECK(cublasLtCreate(&s.handle)); });
+  return per_device_state<LtState>(device, [](auto& s) { CUBLAS_CHECK(cuda::lazy::cublasLtCreate(&s.handle)); });
 }
 
 Plan make_plan(cublasLtHandle_t h, const PlanKey& key) {
   const GemmSpec& g = key.g;
   Plan p;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(
-      &p.desc, key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatmulDescCreate(
+      &p.desc, key.tf32 && !key.bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   if (key.bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    CUBLAS_CHECK(cuda::lazy::cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   }
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, static_cast<uint64_t>(g.a_rows()),
+  const cudaDataType_t in = key.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatrixLayoutCreate(&p.a, in, static_cast<uint64_t>(g.a_rows()),
                                           static_cast<uint64_t>(g.a_cols()), g.lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, static_cast<uint64_t>(g.b_rows()),
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatrixLayoutCreate(&p.b, in, static_cast<uint64_t>(g.b_rows()),
                                           static_cast<uint64_t>(g.b_cols()), g.ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, static_cast<uint64_t>(g.m),
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, static_cast<uint64_t>(g.m),
                                           static_cast<uint64_t>(g.n), g.ldd));
   cublasLtMatmulPreference_t pref;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a, sizeof key.align_a));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b, sizeof key.align_b));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d, sizeof key.align_d));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d, sizeof key.align_d));
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a, sizeof key.align_a));
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b, sizeof key.align_b));
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d, sizeof key.align_d));
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d, sizeof key.align_d));
   cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, p.d, p.d, pref, 1, &res, &found);
-  (void)cublasLtMatmulPreferenceDestroy(pref);
+      cuda::lazy::cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, p.d, p.d, pref, 1, &res, &found);
+  (void)cuda::lazy::cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
     p.algo = res.algo;
     p.ok = true;
@@ -108,12 +111,13 @@ Plan make_plan(cublasLtHandle_t h, const PlanKey& key) {
   return p;
 }
 
-// D = op(A) op(B) (+ D when beta = 1) (+ bias) on `c`'s stream.
-void gemm(const Ctx& c, const GemmSpec& g, const float* A, const float* B, float* D,
-          const float* bias) {
+// D = op(A) op(B) (+ D when beta = 1) (+ bias) on `c`'s stream; A and B are float32, or bfloat16
+// when bf16.
+void gemm(const Ctx& c, const GemmSpec& g, const void* A, const void* B, float* D, const float* bias,
+          bool bf16 = false) {
   LtState& st = lt_state(c.device);
   std::lock_guard<std::mutex> lock(st.mu);
-  PlanKey key{g, bias != nullptr, tf32_enabled(), alignment_of(A), alignment_of(B), alignment_of(D)};
+  PlanKey key{g, bias != nullptr, tf32_enabled(), bf16, alignment_of(A), alignment_of(B), alignment_of(D)};
   auto it = st.plans.find(key);
   if (it == st.plans.end()) it = st.plans.emplace(key, make_plan(st.handle, key)).first;
   const Plan* plan = &it->second;
@@ -127,22 +131,22 @@ void gemm(const Ctx& c, const GemmSpec& g, const float* A, const float* B, float
     plan = &jt->second;
     fused_bias = nullptr;
   }
-  EDP_CHECK(plan->ok, "cuBLASLt has no algorithm for the ", g.m, "x", g.n, "x", g.k,
-            " float32 product (transa=", g.trans_a, ", transb=", g.trans_b,
-            "); try EDP_TF32=0 or report this shape");
+  EDP_CHECK(plan->ok, "cuBLASLt has no algorithm for the ", g.m, "x", g.n, "x", g.k, bf16 ? " bfloat16" : " float32",
+            " product (transa=", g.trans_a, ", transb=", g.trans_b,
+            "); try EDP_TF32=0 (or without bfloat16) or report this shape");
   if (fused_bias)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+    CUBLAS_CHECK(cuda::lazy::cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                 &fused_bias, sizeof fused_bias));
   Tensor& ws = st.workspaces[c.stream];
   if (!ws.defined()) ws = Tensor({static_cast<int64_t>(kWorkspaceBytes)}, DType::U8, c.dev());
   const float alpha = 1.0f, beta = g.beta;
-  CUBLAS_CHECK(cublasLtMatmul(st.handle, plan->desc, &alpha, A, plan->a, B, plan->b, &beta, D,
+  CUBLAS_CHECK(cuda::lazy::cublasLtMatmul(st.handle, plan->desc, &alpha, A, plan->a, B, plan->b, &beta, D,
                               plan->d, D, plan->d, &plan->algo, ws.raw(), kWorkspaceBytes, c.stream));
   if (bias && !fused_bias)  // D is yᵀ [O, N]: bias index = row = (i % O) → channel layout C=O, inner=1
     kern::bias_act_forward(D, bias, D, g.m * g.n, g.m, 1, kern::Act::Identity, c.stream);
 }
 
-const float* pick(Operand o, const float* x, const float* w, const float* dy) {
+const void* pick(Operand o, const void* x, const void* w, const void* dy) {
   switch (o) {
     case Operand::X: return x;
     case Operand::W: return w;
@@ -150,6 +154,25 @@ const float* pick(Operand o, const float* x, const float* w, const float* dy) {
   }
   return nullptr;
 }
+
+// The operands of a step's products: the float32 tensors themselves, or (ops::matmul_bf16) their
+// bfloat16 roundings, made once per call and shared by the products that read them.
+struct Operands {
+  Tensor xb, wb, dyb;
+  const void *x, *w, *dy;
+  bool bf16;
+  Operands(const Ctx& c, const Tensor& x_, const Tensor& w_, const Tensor* dy_) : bf16(ops::matmul_bf16()) {
+    auto round = [&](const Tensor& t, Tensor& keep) -> const void* {
+      if (!bf16) return t.raw();
+      keep = Tensor(t.shape(), DType::BF16, c.dev());
+      kern::to_bf16(cf32(t), keep.raw(), t.numel(), c.stream);
+      return keep.raw();
+    };
+    x = round(x_, xb);
+    w = round(w_, wb);
+    dy = dy_ ? round(*dy_, dyb) : nullptr;
+  }
+};
 
 }  // namespace
 
@@ -175,8 +198,9 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
     return y;
   }
   const GemmSpec g = linear_gemm(LinearPass::Forward, N, I, O);
-  gemm(c, g, pick(g.a, cf32(x), cf32(w), nullptr), pick(g.b, cf32(x), cf32(w), nullptr), f32(y),
-       b.defined() ? cf32(b) : nullptr);
+  const Operands in(c, x, w, nullptr);
+  gemm(c, g, pick(g.a, in.x, in.w, nullptr), pick(g.b, in.x, in.w, nullptr), f32(y), b.defined() ? cf32(b) : nullptr,
+       in.bf16);
   return y;
 }
 
@@ -210,8 +234,8 @@ Tensor linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
     return dx;
   }
   const GemmSpec gw = linear_gemm(LinearPass::GradWeight, N, I, O);
-  gemm(c, gw, pick(gw.a, cf32(x), cf32(w), cf32(dy)), pick(gw.b, cf32(x), cf32(w), cf32(dy)),
-       f32(dw), nullptr);
+  const Operands in(c, x, w, &dy);
+  gemm(c, gw, pick(gw.a, in.x, in.w, in.dy), pick(gw.b, in.x, in.w, in.dy), f32(dw), nullptr, in.bf16);
   if (db) {
     const int64_t splits = std::min<int64_t>(channel_splits(O, N, sm_count(d), 64), 65535);
     Tensor partial = scratch(c, splits * O, DType::F64);
@@ -219,8 +243,7 @@ Tensor linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
   }
   if (want_dx) {
     const GemmSpec gx = linear_gemm(LinearPass::GradInput, N, I, O);
-    gemm(c, gx, pick(gx.a, cf32(x), cf32(w), cf32(dy)), pick(gx.b, cf32(x), cf32(w), cf32(dy)),
-         f32(dx), nullptr);
+    gemm(c, gx, pick(gx.a, in.x, in.w, in.dy), pick(gx.b, in.x, in.w, in.dy), f32(dx), nullptr, in.bf16);
   }
   return dx;
 }

@@ -90,6 +90,44 @@ Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
   return dz;
 }
 
+double softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
+                                     int32_t ignore_index, int64_t* counted) {
+  const char* op = "softmax_cross_entropy";
+  const int d = op_device(logits, op, "logits");
+  check_ce(logits, labels, d, op);
+  const int64_t N = logits.dim(0), C = logits.dim(1);
+  Ctx c(d);
+  probs = Tensor(logits.shape(), DType::F32, c.dev());
+  Tensor out = scratch(c, 4, DType::F64);  // Σ/N, first bad row; valid count (count mode)
+  Tensor row_loss = scratch(c, std::max<int64_t>(N, 1), DType::F64);
+  Tensor row_flag = scratch(c, std::max<int64_t>(N, 1), DType::I32);
+  Tensor valid = scratch(c, std::max<int64_t>(N, 1), DType::I32);
+  kern::softmax_xent_forward_ignore(cf32(logits), ptr<int32_t>(labels), ignore_index, f32(probs),
+                                    ptr<double>(row_loss), ptr<int32_t>(row_flag), ptr<int32_t>(valid), N, C,
+                                    c.stream);
+  kern::rows_finalize(ptr<double>(row_loss), ptr<int32_t>(row_flag), N, false, ptr<double>(out), c.stream);
+  kern::rows_finalize(nullptr, ptr<int32_t>(valid), N, true, ptr<double>(out) + 2, c.stream);
+  double h[4] = {0, 0, 0, 0};
+  CUDA_CHECK(cudaMemcpyAsync(h, out.raw(), sizeof h, cudaMemcpyDeviceToHost, c.stream));
+  CUDA_CHECK(cudaStreamSynchronize(c.stream));
+  if (h[1] >= 0) throw_bad_label(labels, static_cast<int64_t>(h[1]), C, c.stream);
+  const int64_t n_valid = static_cast<int64_t>(h[3]);
+  if (counted) *counted = n_valid;
+  return n_valid ? h[0] * static_cast<double>(N) / static_cast<double>(n_valid) : 0.0;
+}
+
+Tensor softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, double scale,
+                                      int32_t ignore_index) {
+  const char* op = "softmax_cross_entropy_backward";
+  const int d = op_device(probs, op, "probs");
+  check_ce(probs, labels, d, op);
+  Ctx c(d);
+  Tensor dz(probs.shape(), DType::F32, c.dev());
+  kern::softmax_xent_backward_ignore(cf32(probs), ptr<int32_t>(labels), ignore_index, f32(dz), probs.dim(0),
+                                     probs.dim(1), static_cast<float>(scale), c.stream);
+  return dz;
+}
+
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   const char* op = "count_correct";
   const int d = op_device(logits, op, "logits");

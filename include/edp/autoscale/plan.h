@@ -1,0 +1,124 @@
+// The autoscaler's one decision (docs/plan.md): a cluster state in, every job's configuration out.
+//
+// Every caller asks it: `edp-autoscale plan` (the public JSON contract, this file's parse/format
+// functions), the pool simulator's policies (policy.h), the node-level simulator's edp policies
+// (cluster_sim.h) and the live controller (live.h). Each describes its jobs as a PlanRequest —
+// the configurations a job may take and their throughput, its remaining work, its current
+// configuration, what a pause costs it — and decide() values every option with one valuation and
+// solves the exact DP (optimizer.h) over them; so an outside scheduler or simulator that sends the
+// same request gets the same decision.
+//
+// The valuation of an option o of job j (samples_per_s x efficiency = its progress rate r_o):
+//   throughput     v = weight x (samples_per_s_o / own.samples_per_s) x efficiency_o
+//                  (the speedup over the job's own configuration; the v1 contract)
+//   remaining      v = weight x r_o / remaining        (the share of its remaining work per second)
+//   restart-aware  v = weight / (remaining / r_o + pause_o)   (the reciprocal of its time to finish
+//                  there, counting the pause that taking the option costs)
+// where pause_o = 0 for the job's current configuration, its change pause (`pause_s`) for another
+// configuration of a running job, its start pause (`start_s`) for a job that is not running. Then
+// an option other than the current one of a running job loses the fraction `hysteresis` of its
+// value. `fifo` values nothing: running jobs keep their configuration, the others start at their
+// own configuration in order while it fits (a job larger than the cluster is passed over, a job
+// that does not fit now blocks the ones behind it).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "edp/autoscale/optimizer.h"
+
+namespace edp::autoscale {
+
+enum class Objective { Throughput, Remaining, RestartAware, Fifo };
+
+// "throughput", "remaining", "restart-aware", "fifo"; parse_objective throws edp::DataError
+// listing the names for anything else.
+const char* objective_name(Objective o);
+Objective parse_objective(const std::string& name);
+
+// One configuration of a job. gpus are the slots it costs; batch 0 means the job picks its batch
+// itself at that size (an adaptive batch: such configurations are told apart by gpus and ranks
+// per GPU only).
+struct Config {
+  int gpus = 0;
+  int batch = 0;
+  int ranks_per_gpu = 1;
+  double samples_per_s = 0;  // throughput there (measured or predicted)
+  double efficiency = 1.0;   // statistical efficiency: progress per sample, relative to the job's own batch
+};
+
+struct PlanJob {
+  std::string id;
+  double weight = 1.0;
+  bool may_wait = true;  // false: the job must be given one of its options (a running, non-preemptible job)
+  double remaining = 0;  // work left, in samples x efficiency (the units of samples_per_s x efficiency); > 0
+  Config own;            // its own configuration: fifo starts it there; throughput's unit
+  Config current;        // gpus == 0: not running
+  double pause_s = -1;   // what a change of its configuration costs it (< 0: the request's)
+  double start_s = -1;   // what starting it costs (< 0: the request's)
+  std::vector<Config> options;
+};
+
+struct PlanRequest {
+  int version = 2;  // the contract version it came as (from_v1: 1); the answer is given in the same
+  int gpus = 0;     // capacity
+  Objective objective = Objective::RestartAware;
+  double hysteresis = 0.15;
+  double pause_s = 30;  // default change pause
+  double start_s = 30;  // default start pause
+  std::vector<PlanJob> jobs;
+};
+
+// A job's decision: the option chosen (index into its options; -1 when it waits, or, under fifo,
+// when the configuration is its own or its current one and not among its options) and the
+// configuration itself (gpus == 0: it waits).
+struct PlanChoice {
+  int option = -1;
+  Config config;
+  double value = 0;
+};
+
+struct Plan {
+  std::vector<PlanChoice> choices;         // one per job, in request order
+  std::vector<std::vector<double>> values;  // [job][option]: the valuation (hysteresis included); fifo: empty
+  double objective = 0;
+  int gpus_used = 0;
+};
+
+// The value of one option of a job under the request's objective (above). Exposed for the
+// callers' decision logs and for tests; decide() uses exactly this.
+double option_value(const PlanRequest& req, const PlanJob& job, const Config& option);
+bool is_current(const PlanJob& job, const Config& option);
+
+// Validates the request (edp::DataError naming the job and field), values every option and solves.
+// Throws edp::Error when the jobs that must run cannot all fit.
+Plan decide(const PlanRequest& req);
+
+// The same, reusing its buffers across calls (the simulators decide thousands of times).
+class Planner {
+ public:
+  const Plan& decide(const PlanRequest& req);
+
+ private:
+  std::vector<JobOptions> problem_;
+  Plan plan_;
+};
+
+// ---- the JSON contract (docs/plan.md) ----------------------------------------------------------
+
+// Parses a request of either version: v2 (`"version": 2`) or v1 (no version: the throughput-table
+// form, converted with from_v1). `where` names the input in errors; every error is an
+// edp::DataError naming the job and the field. gpus_override >= 0 replaces the request's "gpus".
+PlanRequest parse_plan_request(const std::string& json_text, const std::string& where, int gpus_override = -1);
+// The v1 request as v2: objective throughput, hysteresis = rescale_penalty, the options its
+// throughput rows that are feasible, own = the ref row.
+PlanRequest from_v1(const TableRequest& v1);
+// The request as v2 JSON (what parse_plan_request reads back to the same request).
+std::string plan_request_json(const PlanRequest& req);
+// The decision as JSON: v2 (allocations with the option and the configuration, each job's option
+// values) or, for a request that came as v1, the v1 answer ({"objective", "allocations": [{"id",
+// "gpus", "batch", "value"}], "solve_ms"}).
+std::string plan_json(const PlanRequest& req, const Plan& plan, double solve_ms, int version = 2);
+// A complete v2 request with every field, for `edp-autoscale plan --example`.
+std::string example_plan_request();
+
+}  // namespace edp::autoscale

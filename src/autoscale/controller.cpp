@@ -1,0 +1,756 @@
+// The live controller (controller.h): the job table, the resource backends, and the state
+// transitions driven by what the jobs report.
+#include "autoscale/controller.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/json_fields.h"
+#include "edp/autoscale/simulator.h"
+#include "edp/core/error.h"
+#include "edp/elastic/elastic.h"
+
+namespace edp::autoscale {
+
+using json = nlohmann::json;
+
+// ---- states and the table -------------------------------------------------------------------------
+
+namespace {
+constexpr const char* kPhaseNames[] = {"queued", "running", "done", "failed", "cancelled"};  // JobPhase's order
+}  // namespace
+
+const char* phase_name(JobPhase s) { return kPhaseNames[static_cast<int>(s)]; }
+
+JobPhase parse_phase(const std::string& s) {
+  for (int i = 0; i < 5; ++i)
+    if (s == kPhaseNames[i]) return static_cast<JobPhase>(i);
+  throw DataError("unknown job state '" + s + "' (queued, running, done, failed, cancelled)");
+}
+
+json job_json(const Job& j) {
+  json ms = json::array();
+  for (const Measured& m : j.measured)
+    ms.push_back({{"workers", m.workers}, {"ranks_per_slot", m.ranks_per_slot}, {"batch", m.batch},
+                  {"steps", m.steps}, {"step_s", m.step_s}, {"comm_s", m.comm_s}});
+  json x = {{"id", j.id}, {"spec", json::parse(job_spec_json(j.spec))}, {"state", phase_name(j.state)},
+            {"submit_t", j.submit_t}, {"start_t", j.start_t}, {"end_t", j.end_t},
+            {"workers", j.workers}, {"ranks_per_slot", j.ranks_per_slot}, {"batch", j.batch},
+            {"gpus", j.gpus}, {"hosts", j.hosts}, {"next_hosts", j.next_hosts},
+            {"target_workers", j.target_workers}, {"target_batch", j.target_batch}, {"target_t", j.target_t},
+            {"keeper_pid", j.keeper_pid}, {"keeper_start", j.keeper_start}, {"keeper_lost", j.keeper_lost},
+            {"starts", j.starts}, {"rescales", j.rescales}, {"restarts", j.restarts}, {"events_seen", j.events_seen},
+            {"samples_done", j.samples_done}, {"samples_total", j.samples_total}, {"samples_per_s", j.samples_per_s},
+            {"measure_from", j.measure_from},
+            {"measured", ms}, {"pauses", j.pauses}, {"cancel_requested", j.cancel_requested},
+            {"preempt_requested", j.preempt_requested}, {"preempt_t", j.preempt_t},
+            {"preempt_signalled", j.preempt_signalled}, {"preemptions", j.preemptions},
+            {"exit_code", j.exit_code}, {"error", j.error}};
+  if (j.metrics.have) {
+    json m = json::object();
+    if (j.metrics.test_acc >= 0) m["test_acc"] = j.metrics.test_acc;
+    if (j.metrics.final_loss >= 0) m["final_loss"] = j.metrics.final_loss;
+    if (j.metrics.samples_per_s >= 0) m["samples_per_s"] = j.metrics.samples_per_s;
+    x["metrics"] = m;
+  }
+  return x;
+}
+
+Job job_from_json(const json& x) {
+  Job j;
+  const json_fields::Fields f(x, "job " + (x.is_object() && x.contains("id") ? x.at("id").dump() : std::string("?")));
+  constexpr int64_t kBig = int64_t{1} << 62;
+  j.id = f.text("id");
+  j.spec = parse_job_spec(f.object("spec").json().dump(), "job " + j.id);
+  j.state = parse_phase(f.text("state"));
+  auto count = [&](const char* k) { return f.integer(k, 0, kBig, 0); };
+  auto seconds = [&](const char* k) { return f.number(k, 0, 1e18, 0.0); };
+  j.submit_t = seconds("submit_t");
+  j.start_t = seconds("start_t");
+  j.end_t = seconds("end_t");
+  j.target_t = seconds("target_t");
+  j.preempt_t = seconds("preempt_t");
+  j.samples_per_s = seconds("samples_per_s");
+  j.workers = static_cast<int>(f.integer("workers", 0, 1 << 20, 0));
+  j.ranks_per_slot = static_cast<int>(f.integer("ranks_per_slot", 1, 64, 1));
+  j.target_workers = static_cast<int>(f.integer("target_workers", 0, 1 << 20, 0));
+  j.batch = count("batch");
+  j.target_batch = count("target_batch");
+  j.keeper_pid = static_cast<long>(count("keeper_pid"));
+  j.keeper_start = static_cast<unsigned long long>(count("keeper_start"));
+  j.starts = static_cast<int>(count("starts"));
+  j.rescales = static_cast<int>(count("rescales"));
+  j.restarts = static_cast<int>(count("restarts"));
+  j.preemptions = static_cast<int>(count("preemptions"));
+  j.events_seen = static_cast<size_t>(count("events_seen"));
+  j.samples_done = count("samples_done");
+  j.samples_total = count("samples_total");
+  j.measure_from = count("measure_from");
+  j.exit_code = static_cast<int>(f.integer("exit_code", -1000, 1000, 0));
+  j.keeper_lost = f.boolean("keeper_lost", false);
+  j.cancel_requested = f.boolean("cancel_requested", false);
+  j.preempt_requested = f.boolean("preempt_requested", false);
+  j.preempt_signalled = f.boolean("preempt_signalled", false);
+  j.error = f.text("error", "");
+  try {  // lists: nlohmann's own conversions (their errors name the type)
+    j.gpus = x.value("gpus", std::vector<int>{});
+    j.hosts = x.value("hosts", std::vector<HostShare>{});
+    j.next_hosts = x.value("next_hosts", std::vector<HostShare>{});
+    j.pauses = x.value("pauses", std::vector<double>{});
+  } catch (const json::exception& e) {
+    throw DataError(f.where() + ": " + e.what());
+  }
+  if (f.has("measured"))
+    for (size_t i = 0; i < f.array("measured").size(); ++i) {
+      const json_fields::Fields m = f.element("measured", i);
+      j.measured.push_back({static_cast<int>(m.integer("workers", 0, 1 << 20, 0)),
+                            static_cast<int>(m.integer("ranks_per_slot", 1, 64, 1)), m.integer("batch", 0, kBig, 0),
+                            m.integer("steps", 0, kBig, 0), m.number("step_s", 0, 1e9, 0.0), m.number("comm_s", 0, 1e9, 0.0)});
+    }
+  if (const auto m = f.object_if("metrics"))
+    j.metrics = FinalMetrics{true, m->number("test_acc", -1, 1e18, -1.0), m->number("final_loss", -1, 1e18, -1.0),
+                             m->number("samples_per_s", -1, 1e18, -1.0)};
+  return j;
+}
+
+std::string table_json(const std::vector<Job>& jobs) {
+  json arr = json::array();
+  for (const Job& j : jobs) arr.push_back(job_json(j));
+  return json{{"version", 1}, {"jobs", arr}}.dump(1) + "\n";
+}
+
+std::vector<Job> parse_table(const std::string& text, const std::string& where) {
+  json t;
+  try {
+    t = json_fields::parse(text, where);
+  } catch (const DataError&) {
+    t = nullptr;
+  }
+  if (!t.is_object() || !t.contains("jobs") || !t.at("jobs").is_array())
+    throw DataError(where + " is damaged (not the job table edp-autoscale writes); move it away to start afresh");
+  std::vector<Job> jobs;
+  for (const auto& x : t.at("jobs")) jobs.push_back(job_from_json(x));
+  return jobs;
+}
+
+// ---- resources ---------------------------------------------------------------------------------
+
+void Resources::release(Job& j) const {
+  j.gpus.clear();
+  j.hosts.clear();
+  j.next_hosts.clear();
+}
+
+namespace {
+
+// Jobs started without hosts must not meet a backend with hosts, nor the reverse.
+void check_no_hosts(const std::vector<Job>& jobs) {
+  for (const Job& j : jobs)
+    if (j.running() && !j.hosts.empty())
+      throw Error("running job " + j.id + " holds slots on " + std::to_string(j.hosts.size()) + " host(s) (" +
+                  j.hosts.front().first + " first) under --hostfile, and this serve has none; start serve again with "
+                  "the hostfile the jobs were started with, or stop them first");
+}
+
+class CpuSlots final : public Resources {
+ public:
+  explicit CpuSlots(int slots) : slots_(slots) {}
+  int slots() const override { return slots_; }
+  std::string describe() const override { return std::to_string(slots_) + " cpu slot(s)"; }
+  void assign(Job&, int, const std::vector<Job>&) const override {}  // a slot is a core: any slot
+  void check_adopted(const std::vector<Job>& jobs) const override { check_no_hosts(jobs); }
+  // A slot is a core: one thread per rank, ranks unbound (other jobs share the host), and edprun
+  // plans up to the whole cluster so that the job may be grown to any size.
+  std::vector<std::string> launch_args(const Job&, int, const std::string&) const override {
+    return {"--gpus", "none", "--cores-per-host", std::to_string(slots_), "--bind-to", "none", "--threads-per-rank", "1"};
+  }
+
+ private:
+  int slots_;
+};
+
+class GpuSlots final : public Resources {
+ public:
+  GpuSlots(int gpus, bool mig) : gpus_(gpus), mig_(mig) {}
+  int slots() const override { return gpus_; }
+  bool gpu() const override { return true; }
+  std::string describe() const override {
+    return std::to_string(gpus_) + (mig_ ? " MIG instance slot(s)" : " gpu slot(s)");
+  }
+  void assign(Job& j, int workers, const std::vector<Job>& all) const override {
+    if (j.running()) throw Error("job " + j.id + ": GPU jobs keep their GPUs while they run (no rescale across GPUs yet)");
+    const int per = mig_ ? 1 : std::max(1, j.ranks_per_slot);  // a MIG instance takes one rank
+    const int want = (workers + per - 1) / per;
+    std::vector<bool> used(static_cast<size_t>(gpus_), false);
+    for (const Job& o : all)
+      if (&o != &j)
+        for (int g : o.gpus)
+          if (g >= 0 && g < gpus_) used[static_cast<size_t>(g)] = true;
+    std::vector<int> mine;
+    for (int g = 0; g < gpus_ && static_cast<int>(mine.size()) < want; ++g)
+      if (!used[static_cast<size_t>(g)]) mine.push_back(g);
+    if (static_cast<int>(mine.size()) < want) throw Error("job " + j.id + ": " + std::to_string(want) + " GPU(s) are not free");
+    j.gpus = mine;
+  }
+  void check_adopted(const std::vector<Job>& jobs) const override { check_no_hosts(jobs); }
+  std::vector<std::string> launch_args(const Job& j, int k, const std::string&) const override {
+    std::string list;
+    for (int g : j.gpus) {
+      if (!list.empty()) list += ',';
+      list += std::to_string(g);
+    }
+    // A MIG instance takes one rank (edprun --mig refuses MPS inside instances).
+    if (mig_) return {"--mig", "--gpus", list, "--ranks-per-gpu", "1"};
+    return {"--gpus", list, "--ranks-per-gpu", std::to_string(k)};
+  }
+
+ private:
+  int gpus_;
+  bool mig_;
+};
+
+class HostfileSlots final : public Resources {
+ public:
+  HostfileSlots(std::vector<HostfileSlot> hosts, std::string file) : hosts_(std::move(hosts)), file_(std::move(file)) {
+    for (const auto& h : hosts_) total_ += h.slots;
+  }
+  int slots() const override { return total_; }
+  std::string describe() const override {
+    return std::to_string(total_) + " cpu slot(s) on " + std::to_string(hosts_.size()) + " host(s) of " + file_;
+  }
+  // `workers` slots for j, keeping the hosts it has (rank 0's first), then taking the hosts with
+  // the most free slots (fewer hosts per job), the hostfile's order on ties.
+  void assign(Job& j, int workers, const std::vector<Job>& all) const override {
+    const std::map<std::string, int> use = host_use(all, &j);
+    auto free_on = [&](const std::string& h) {
+      int cap = 0;
+      for (const auto& x : hosts_)
+        if (x.host == h) cap = x.slots;
+      return cap - (use.count(h) ? use.at(h) : 0);
+    };
+    std::vector<std::string> order;
+    if (j.running())
+      for (const auto& held : j.hosts) order.push_back(held.first);
+    std::vector<std::string> others;
+    for (const auto& h : hosts_)
+      if (std::find(order.begin(), order.end(), h.host) == order.end()) others.push_back(h.host);
+    std::stable_sort(others.begin(), others.end(), [&](const std::string& x, const std::string& y) { return free_on(x) > free_on(y); });
+    order.insert(order.end(), others.begin(), others.end());
+    std::vector<HostShare> out;
+    int left = workers;
+    for (const std::string& h : order) {
+      const int take = std::min(left, free_on(h));
+      if (take > 0) {
+        out.emplace_back(h, take);
+        left -= take;
+      }
+    }
+    if (left > 0) throw Error("job " + j.id + ": " + std::to_string(workers) + " worker(s) do not fit the hosts' free slots");
+    j.next_hosts = out;
+    if (!j.running()) j.hosts = out;
+  }
+  std::vector<HostShare> hostfile_of(const Job& j) const override { return j.next_hosts; }
+  void check_adopted(const std::vector<Job>& jobs) const override;
+  std::vector<std::string> launch_args(const Job&, int, const std::string& dir) const override {
+    // The job's own hostfile, which the controller rewrites before each rescale and edprun reads
+    // again at each restart; sizes up to the whole cluster may be asked for.
+    return {"--gpus", "none", "--hostfile", dir + "/hostfile", "--reread-hostfile", "--max-np", std::to_string(total_),
+            "--bind-to", "none", "--threads-per-rank", "1"};
+  }
+  json usage(const std::vector<Job>& jobs) const override {
+    json out = json::object();
+    const std::map<std::string, int> use = host_use(jobs, nullptr);
+    for (const auto& h : hosts_) out[h.host] = {{"used", use.count(h.host) ? use.at(h.host) : 0}, {"slots", h.slots}};
+    return out;
+  }
+
+ private:
+  // The slots of each host held by running jobs other than `except` (the larger of what a job
+  // holds and what its rescale asked for).
+  static std::map<std::string, int> host_use(const std::vector<Job>& jobs, const Job* except) {
+    std::map<std::string, int> use;
+    for (const Job& j : jobs) {
+      if (&j == except || !j.running()) continue;
+      std::map<std::string, int> mine;
+      for (const auto& [h, n] : j.hosts) mine[h] = std::max(mine[h], n);
+      for (const auto& [h, n] : j.next_hosts) mine[h] = std::max(mine[h], n);
+      for (const auto& [h, n] : mine) use[h] += n;
+    }
+    return use;
+  }
+  std::vector<HostfileSlot> hosts_;
+  std::string file_;
+  int total_ = 0;
+};
+
+void HostfileSlots::check_adopted(const std::vector<Job>& jobs) const {
+  const std::string again = "; start serve again with the hostfile the jobs were started with, or stop them first";
+  for (const Job& j : jobs)
+    if (j.running() && j.hosts.empty())
+      throw Error("running job " + j.id + " was started without --hostfile and holds no hosts of " + file_ + again);
+  for (const auto& [host, used] : host_use(jobs, nullptr)) {
+    const auto h = std::find_if(hosts_.begin(), hosts_.end(), [&](const auto& x) { return x.host == host; });
+    const auto lists = [&](const auto& hs) {
+      return std::any_of(hs.begin(), hs.end(), [&](const auto& x) { return x.first == host; });
+    };
+    std::string who;
+    for (const Job& j : jobs)
+      if (j.running() && (lists(j.hosts) || lists(j.next_hosts))) who += (who.empty() ? "" : ", ") + j.id;
+    if (h == hosts_.end())
+      throw Error("running job(s) " + who + " hold " + std::to_string(used) + " slot(s) on host " + host + ", which " +
+                  file_ + " does not list" + again);
+    if (used > h->slots)
+      throw Error("running job(s) " + who + " hold " + std::to_string(used) + " slot(s) on host " + host + ", and " +
+                  file_ + " gives it " + std::to_string(h->slots) + again);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Resources> cpu_slots(int slots) { return std::make_unique<CpuSlots>(slots); }
+std::unique_ptr<Resources> gpu_slots(int gpus) { return std::make_unique<GpuSlots>(gpus, false); }
+std::unique_ptr<Resources> mig_slots(int instances) { return std::make_unique<GpuSlots>(instances, true); }
+std::unique_ptr<Resources> hostfile_slots(std::vector<HostfileSlot> hosts, std::string hostfile) {
+  return std::make_unique<HostfileSlots>(std::move(hosts), std::move(hostfile));
+}
+
+// ---- the controller ------------------------------------------------------------------------------
+
+Controller::Controller(ControllerConfig cfg, const Resources& res, JobRunner& runner, Clock clock, Logger log,
+                       DecisionLog decisions)
+    : cfg_(std::move(cfg)), res_(res), runner_(runner), now_(std::move(clock)), log_(std::move(log)),
+      decisions_(std::move(decisions)) {}
+
+int Controller::slots_held() const {
+  int held = 0;
+  for (const Job& j : jobs_)
+    if (j.running()) held += j.slots_held();
+  return held;
+}
+
+bool Controller::idle() const {
+  return !jobs_.empty() && std::all_of(jobs_.begin(), jobs_.end(), [](const Job& j) { return finished(j.state); });
+}
+
+bool Controller::has(const std::string& id) const {
+  return std::any_of(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.id == id; });
+}
+
+int Controller::adopt(std::vector<Job> jobs) {
+  jobs_ = std::move(jobs);
+  int adopted = 0;
+  for (Job& j : jobs_) {
+    if (j.running()) {
+      ++adopted;
+      observe(j);  // ended while no controller ran? its exit record, its keeper, its edprun tell
+    } else if (j.state == JobPhase::Failed && j.exit_code == -1) {
+      // Recorded as lost by an earlier controller: if the job's own status file says it finished,
+      // it did (its exit record could not be written, e.g. on a full disk).
+      const auto st = runner_.status(j, true);
+      if (st && st->state == "done") {
+        j.state = JobPhase::Done;
+        j.exit_code = 0;
+        j.error = "recovered from its status file (no exit record)";
+        j.metrics = runner_.final_metrics(j);
+        log("job " + j.id + " done: " + j.error);
+        changed_ = true;
+      }
+    }
+  }
+  res_.check_adopted(jobs_);
+  if (adopted) note("controller restarted");
+  else note("controller started");
+  return adopted;
+}
+
+Job& Controller::submit(const std::string& id, const JobSpec& spec) {
+  Job j;
+  j.id = id;
+  j.spec = spec;
+  j.submit_t = now_();
+  const int cap = res_.slots() * (res_.gpu() ? cfg_.max_ranks_per_gpu : 1);
+  if (spec.min_workers > cap) {
+    j.state = JobPhase::Failed;
+    j.error = "min_workers " + std::to_string(spec.min_workers) + " exceeds the cluster (" + std::to_string(res_.slots()) +
+              " slot(s))";
+    j.end_t = j.submit_t;
+  }
+  jobs_.push_back(std::move(j));
+  Job& k = jobs_.back();
+  log("job " + id + " (" + spec.name + ") " + (k.state == JobPhase::Failed ? "refused: " + k.error : "queued"));
+  note("submit " + id);
+  changed_ = true;
+  return k;
+}
+
+void Controller::cancel(const std::string& id) {
+  for (Job& j : jobs_) {
+    if (j.id != id || finished(j.state)) continue;
+    j.cancel_requested = true;
+    if (j.state == JobPhase::Queued) {
+      j.state = JobPhase::Cancelled;
+      j.end_t = now_();
+      log("job " + id + " cancelled while queued");
+    } else {
+      log("job " + id + ": cancelling (SIGTERM to edprun)");
+      runner_.signal(j, SIGTERM);
+    }
+    note("cancel " + id);
+    changed_ = true;
+  }
+}
+
+bool Controller::tick() {
+  for (Job& j : jobs_)
+    if (j.running()) observe(j);
+  if (dirty_ || now_() - last_plan_ >= cfg_.replan_s) {
+    replan(dirty_ ? trigger_ : "periodic");
+    dirty_ = false;
+    trigger_.clear();
+  }
+  const bool c = changed_;
+  changed_ = false;
+  return c;
+}
+
+// What the job's files say since the last look: measured step times, progress, rescales, its end.
+void Controller::observe(Job& j) {
+  if (const auto st = runner_.status(j)) take_status(j, *st);
+  take_events(j);
+  check_timeouts(j);
+  check_end(j);
+}
+
+void Controller::take_status(Job& j, const elastic::JobStatus& st) {
+  j.samples_done = st.samples_done;
+  j.samples_total = st.samples_total;
+  const int enough = live_policy().measured_steps();  // past its warm-up
+  for (const elastic::ConfigMeasure& c : st.configs) {
+    const int k = j.ranks_per_slot;
+    auto it = std::find_if(j.measured.begin(), j.measured.end(), [&](const Measured& m) {
+      return m.workers == c.workers && m.batch == c.global_batch && m.ranks_per_slot == k;
+    });
+    const bool fresh = it == j.measured.end();
+    if (fresh) {
+      j.measured.push_back({c.workers, k, c.global_batch, 0, 0, 0});
+      it = j.measured.end() - 1;
+    }
+    // Where the job runs now, a reading counts once the warm-up of its present stay is diluted:
+    // measured_steps() steps counted since it came (the median then no longer is a warm-up step).
+    const bool here = c.workers == j.workers && c.global_batch == j.batch;
+    if (here && c.steps < j.measure_from + enough) continue;
+    // This process's window replaces what an earlier process measured once it has as many steps.
+    if (c.steps >= it->steps || fresh) {
+      it->steps = c.steps;
+      it->step_s = c.step_s;
+      it->comm_s = c.comm_s;
+    }
+    if (here && j.samples_per_s == 0) {
+      note("measured " + j.id + " at " + std::to_string(c.workers) + "x" + std::to_string(c.global_batch));
+      j.samples_per_s = static_cast<double>(c.global_batch) / c.step_s;
+    } else if (here) {
+      j.samples_per_s = static_cast<double>(c.global_batch) / c.step_s;
+    }
+  }
+}
+
+// The steps the job's window holds at its current configuration (it just came there).
+static int64_t steps_at(const Job& j) {
+  for (const Measured& m : j.measured)
+    if (m.workers == j.workers && m.batch == j.batch && m.ranks_per_slot == j.ranks_per_slot) return m.steps;
+  return 0;
+}
+
+void Controller::take_events(Job& j) {
+  const std::vector<elastic::MembershipEvent>& events = runner_.events(j);
+  for (size_t i = j.events_seen; i < events.size(); ++i) {
+    const elastic::MembershipEvent& e = events[i];
+    if (e.event == "rescale") {
+      ++j.rescales;
+      // What the change cost the training: a grow in the background trains on while its new ranks
+      // start, so only the visible part counts (events without it: the whole pause).
+      const double cost = e.visible_s >= 0 ? e.visible_s : e.pause_s;
+      j.pauses.push_back(cost);
+      log("job " + j.id + ": rescaled " + e.mode + " " + std::to_string(e.from_workers) + " -> " +
+          std::to_string(e.workers) + " worker(s), global batch " + std::to_string(e.global_batch) + ", pause " +
+          std::to_string(e.pause_s) + " s (" + std::to_string(cost) + " s lost to training)");
+    }
+    if (e.workers > 0) j.workers = e.workers;
+    if (e.global_batch > 0) j.batch = e.global_batch;
+    if (e.event == "start") j.measure_from = 0;  // a new process (a restart after a crash)
+    if (e.event == "rescale") {  // a new stay: a restart's process counts from 0, an in-place one goes on
+      j.measure_from = e.mode == "restart" ? 0 : steps_at(j);
+      j.samples_per_s = 0;
+    }
+    if (j.target_workers > 0 && j.workers == j.target_workers && j.batch == j.target_batch) {
+      j.target_workers = 0;
+      j.target_batch = 0;
+      res_.landed(j);
+      j.samples_per_s = 0;
+      note("rescaled " + j.id);
+    }
+    changed_ = true;
+  }
+  j.events_seen = events.size();
+  // Crash restarts edprun made: starts beyond the controller's own and those of rescales by restart.
+  int n_start = 0, n_restart_rescale = 0;
+  for (const auto& e : events) {
+    n_start += e.event == "start";
+    n_restart_rescale += e.event == "rescale" && e.mode == "restart";
+  }
+  j.restarts = std::max(0, n_start - j.starts - n_restart_rescale);
+}
+
+void Controller::check_timeouts(Job& j) {
+  if (j.target_workers > 0 && now_() - j.target_t > cfg_.rescale_timeout_s) {
+    log("job " + j.id + ": the rescale to " + std::to_string(j.target_workers) + " worker(s) did not happen within " +
+        std::to_string(cfg_.rescale_timeout_s) + " s (see its log); it stays at " + std::to_string(j.workers));
+    j.target_workers = 0;
+    j.target_batch = 0;
+    res_.give_up_rescale(j);  // it runs where it ran; a later restart too
+    if (const auto hs = res_.hostfile_of(j); !hs.empty()) runner_.write_hostfile(j, hs);
+    runner_.write_control(j, j.workers, j.batch, false);
+    changed_ = true;
+  }
+  if (j.preempt_requested && !j.preempt_signalled && now_() - j.preempt_t > cfg_.preempt_grace_s) {
+    log("job " + j.id + ": did not stop within " + std::to_string(static_cast<int>(cfg_.preempt_grace_s)) +
+        " s of the stop request; SIGTERM to edprun (it loses the steps since its last checkpoint)");
+    runner_.signal(j, SIGTERM);
+    j.preempt_signalled = true;
+    changed_ = true;
+  }
+}
+
+// Its end: the keeper's exit record; else, with the keeper gone, the job's own processes decide:
+// while its edprun runs the job runs (and keeps its slots); once edprun is gone too, its status
+// file tells whether it finished.
+void Controller::check_end(Job& j) {
+  if (const auto ex = runner_.exit_record(j)) return finish(j, *ex);
+  if (runner_.keeper_alive(j)) return;
+  if (const auto ex = runner_.exit_record(j)) return finish(j, *ex);  // written just before the keeper ended
+  if (runner_.edprun_alive(j)) {
+    if (!j.keeper_lost) {
+      j.keeper_lost = true;
+      log("job " + j.id + ": its keeper process is gone, its edprun still runs: followed through edprun, slots kept");
+      changed_ = true;
+    }
+    return;
+  }
+  ExitRecord ex;
+  ex.recovered = true;
+  const auto st = runner_.status(j, true);
+  if (st && st->state == "done") {
+    ex.code = 0;
+    ex.note = "recovered from its status file (no exit record)";
+  } else if (st && st->state == "stopped") {
+    ex.code = elastic::kStopExitCode;
+    ex.note = "recovered from its status file: stopped (no exit record)";
+  } else {
+    ex.code = -1;
+    ex.note = "its keeper process ended without recording an exit status and its edprun is gone" +
+              (st ? "; its status file says " + st->state + " at step " + std::to_string(st->step) : std::string());
+  }
+  finish(j, ex);
+}
+
+void Controller::finish(Job& j, const ExitRecord& ex) {
+  const int code = ex.code;
+  j.exit_code = code;
+  res_.release(j);
+  j.target_workers = 0;
+  j.target_batch = 0;
+  j.keeper_lost = false;
+  changed_ = true;
+  const bool signalled = j.preempt_signalled;
+  j.preempt_signalled = false;
+  // A preempted job that ended for another reason (it finished, or failed, before it saw the
+  // stop) ends as that.
+  if (j.preempt_requested && !j.cancel_requested && (code == elastic::kStopExitCode || (signalled && code != 0))) {
+    j.preempt_requested = false;
+    j.state = JobPhase::Queued;
+    j.samples_per_s = 0;
+    ++j.preemptions;
+    log("job " + j.id + " preempted: " +
+        (code == elastic::kStopExitCode ? "it committed a checkpoint and stopped; queued again (it resumes there)"
+                                        : "stopped by SIGTERM; queued again (it resumes from its last checkpoint)"));
+    note("preempted " + j.id);
+    return;
+  }
+  j.preempt_requested = false;
+  j.end_t = now_();
+  if (j.cancel_requested) {
+    j.state = JobPhase::Cancelled;
+  } else if (code == 0) {
+    j.state = JobPhase::Done;
+    if (const auto st = runner_.status(j, true)) j.samples_done = st->samples_done;
+    if (ex.recovered) j.error = ex.note;
+  } else {
+    j.state = JobPhase::Failed;
+    j.error = ex.recovered ? ex.note : "exit code " + std::to_string(code) + ": " + runner_.last_error(j);
+  }
+  j.metrics = runner_.final_metrics(j);
+  log("job " + j.id + " " + phase_name(j.state) + (j.state == JobPhase::Failed ? " (" + j.error + ")" : "") + " after " +
+      std::to_string(static_cast<int>(j.end_t - j.start_t)) + " s, " + std::to_string(j.rescales) + " rescale(s)" +
+      (ex.recovered && j.state == JobPhase::Done ? " (" + ex.note + ")" : ""));
+  note(std::string(phase_name(j.state)) + " " + j.id);
+}
+
+// ---- planning and acting --------------------------------------------------------------------------
+
+LivePolicy Controller::live_policy() const {
+  LivePolicy p;
+  p.name = cfg_.policy;
+  p.slots = res_.slots();
+  p.gpu_slots = res_.gpu();
+  p.max_ranks_per_slot = res_.gpu() ? cfg_.max_ranks_per_gpu : 1;
+  p.hysteresis = cfg_.hysteresis;
+  p.default_pause_s = cfg_.pause_s >= 0 ? cfg_.pause_s : res_.gpu() ? 30.0 : kMeasuredCpuRescalePauseS;
+  p.start_s = cfg_.start_s;
+  p.warmup_steps = cfg_.warmup_steps;
+  return p;
+}
+
+std::vector<LiveJob> Controller::live_jobs(std::vector<Job*>& refs) {
+  std::vector<LiveJob> live;
+  for (Job& j : jobs_) {
+    if (j.state != JobPhase::Queued && !j.running()) continue;
+    if (j.cancel_requested || j.preempt_requested) continue;
+    LiveJob l;
+    l.id = j.id;
+    l.spec = j.spec;
+    l.running = j.running();
+    l.workers = j.workers;
+    l.ranks_per_slot = j.ranks_per_slot;
+    l.batch = j.batch;
+    // GPU jobs keep their GPUs while they run (rescale across GPUs: not yet, docs/autoscaler.md §8).
+    l.settled = l.running && j.samples_per_s > 0 && j.target_workers == 0 && !res_.gpu();
+    l.measured = j.measured;
+    l.samples_done = j.samples_done;
+    l.samples_total = j.samples_total;
+    if (!j.pauses.empty()) {
+      double s = 0;
+      for (double p : j.pauses) s += p;
+      l.pause_s = s / static_cast<double>(j.pauses.size());
+    }
+    live.push_back(std::move(l));
+    refs.push_back(&j);
+  }
+  return live;
+}
+
+void Controller::replan(const std::string& trigger) {
+  const double t0 = now_();
+  std::vector<Job*> refs;
+  const std::vector<LiveJob> live = live_jobs(refs);
+  LivePlan plan;
+  try {
+    plan = plan_live(live, live_policy());
+  } catch (const std::exception& e) {
+    log(std::string("planning failed, nothing changed: ") + e.what());
+    return;
+  }
+  json decisions = json::array();
+  // Shrinks and stops first; then grows and starts while the slots they need are free (the others
+  // wait for the next round, when the shrinks have landed).
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < live.size(); ++i) {
+      const LiveChoice& c = plan.choices[i];
+      const bool frees = c.action == Action::Shrink || c.action == Action::Stop || c.action == Action::Rebatch;
+      if ((pass == 0) == frees) decisions.push_back(act(*refs[i], c));
+    }
+  json line = {{"t", t0}, {"trigger", trigger}, {"policy", cfg_.policy}, {"slots", res_.slots()},
+               {"slots_used", plan.slots_used}, {"objective", plan.objective}, {"solve_ms", plan.solve_ms},
+               {"decide_ms", (now_() - t0) * 1e3}, {"jobs", decisions}};
+  const json hosts = res_.usage(jobs_);
+  if (!hosts.empty()) line["hosts"] = hosts;
+  if (decisions_) decisions_(line);
+  last_plan_ = now_();
+  changed_ = true;
+}
+
+json Controller::act(Job& j, const LiveChoice& c) {
+  json d = {{"job", j.id}, {"action", action_name(c.action)}, {"reason", c.reason}, {"workers", c.workers},
+            {"ranks_per_slot", c.ranks_per_slot}, {"batch", c.batch}, {"samples_per_s", c.samples_per_s},
+            {"measured", c.measured}, {"remaining_s", c.remaining_s}};
+  auto defer = [&](const std::string& why) {
+    d["action"] = "deferred";
+    d["reason"] = std::string(action_name(c.action)) + " deferred" + why + ": " + c.reason;
+  };
+  if (c.action == Action::Grow || c.action == Action::Start) {
+    const int need = c.slots - (j.running() ? j.slots() : 0);
+    if (slots_held() + need > res_.slots()) {
+      defer(" until " + std::to_string(need) + " slot(s) are free");
+      return d;
+    }
+  }
+  try {
+    if (c.action == Action::Start) {
+      start(j, c);
+    } else if (c.action == Action::Grow || c.action == Action::Shrink || c.action == Action::Rebatch) {
+      request(j, c.workers, c.batch);
+      log("job " + j.id + ": " + action_name(c.action) + ": " + c.reason);
+    } else if (c.action == Action::Stop) {
+      preempt(j, c.reason);
+    }
+  } catch (const std::exception& e) {
+    if (c.action != Action::Start) {
+      defer(std::string(" (") + e.what() + ")");
+      return d;
+    }
+    res_.release(j);
+    j.state = JobPhase::Failed;
+    j.error = std::string("could not be started: ") + e.what();
+    j.end_t = now_();
+    log("job " + j.id + " failed: " + j.error);
+  }
+  return d;
+}
+
+void Controller::start(Job& j, const LiveChoice& c) {
+  j.ranks_per_slot = c.ranks_per_slot;
+  res_.assign(j, c.workers, jobs_);
+  if (const auto hs = res_.hostfile_of(j); !hs.empty()) runner_.write_hostfile(j, hs);
+  // The size it starts at, for the ranks to refuse nothing: the control file names it. The
+  // program's flags give its first global batch; the job adopts this one at its first look.
+  runner_.write_control(j, c.workers, c.batch, false);
+  j.workers = c.workers;
+  j.batch = c.batch;
+  runner_.start(j, res_.launch_args(j, c.ranks_per_slot, runner_.dir(j)));
+  j.state = JobPhase::Running;
+  j.target_workers = 0;
+  j.target_batch = 0;
+  j.samples_per_s = 0;
+  j.measure_from = 0;  // a new process
+  j.keeper_lost = false;
+  j.events_seen = runner_.events(j).size();
+  if (j.start_t == 0) j.start_t = now_();
+  ++j.starts;
+  changed_ = true;
+}
+
+void Controller::request(Job& j, int workers, int64_t batch) {
+  if (workers != j.workers) {
+    res_.assign(j, workers, jobs_);  // throws (nothing asked) when it does not fit
+    if (const auto hs = res_.hostfile_of(j); !hs.empty()) runner_.write_hostfile(j, hs);
+  }
+  j.target_workers = workers;
+  j.target_batch = batch;
+  j.target_t = now_();
+  runner_.write_control(j, workers, batch, false);
+}
+
+// Asks the job to commit a checkpoint and stop (exit 78) at its next look at the control file;
+// check_timeouts() sends SIGTERM if it has not stopped within the grace period.
+void Controller::preempt(Job& j, const std::string& reason) {
+  j.preempt_requested = true;
+  j.preempt_t = now_();
+  j.preempt_signalled = false;
+  j.target_workers = 0;
+  j.target_batch = 0;
+  runner_.write_control(j, j.workers, j.batch, true);
+  log("job " + j.id + ": preempted (asked to checkpoint and stop): " + reason);
+}
+
+}  // namespace edp::autoscale

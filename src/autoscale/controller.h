@@ -1,0 +1,219 @@
+// The live controller as a library (edp-autoscale serve is its command line): a typed job table,
+// the slots its resource backend hands out, one step "observe, decide, act" per tick, and the
+// state transitions of a job, all without processes of its own: what the controller does to the
+// world goes through a JobRunner (serve: keepers, edprun, files; tests: a fake), the slots come
+// from a Resources backend (this host's CPU cores or GPUs, the hosts of a hostfile; a cluster
+// scheduler such as Slurm plugs in the same way), and time from a clock the caller gives.
+//
+// A job's states:   queued --start--> running --exit 0--> done
+//                     ^                  |  \--exit != 0, or lost--> failed
+//                     +---preempted------+   \--cancel--> cancelled (queued: at once)
+// and, while running, a rescale in flight (target_workers > 0: asked, not seen in the events yet),
+// a preemption in flight (asked to checkpoint and stop), a keeper lost (the per-job supervisor
+// process is gone while the job's edprun still runs: the job keeps its slots until edprun ends).
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "edp/autoscale/live.h"
+#include "edp/elastic/events.h"
+
+namespace edp::autoscale {
+
+enum class JobPhase { Queued, Running, Done, Failed, Cancelled };
+const char* phase_name(JobPhase s);
+JobPhase parse_phase(const std::string& s);  // edp::DataError for anything else
+inline bool finished(JobPhase s) { return s == JobPhase::Done || s == JobPhase::Failed || s == JobPhase::Cancelled; }
+
+using HostShare = std::pair<std::string, int>;  // a host and the slots a job holds there
+
+// What a job printed last (its final JSON line: the examples' summary), kept in the table.
+struct FinalMetrics {
+  bool have = false;
+  double test_acc = -1, final_loss = -1, samples_per_s = -1;  // -1: not in the line
+};
+
+struct Job {
+  std::string id;
+  JobSpec spec;
+  JobPhase state = JobPhase::Queued;
+  double submit_t = 0, start_t = 0, end_t = 0;
+  int workers = 0, ranks_per_slot = 1;
+  int64_t batch = 0;
+  std::vector<int> gpus;  // GPU slots held (GPU backend)
+  // Hostfile backend: the slots the job runs on per host (its hostfile's order), and those of a
+  // rescale asked for and not landed yet (a shrink keeps holding what it leaves until it lands, a
+  // grow holds what it takes from the moment it asks).
+  std::vector<HostShare> hosts, next_hosts;
+  int target_workers = 0;  // a rescale asked for and not seen in the events yet
+  int64_t target_batch = 0;
+  double target_t = 0;
+  long keeper_pid = 0;
+  unsigned long long keeper_start = 0;
+  bool keeper_lost = false;  // the keeper is gone; the job is followed through edprun's pid
+  int starts = 0, rescales = 0, restarts = 0;
+  size_t events_seen = 0;
+  int64_t samples_done = 0, samples_total = 0;
+  double samples_per_s = 0;  // measured at its current size (0: not yet)
+  // The steps the job's process had counted at its current configuration when it (re)entered it:
+  // a reading of that configuration counts once it has LivePolicy::measured_steps() more (the
+  // process's window for a configuration it comes back to also holds the new warm-up steps).
+  int64_t measure_from = 0;
+  std::vector<Measured> measured;
+  std::vector<double> pauses;
+  bool cancel_requested = false, preempt_requested = false;
+  double preempt_t = 0;
+  bool preempt_signalled = false;
+  int preemptions = 0;
+  int exit_code = 0;
+  std::string error;
+  FinalMetrics metrics;
+
+  bool running() const { return state == JobPhase::Running; }
+  int slots() const { return (workers + ranks_per_slot - 1) / ranks_per_slot; }
+  // A grow in flight holds its new slots from the moment it is asked for.
+  int slots_held() const { return (std::max(workers, target_workers) + ranks_per_slot - 1) / ranks_per_slot; }
+};
+
+// The table, as ROOT/jobs.json holds it ({"version": 1, "jobs": [...]}).
+nlohmann::json job_json(const Job& j);
+Job job_from_json(const nlohmann::json& x);  // DataError naming the job and field
+std::string table_json(const std::vector<Job>& jobs);
+std::vector<Job> parse_table(const std::string& text, const std::string& where);
+
+// ---- what the controller needs from the world ---------------------------------------------------
+
+// The slots. assign() gives a job `workers` workers (a start, or a rescale of a running job):
+// it records what the job holds (gpus, next_hosts) and throws edp::Error when they do not fit;
+// landed() moves a rescaled job onto what it asked for; release() frees what it holds.
+class Resources {
+ public:
+  virtual ~Resources() = default;
+  virtual int slots() const = 0;
+  virtual bool gpu() const { return false; }
+  virtual std::string describe() const = 0;
+  virtual void assign(Job& j, int workers, const std::vector<Job>& all) const = 0;
+  virtual void landed(Job& j) const { j.hosts = j.next_hosts; }
+  virtual void release(Job& j) const;
+  // Where a rescale that did not land leaves the job: where it ran.
+  virtual void give_up_rescale(Job& j) const { j.next_hosts = j.hosts; }
+  // Re-adopted running jobs must fit: throws naming the job and what does not fit.
+  virtual void check_adopted(const std::vector<Job>& jobs) const = 0;
+  // edprun's arguments that place the job (GPUs, hostfile, cores).
+  virtual std::vector<std::string> launch_args(const Job& j, int ranks_per_slot, const std::string& job_dir) const = 0;
+  // The hostfile the job runs with now, when the backend writes one (else empty).
+  virtual std::vector<HostShare> hostfile_of(const Job& j) const { return {}; }
+  // Each host's use and slots for the decision log (empty: no hosts).
+  virtual nlohmann::json usage(const std::vector<Job>& jobs) const { return nlohmann::json::object(); }
+};
+
+std::unique_ptr<Resources> cpu_slots(int slots);  // a slot is a core of this host
+std::unique_ptr<Resources> gpu_slots(int gpus);   // a slot is a GPU of this host (by index)
+// A slot is a MIG instance of this host (edprun --mig: by its index in nvidia-smi -L's list), one
+// rank each; the instances should be of one profile (a job's measured speed is taken for any).
+std::unique_ptr<Resources> mig_slots(int instances);
+struct HostfileSlot {
+  std::string host;
+  int slots = 0;
+};
+std::unique_ptr<Resources> hostfile_slots(std::vector<HostfileSlot> hosts, std::string hostfile);
+
+// How a job ended, as its keeper (or what is left of it) tells.
+struct ExitRecord {
+  int code = 0;
+  bool recovered = false;  // no exit record: judged from the job's status file after edprun ended
+  std::string note;        // why, for the table's error
+};
+
+// The processes and files of the jobs. serve: FileRunner (keepers, edprun, the job directory);
+// tests: a fake that records what was asked and returns what the test says happened.
+class JobRunner {
+ public:
+  virtual ~JobRunner() = default;
+  virtual std::string dir(const Job& j) const = 0;  // the job's directory (its files, its hostfile)
+  // Starts the job at j.workers (edprun with `launch` placing it, then the job's command). Sets
+  // keeper_pid/keeper_start; throws when it cannot be started.
+  virtual void start(Job& j, const std::vector<std::string>& launch) = 0;
+  virtual void signal(const Job& j, int sig) = 0;
+  virtual void write_control(const Job& j, int workers, int64_t batch, bool stop) = 0;
+  virtual void write_hostfile(const Job& j, const std::vector<HostShare>& hosts) = 0;
+  // Observations. status(): the job's status file when it changed since the last call, else nullopt.
+  virtual std::optional<elastic::JobStatus> status(const Job& j, bool even_unchanged = false) = 0;
+  virtual const std::vector<elastic::MembershipEvent>& events(const Job& j) = 0;
+  virtual std::optional<ExitRecord> exit_record(const Job& j) = 0;
+  virtual bool keeper_alive(const Job& j) = 0;
+  virtual bool edprun_alive(const Job& j) = 0;  // false also when it never recorded its pid
+  virtual std::string last_error(const Job& j) = 0;
+  virtual FinalMetrics final_metrics(const Job& j) = 0;
+};
+
+struct ControllerConfig {
+  std::string policy = "goodput";  // goodput | dp | static
+  double replan_s = 30, hysteresis = 0.15, pause_s = -1, start_s = 3, rescale_timeout_s = 120, preempt_grace_s = 60;
+  int max_ranks_per_gpu = 1;
+  int warmup_steps = 3;
+};
+
+// One line of the decision log (ROOT/decisions.jsonl) per planning round.
+using DecisionLog = std::function<void(const nlohmann::json& line)>;
+using Clock = std::function<double()>;
+using Logger = std::function<void(const std::string&)>;
+
+class Controller {
+ public:
+  Controller(ControllerConfig cfg, const Resources& res, JobRunner& runner, Clock clock, Logger log, DecisionLog decisions);
+
+  // The table of a controller started again: running jobs are looked at once (one may have ended
+  // while none ran) and must fit the resources (Resources::check_adopted). Returns how many run.
+  int adopt(std::vector<Job> jobs);
+  // A job that was submitted (validated spec); refused (failed) when it can never run here.
+  Job& submit(const std::string& id, const JobSpec& spec);
+  bool has(const std::string& id) const;
+  void cancel(const std::string& id);
+
+  // One tick: look at every running job, then plan when something happened or the periodic
+  // interval has passed. Returns whether the table changed (it should be saved).
+  bool tick();
+  void note(const std::string& why) { dirty_ = true, trigger_ += why + "; "; }
+
+  const std::vector<Job>& jobs() const { return jobs_; }
+  int slots_held() const;
+  bool idle() const;  // every job has ended
+  bool changed() const { return changed_; }
+
+ private:
+  void observe(Job& j);
+  void take_status(Job& j, const elastic::JobStatus& st);
+  void take_events(Job& j);
+  void check_timeouts(Job& j);
+  void check_end(Job& j);
+  void finish(Job& j, const ExitRecord& ex);
+  void replan(const std::string& trigger);
+  nlohmann::json act(Job& j, const LiveChoice& c);
+  void start(Job& j, const LiveChoice& c);
+  void request(Job& j, int workers, int64_t batch);
+  void preempt(Job& j, const std::string& reason);
+  std::vector<LiveJob> live_jobs(std::vector<Job*>& refs);
+  LivePolicy live_policy() const;
+  void log(const std::string& s) { if (log_) log_(s); }
+
+  ControllerConfig cfg_;
+  const Resources& res_;
+  JobRunner& runner_;
+  Clock now_;
+  Logger log_;
+  DecisionLog decisions_;
+  std::vector<Job> jobs_;
+  double last_plan_ = -1e300;
+  bool dirty_ = true;
+  bool changed_ = false;
+  std::string trigger_;
+};
+
+}  // namespace edp::autoscale

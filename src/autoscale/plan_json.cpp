@@ -1,0 +1,279 @@
+// The `plan` contract as JSON (docs/plan.md): requests of version 1 (throughput tables) and 2
+// (the cluster state of plan.h), the answer, and the example request.
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+
+#include "core/json_fields.h"
+#include "edp/autoscale/plan.h"
+#include "edp/core/error.h"
+
+namespace edp::autoscale {
+
+namespace {
+
+using json_fields::Fields;
+using json_fields::Json;
+using ojson = nlohmann::ordered_json;
+
+constexpr int64_t kMaxGpus = int64_t{1} << 20;
+constexpr int64_t kMaxBatch = int64_t{1} << 31;
+constexpr double kMaxRate = 1e12;   // samples/s: far above any cluster
+constexpr double kMinRate = 1e-9;   // below this a throughput is a unit mistake (or a denormal)
+constexpr double kMaxWork = 1e18;   // samples
+constexpr double kMaxPause = 1e6;   // seconds (11 days)
+
+std::string job_where(const Json& j, size_t i) {
+  std::string w = "jobs[" + std::to_string(i) + "]";
+  if (j.is_object() && j.contains("id") && j.at("id").is_string()) w = "job '" + j.at("id").get<std::string>() + "' (" + w + ")";
+  return w;
+}
+
+// A rate-like number: 0, or in [kMinRate, hi]; required when def is NaN.
+double rate(const Fields& f, std::string_view key, double hi, double def) {
+  const double x = std::isnan(def) ? f.number(key, 0, hi) : f.number(key, 0, hi, def);
+  if (x > 0 && x < kMinRate)
+    f.fail(key, "must be 0 or at least 1e-9, got " + f.json().at(std::string(key)).dump() + " (a unit mistake?)");
+  return x;
+}
+
+// ---- version 1: throughput tables ----
+
+TableRequest parse_v1(const Json& in, const std::string& where) {
+  const Fields req(in, where);
+  req.allow({"gpus", "jobs", "rescale_penalty"});
+  TableRequest r;
+  r.gpus = static_cast<int>(req.integer("gpus", 0, kMaxGpus));
+  r.rescale_penalty = req.number("rescale_penalty", 0, 0.999999, 0.05);
+  const Json& jobs = req.array("jobs");
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Fields j(jobs[i], where + ": " + job_where(jobs[i], i));
+    j.allow({"id", "min_gpus", "max_gpus", "max_batch_per_gpu", "weight", "ref", "throughput", "current"});
+    TableJob t;
+    t.id = j.text("id");
+    t.min_gpus = static_cast<int>(j.integer("min_gpus", 0, kMaxGpus));
+    t.max_gpus = static_cast<int>(j.integer("max_gpus", 0, kMaxGpus));
+    t.max_batch_per_gpu = static_cast<int>(j.integer("max_batch_per_gpu", 0, kMaxBatch));
+    t.weight = j.number("weight", 0, 1e6, 1.0);
+    const Fields ref = j.object("ref");
+    ref.allow({"gpus", "batch"});
+    t.ref_gpus = static_cast<int>(ref.integer("gpus", 0, kMaxGpus));
+    t.ref_batch = static_cast<int>(ref.integer("batch", 0, kMaxBatch));
+    if (const auto cur = j.object_if("current")) {
+      cur->allow({"gpus", "batch"});
+      t.current_gpus = static_cast<int>(cur->integer("gpus", 0, kMaxGpus));
+      t.current_batch = static_cast<int>(cur->integer("batch", 0, kMaxBatch));
+    }
+    const Json& tp = j.array("throughput");
+    for (size_t k = 0; k < tp.size(); ++k) {
+      const Fields p = j.element("throughput", k);
+      p.allow({"gpus", "batch", "samples_per_s"});
+      t.throughput.push_back({static_cast<int>(p.integer("gpus", 0, kMaxGpus)),
+                              static_cast<int>(p.integer("batch", 0, kMaxBatch)), rate(p, "samples_per_s", kMaxRate, std::nan(""))});
+    }
+    r.jobs.push_back(std::move(t));
+  }
+  return r;
+}
+
+// ---- version 2: the cluster state ----
+
+Config parse_config(const Fields& f, bool with_rate) {
+  if (with_rate) f.allow({"gpus", "batch", "ranks_per_gpu", "samples_per_s", "efficiency"});
+  else f.allow({"gpus", "batch", "ranks_per_gpu"});
+  Config c;
+  c.gpus = static_cast<int>(f.integer("gpus", 0, kMaxGpus));
+  c.batch = static_cast<int>(f.integer("batch", 0, kMaxBatch, 0));
+  c.ranks_per_gpu = static_cast<int>(f.integer("ranks_per_gpu", 1, 64, 1));
+  if (with_rate) {
+    c.samples_per_s = rate(f, "samples_per_s", kMaxRate, 0);
+    c.efficiency = f.number("efficiency", 1e-6, 1e3, std::nan(""));
+  }
+  return c;
+}
+
+PlanJob parse_job(const Fields& j, const PlanRequest& r) {
+  j.allow({"id", "weight", "may_wait", "remaining", "own", "current", "pause_s", "start_s", "efficiency", "options"});
+  PlanJob p;
+  p.id = j.text("id");
+  if (p.id.empty()) j.fail("id", "must be a non-empty string");
+  p.weight = j.number("weight", 0, 1e6, 1.0);
+  p.may_wait = j.boolean("may_wait", true);
+  const bool needs_work = r.objective == Objective::Remaining || r.objective == Objective::RestartAware;
+  p.remaining = needs_work ? j.number("remaining", kMinRate, kMaxWork) : j.number("remaining", 0, kMaxWork, 0);
+  if (needs_work && p.remaining < kMinRate) j.fail("remaining", "must be at least 1e-9");
+  const bool needs_own = r.objective == Objective::Throughput || r.objective == Objective::Fifo;
+  if (needs_own && !j.has("own"))
+    j.fail("own", std::string("required by policy ") + objective_name(r.objective) + " (the job's own configuration)");
+  if (const auto own = j.object_if("own")) p.own = parse_config(*own, true);
+  if (r.objective == Objective::Throughput && !(p.own.samples_per_s > 0))
+    j.fail("own", "samples_per_s must be > 0 (policy throughput values options relative to it)");
+  if (const auto cur = j.object_if("current")) {
+    p.current = parse_config(*cur, false);
+    if (p.current.gpus > r.gpus)
+      cur->fail("gpus", std::to_string(p.current.gpus) + " is more than the cluster's " + std::to_string(r.gpus));
+  }
+  p.pause_s = j.number("pause_s", 0, kMaxPause, -1);
+  p.start_s = j.number("start_s", 0, kMaxPause, -1);
+  // Efficiency inputs: Pollux's (B_noise + B0) / (B_noise + B) for options that give none.
+  double noise = 0, ref_batch = 0;
+  if (const auto eff = j.object_if("efficiency")) {
+    eff->allow({"grad_noise_scale", "ref_batch"});
+    noise = eff->number("grad_noise_scale", 0, 1e15);
+    ref_batch = static_cast<double>(eff->integer("ref_batch", 1, kMaxBatch));
+  }
+  const Json& opts = j.array("options");
+  std::set<std::tuple<int, int, int>> seen;
+  for (size_t k = 0; k < opts.size(); ++k) {
+    const Fields of = j.element("options", k);
+    Config c = parse_config(of, true);
+    if (!seen.insert({c.gpus, c.batch, c.ranks_per_gpu}).second)
+      of.fail("gpus", "the configuration (gpus " + std::to_string(c.gpus) + ", batch " + std::to_string(c.batch) +
+                          ", ranks_per_gpu " + std::to_string(c.ranks_per_gpu) + ") is listed twice");
+    if (std::isnan(c.efficiency)) {
+      if (ref_batch > 0 && c.batch == 0) of.fail("efficiency", "needed: batch 0 (adaptive) has no efficiency to compute");
+      c.efficiency = ref_batch > 0 ? (noise + ref_batch) / (noise + c.batch) : 1.0;
+    }
+    p.options.push_back(c);
+  }
+  return p;
+}
+
+PlanRequest parse_v2(const Json& in, const std::string& where, int gpus_override) {
+  const Fields req(in, where);
+  req.allow({"version", "gpus", "policy", "hysteresis", "pause_s", "start_s", "jobs"});
+  PlanRequest r;
+  r.gpus = gpus_override >= 0 ? gpus_override : static_cast<int>(req.integer("gpus", 0, kMaxGpus));
+  try {
+    r.objective = parse_objective(req.text("policy", "restart-aware"));
+  } catch (const DataError& e) {
+    req.fail("policy", e.what());
+  }
+  r.hysteresis = req.number("hysteresis", 0, 0.999999, 0.15);
+  r.pause_s = req.number("pause_s", 0, kMaxPause, 30);
+  r.start_s = req.number("start_s", 0, kMaxPause, r.pause_s);
+  const Json& jobs = req.array("jobs");
+  std::set<std::string> ids;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Fields j(jobs[i], where + ": " + job_where(jobs[i], i));
+    r.jobs.push_back(parse_job(j, r));
+    if (!ids.insert(r.jobs.back().id).second) j.fail("id", "duplicate id");
+  }
+  return r;
+}
+
+ojson config_json(const Config& c, bool with_rate) {
+  ojson o = {{"gpus", c.gpus}, {"batch", c.batch}, {"ranks_per_gpu", c.ranks_per_gpu}};
+  if (with_rate) {
+    o["samples_per_s"] = c.samples_per_s;
+    o["efficiency"] = c.efficiency;
+  }
+  return o;
+}
+
+const char* action(const PlanJob& j, const PlanChoice& c) {
+  const bool running = j.current.gpus > 0;
+  if (c.config.gpus == 0) return running ? "stop" : "wait";
+  if (!running) return "start";
+  const int now = j.current.gpus * j.current.ranks_per_gpu, next = c.config.gpus * c.config.ranks_per_gpu;
+  if (c.option >= 0 ? is_current(j, c.config) : c.config.gpus == j.current.gpus) return "hold";
+  return next > now ? "grow" : next < now ? "shrink" : "rebatch";
+}
+
+}  // namespace
+
+PlanRequest parse_plan_request(const std::string& text, const std::string& where, int gpus_override) {
+  const Json in = json_fields::parse(text, where);
+  const Fields top(in, where);
+  const int64_t version = top.integer("version", 1, 2, 1);
+  if (version == 2) return parse_v2(in, where, gpus_override);
+  Json v1 = in;
+  v1.erase("version");
+  TableRequest t = parse_v1(v1, where);
+  if (gpus_override >= 0) t.gpus = gpus_override;
+  return from_v1(t);
+}
+
+std::string plan_request_json(const PlanRequest& r) {
+  ojson jobs = ojson::array();
+  for (const PlanJob& j : r.jobs) {
+    ojson x = {{"id", j.id}, {"weight", j.weight}, {"may_wait", j.may_wait}, {"remaining", j.remaining}};
+    if (j.own.gpus > 0) x["own"] = config_json(j.own, true);
+    if (j.current.gpus > 0) x["current"] = config_json(j.current, false);
+    if (j.pause_s >= 0) x["pause_s"] = j.pause_s;
+    if (j.start_s >= 0) x["start_s"] = j.start_s;
+    ojson opts = ojson::array();
+    for (const Config& c : j.options) opts.push_back(config_json(c, true));
+    x["options"] = opts;
+    jobs.push_back(x);
+  }
+  const ojson out = {{"version", 2},         {"gpus", r.gpus},       {"policy", objective_name(r.objective)},
+                     {"hysteresis", r.hysteresis}, {"pause_s", r.pause_s}, {"start_s", r.start_s},
+                     {"jobs", jobs}};
+  return out.dump(2) + "\n";
+}
+
+std::string plan_json(const PlanRequest& req, const Plan& plan, double solve_ms, int version) {
+  ojson allocs = ojson::array();
+  for (size_t i = 0; i < req.jobs.size(); ++i) {
+    const PlanJob& j = req.jobs[i];
+    const PlanChoice& c = plan.choices[i];
+    if (version == 1) {
+      allocs.push_back({{"id", j.id}, {"gpus", c.config.gpus}, {"batch", c.config.batch}, {"value", c.value}});
+      continue;
+    }
+    ojson a = {{"id", j.id}, {"action", action(j, c)}, {"option", c.option}};
+    const ojson cfg = config_json(c.config, true);
+    for (const auto& [k, v] : cfg.items()) a[k] = v;
+    a["value"] = c.value;
+    a["option_values"] = i < plan.values.size() ? plan.values[i] : std::vector<double>{};
+    allocs.push_back(a);
+  }
+  ojson out;
+  if (version == 2) {
+    out["version"] = 2;
+    out["policy"] = objective_name(req.objective);
+    out["gpus"] = req.gpus;
+    out["gpus_used"] = plan.gpus_used;
+  }
+  out["objective"] = plan.objective;
+  out["allocations"] = allocs;
+  out["solve_ms"] = solve_ms;
+  return out.dump(2) + "\n";
+}
+
+std::string example_plan_request() {
+  // Three jobs on 8 GPUs: a running job that could grow, a queued one, and a preemptible one that
+  // runs; the numbers are those of a small CNN measured at a few sizes (samples/s).
+  PlanRequest r;
+  r.gpus = 8;
+  r.objective = Objective::RestartAware;
+  r.hysteresis = 0.15;
+  r.pause_s = 30;
+  r.start_s = 30;
+  PlanJob a;
+  a.id = "resnet-a";
+  a.remaining = 2.4e6;
+  a.own = Config{2, 256, 1, 1800, 1.0};
+  a.current = Config{2, 256, 1, 0, 1.0};
+  a.pause_s = 12.5;
+  a.may_wait = false;
+  a.options = {{1, 128, 1, 950, 1.0}, {2, 256, 1, 1800, 1.0}, {4, 512, 1, 3300, 0.93}, {8, 1024, 1, 5600, 0.81}};
+  PlanJob b;
+  b.id = "bert-b";
+  b.weight = 2;
+  b.remaining = 6.0e5;
+  b.own = Config{4, 128, 1, 410, 1.0};
+  b.options = {{1, 32, 1, 120, 1.0}, {2, 64, 1, 225, 1.0}, {4, 128, 1, 410, 1.0}};
+  PlanJob c;
+  c.id = "ncf-c";
+  c.remaining = 3.0e6;
+  c.own = Config{1, 4096, 1, 52000, 1.0};
+  c.current = Config{1, 4096, 1, 0, 1.0};
+  c.options = {{1, 4096, 1, 52000, 1.0}, {1, 4096, 2, 61000, 1.0}};
+  r.jobs = {a, b, c};
+  return plan_request_json(r);
+}
+
+}  // namespace edp::autoscale
