@@ -4,7 +4,10 @@ file(REMOVE_RECURSE ${WORK})
 file(WRITE ${WORK}/src/core/real.cpp "int x;\n")
 file(WRITE ${WORK}/examples/prog.cpp "int main() {}\n")
 file(WRITE ${WORK}/docs/img/plot.png "")
-file(MAKE_DIRECTORY ${WORK}/build/tools)
+# build/tools holds one program, so a missing one there is a broken path (a build directory with
+# no program at all is one the build configured and built nothing in, e.g. with CUDA off).
+file(WRITE ${WORK}/build/tools/real_tool "#!/bin/sh\n")
+file(CHMOD ${WORK}/build/tools/real_tool PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
 set(bad "# README
 A real file `src/core/real.cpp`, a missing one `src/core/gone.cpp`, a missing program `build/tools/nothing`.
 ![plot](docs/img/missing.png) and a path out of the clone, `../shared/data/x.csv`.
