@@ -214,6 +214,25 @@ TEST(Controller, EndsByExitCodeWithMetricsAndReleasesSlots) {
   EXPECT_TRUE(f.ctl->idle());
 }
 
+// GPU slots: the GPUs of a job that ended are free for the next (a job's GPUs count as used by
+// the others whatever its state, so ending must release them).
+TEST(Controller, AnEndedJobsGpusGoToTheNextJob) {
+  Fixture f(gpu_slots(2));
+  f.ctl->submit("a", spec(R"(, "min_workers": 2, "max_workers": 2)"));
+  f.ctl->submit("b", spec(R"(, "min_workers": 2, "max_workers": 2)"));
+  f.ctl->tick();
+  ASSERT_EQ(f.runner.starts.size(), 1u);
+  EXPECT_EQ(f.runner.starts[0].id, "a");
+  EXPECT_EQ(f.job("a").gpus, (std::vector<int>{0, 1}));
+  f.runner.exit("a", 0);
+  f.ctl->tick();
+  f.ctl->tick();
+  EXPECT_TRUE(f.job("a").gpus.empty());
+  ASSERT_EQ(f.runner.starts.size(), 2u) << "b never started on a's GPUs";
+  EXPECT_EQ(f.runner.starts[1].id, "b");
+  EXPECT_EQ(f.job("b").gpus, (std::vector<int>{0, 1}));
+}
+
 TEST(Controller, CancelsQueuedAtOnceAndRunningBySignal) {
   Fixture f(cpu_slots(1));
   f.ctl->submit("run", spec(R"(, "max_workers": 1)"));

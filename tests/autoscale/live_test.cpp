@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <random>
 
 #include "edp/core/error.h"
@@ -104,6 +106,30 @@ TEST(FitMeasured, OnePointMeansLinearScalingUntilMeasured) {
   EXPECT_EQ(f.s0, 0.0);
   EXPECT_EQ(f.s1, 0.0);
   EXPECT_NEAR(f.samples_per_s(4, 256), 1000.0 * 4, 1e-6);
+}
+
+// An unmeasured configuration is predicted from the measured one nearest to it, shrunk toward it:
+// the model's speedup raised to trust = n / (n + 1). Measured at 1 worker only (1,000 samples/s,
+// a model through the origin: linear scaling), 2 workers are predicted at 1000 * 2^(1/2), not the
+// model's 2,000; 4 workers at 1000 * 4^(1/2). A measured configuration is its measurement.
+// (Tolerance 1e-9 relative: pow and one division of exact inputs.)
+TEST(Predictor, UnmeasuredConfigurationsAreShrunkTowardTheMeasured) {
+  LiveJob j = measured_job("a", 1, 64, 4, 0, 1'000'000);
+  j.measured = {{1, 1, 64, 50, 0.064, 0.0}};
+  LivePolicy p;
+  const Predictor pred(j, p, 500.0);
+  EXPECT_DOUBLE_EQ(pred.trust(), 0.5);
+  bool was_measured = false;
+  EXPECT_NEAR(pred.samples_per_s(1, 1, 64, &was_measured), 1000.0, 1e-9 * 1000);
+  EXPECT_TRUE(was_measured);
+  EXPECT_NEAR(pred.samples_per_s(2, 1, 128, &was_measured), 1000.0 * std::sqrt(2.0), 1e-9 * 1414);
+  EXPECT_FALSE(was_measured);
+  EXPECT_NEAR(pred.samples_per_s(4, 1, 256), 2000.0, 1e-9 * 2000);
+  // A step below the warm-up count is not a measurement: the prior (500 per rank) is all there is.
+  j.measured = {{1, 1, 64, p.measured_steps() - 1, 0.064, 0.0}};
+  const Predictor early(j, p, 500.0);
+  EXPECT_DOUBLE_EQ(early.trust(), 0.0);
+  EXPECT_NEAR(early.samples_per_s(2, 1, 128), 1000.0, 1e-9 * 1000);
 }
 
 TEST(PlanLive, GrowsIntoFreeSlotsAndHoldsWithoutGain) {
