@@ -356,6 +356,11 @@ cli::Options edprun_options() {
       .add("mpirun-args", "", "extra arguments for mpirun, space-separated (e.g. \"--mca btl ^openib\")")
       .add("kill-grace", "10", "seconds mpirun gets to stop the ranks after a signal before it is killed")
       .int_range(0, 86400)
+      .add("term-grace", "0", "seconds mpirun waits between SIGTERM and SIGKILL when it ends the ranks: after a rank's "
+           "non-zero exit (a rescale by restart, 75, included), a crash or a signal. Open MPI's own default, 1, is "
+           "paid after every non-zero exit even when every rank has ended (odls_base_sigkill_timeout); raise it for "
+           "programs that clean up on SIGTERM")
+      .int_range(0, 3600)
       .add("control-file", "", "elastic: the job's control file, given to the ranks as EDP_CONTROL_FILE (edprun never "
            "reads it: after exit code 75 it restarts the job at the size the job committed, EDP_RESCALE_FILE; after "
            "78, a stop the file asked for, it ends with 78 and does not restart the job); the ranks also get EDP_SPAWN_WRAPPER (in-place grow) and, on one host, mpirun --oversubscribe")
@@ -416,6 +421,7 @@ void fill_request(const cli::Options& o, Setup& s) {
   req.oversubscribe = o.flag("oversubscribe");
   req.mpirun = o.str("mpirun");
   req.mpirun_extra = split_list(o.str("mpirun-args"), ' ');
+  req.term_grace_s = static_cast<int>(o.i64("term-grace"));
   req.program = o.rest();
   if (!o.str("control-file").empty()) {
     // Absolute, so that every rank finds it whatever its working directory.

@@ -687,6 +687,9 @@ void plan_mpirun(const LaunchRequest& req, Plan& p, const Layout& L) {
   // remove them after any mpirun exit, a SIGKILL included (docs/launch.md, "Cleanup").
   if (!req.ompi_session_dir.empty()) a.insert(a.end(), {"--mca", "orte_tmpdir_base", req.ompi_session_dir});
   if (!req.ompi_shm_dir.empty()) a.insert(a.end(), {"--mca", "btl_vader_backing_directory", req.ompi_shm_dir});
+  // Open MPI waits this long between SIGTERM and SIGKILL whenever it ends the ranks, also after a
+  // non-zero exit of ranks that have all ended: 1 s by default, most of a rescale by restart.
+  a.insert(a.end(), {"--mca", "odls_base_sigkill_timeout", std::to_string(req.term_grace_s)});
   if (req.host_source == HostSource::Hostfile) {
     std::vector<std::string> hs;
     for (const auto& hp : p.hosts)

@@ -73,6 +73,7 @@ struct LaunchRequest {
   bool allow_run_as_root = false;
   std::string mpirun = "mpirun";
   std::vector<std::string> mpirun_extra;  // passed to mpirun verbatim, before the program
+  int term_grace_s = 0;  // mpirun's wait from SIGTERM to SIGKILL of the ranks (odls_base_sigkill_timeout)
   std::vector<std::pair<std::string, std::string>> extra_env;  // more variables for every rank (-x)
   std::string local_host = "localhost";
   int local_cores = 1;              // physical cores edprun may use on this host

@@ -423,7 +423,7 @@ TEST(Planner, ElasticOnSeveralHosts) {
   EXPECT_EQ(env_of(fixed, "EDP_LAUNCH_HOSTS"), "<unset>");
   r.elastic = true;
   const Plan p = make_plan(r, {});
-  EXPECT_NE(shell_join(p.mpirun_argv).find("--oversubscribe -np 2 --host a:1,b:1,c:1 "), std::string::npos)
+  EXPECT_NE(shell_join(p.mpirun_argv).find("--oversubscribe -np 2 --mca odls_base_sigkill_timeout 0 --host a:1,b:1,c:1 "), std::string::npos)
       << shell_join(p.mpirun_argv);
   EXPECT_EQ(env_of(p, "EDP_LAUNCH_HOSTS"), "a:1,b:1,c:1");
   // GPU mode with MPS: daemons on every host from the start, unless the job only restarts.
