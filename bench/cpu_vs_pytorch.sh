@@ -103,8 +103,9 @@ for model in $MODELS; do
   done
 done
 
-/usr/bin/python3 - "$OUT" "$REPS" "$FAR_NS" <<'PY'
+PYTHONPATH=bench /usr/bin/python3 - "$OUT" "$REPS" "$FAR_NS" <<'PY'
 import json, statistics, sys
+from cpu_peak import describe, peak_gflops
 path, reps, far_ns = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 runs = [json.loads(l) for l in open(path) if '"rep"' in l]
 def placement(r):
@@ -117,7 +118,7 @@ for r in runs:
 def med(xs): return statistics.median(xs) if xs else float("nan")
 def rng(xs): return f"{min(xs):.0f}-{max(xs):.0f}" if xs else "-"
 print(f"{'model':<18} {'ranks':>5} {'thr':>3} {'cpus':>5}  {'edp samples/s':>19}  {'torch2 samples/s':>19}  {'torch1 samples/s':>19}"
-      f"  {'edp/t2':>6} {'edp/t1':>6}  {'rss edp':>7} {'t2':>5} {'t1':>5} {'edp/t2':>6}  {'comm_exp':>8}  {'acc edp':>7} {'t2':>6} {'t1':>6}")
+      f"  {'edp/t2':>6} {'edp/t1':>6}  {'edp GF/s':>8} {'%peak':>5}  {'rss edp':>7} {'t2':>5} {'t1':>5} {'edp/t2':>6}  {'comm_exp':>8}  {'acc edp':>7} {'t2':>6} {'t1':>6}")
 summary = []
 for (m, n, t, pl), rs in groups.items():
     e = [r["edp"]["samples_per_s"] for r in rs]
@@ -129,9 +130,13 @@ for (m, n, t, pl), rs in groups.items():
     share = med([r["edp"]["comm_exposed_share"] for r in rs])
     ratio2 = med(e) / med(p2)
     ratio1 = med(e) / med(p1) if p1 else float("nan")
+    # The products of a training step (nn::Module::forward_flops + backward_flops) at edp's median speed.
+    gf = med(e) * rs[-1]["edp"].get("train_mflop_per_sample", float("nan")) / 1e3
+    peak = peak_gflops(n * t)
     a = (rs[-1]["edp"]["test_acc"], rs[-1]["torch2"]["test_acc"], rs[-1]["torch1"]["test_acc"] if rs[-1]["torch1"] else float("nan"))
     print(f"{m:<18} {n:>5} {t:>3} {pl:>5}  {med(e):>7.0f} ({rng(e):>11})  {med(p2):>7.0f} ({rng(p2):>11})  "
-          f"{med(p1):>7.0f} ({rng(p1):>11})  {ratio2:>6.2f} {ratio1:>6.2f}  {re:>7.0f} {r2:>5.0f} {r1:>5.0f} {re / r2:>6.2f}  "
+          f"{med(p1):>7.0f} ({rng(p1):>11})  {ratio2:>6.2f} {ratio1:>6.2f}  {gf:>8.1f} {100 * gf / peak:>4.0f}%  "
+          f"{re:>7.0f} {r2:>5.0f} {r1:>5.0f} {re / r2:>6.2f}  "
           f"{share:>8.3f}  {a[0]:>7.4f} {a[1]:>6.4f} {a[2]:>6.4f}")
     summary.append({"bench": "cpu_vs_pytorch_summary", "model": m, "ranks": n, "threads": t, "placement": pl, "reps": len(rs),
                     "edp_samples_per_s_median": med(e), "edp_samples_per_s_range": [min(e), max(e)],
@@ -139,12 +144,14 @@ for (m, n, t, pl), rs in groups.items():
                     "torch1_samples_per_s_median": med(p1) if p1 else None,
                     "edp_over_torch2": round(ratio2, 3), "edp_over_torch1": round(ratio1, 3) if p1 else None,
                     "edp_rss_mb": re, "torch2_rss_mb": r2, "torch1_rss_mb": r1 if p1 else None,
+                    "edp_gflops": round(gf, 1), "peak_gflops": round(peak, 1),
                     "rss_edp_over_torch2": round(re / r2, 3), "edp_comm_exposed_share_median": share,
                     "edp_cpu_conv": rs[-1]["edp"].get("cpu_conv"), "torch2": rs[-1]["torch2"]["torch"]})
 with open(path, "a") as f:
     for s in summary:
         f.write(json.dumps(s) + "\n")
 print("# samples/s: median of the runs (range); rss: peak resident set per process, MiB, the largest of the runs;")
+print(f"# GF/s: edp's training products per second (its train_mflop_per_sample x samples/s); %peak of {describe()}")
 print("# comm_exp: edp's comm_exposed_share (time waiting for gradient buckets after backward / step time)")
 print(f"# cpus: the vCPUs' placement during the rep, from edp_bench_core_latency before and after it: near (< {far_ns:.0f} ns")
 print("# round trip both times), far (both above), mixed (it moved); '-': one CPU, no probe")

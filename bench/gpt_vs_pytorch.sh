@@ -9,10 +9,7 @@
 #   bench/gpt_vs_pytorch.sh [--threads "1 2"] [--precisions "fp32 bf16"] [--steps 150] [--reps 1]
 #                           [--layers 4] [--dim 256] [--heads 4] [--context 128] [--batch 16]
 #                           [--summary-only]   (the table again from the JSON lines in $OUT)
-# The peak: threads x GHz x FLOPs per cycle per core: float32 FMA 2 x 16 lanes x 2 = 64 with two
-# AVX-512 FMA units (32 with AVX2 only); bf16: 1024 with AMX (TDPBF16PS), else 128 (AVX512-BF16
-# dot products, 2 x 32 x 2). GHz: PEAK_GHZ, default the "cpu MHz" of /proc/cpuinfo (the nominal
-# clock: a core that turbos above it can exceed "100 %").
+# The peak: bench/cpu_peak.py (threads x nominal GHz x FLOPs per cycle; PEAK_GHZ overrides the clock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS="1 2" PRECISIONS="fp32 bf16" STEPS=150 REPS=1 LAYERS=4 DIM=256 HEADS=4 CONTEXT=128 BATCH=16 RUN=1
@@ -34,14 +31,13 @@ done
 BUILD=${EDP_BUILD_DIR:-build}
 CORPUS=${EDP_CORPUS_DIR:-.cache/corpus}
 OUT=${OUT:-bench-results/gpt_vs_pytorch.jsonl}
-GHZ=${PEAK_GHZ:-$(awk -F: '/cpu MHz/ {printf "%.2f", $2 / 1000; exit}' /proc/cpuinfo)}
 if [ $RUN = 1 ]; then
 ./scripts/build.sh >&2
 ./scripts/prepare_text_corpus.sh >&2
 PY=$(./bench/torch_venv.sh)
 mkdir -p "$(dirname "$OUT")"; : > "$OUT"
 common=(--layers "$LAYERS" --dim "$DIM" --heads "$HEADS" --context "$CONTEXT" --batch "$BATCH" --steps "$STEPS")
-echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), ${GHZ} GHz"
+echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "# cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|fma|amx)' | sort | tr '\n' ' ')"
 echo "# edp $(git rev-parse --short HEAD 2>/dev/null || echo '?') ($BUILD, $(grep -o 'EDP_CPU_ARCH "[^"]*"' "$BUILD/include/edp/config.h" | cut -d'"' -f2)); torch $(cd /tmp && "$PY" -c 'import torch; print(torch.__version__)')"
 echo "# GPT: $LAYERS layers, d $DIM, $HEADS heads, context $CONTEXT, batch $BATCH, $STEPS steps; corpus $CORPUS; $REPS interleaved run(s) each; load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -58,19 +54,17 @@ for t in $THREADS; do
   done
 done
 fi
-/usr/bin/python3 - "$OUT" "$GHZ" "$LAYERS" "$DIM" "$CONTEXT" <<'PY'
+PYTHONPATH=bench /usr/bin/python3 - "$OUT" "$LAYERS" "$DIM" "$CONTEXT" <<'PY'
 import json, statistics, sys
-path, ghz = sys.argv[1], float(sys.argv[2])
-L, D, T = (int(x) for x in sys.argv[3:6])
+from cpu_peak import describe, peak_gflops
+path = sys.argv[1]
+L, D, T = (int(x) for x in sys.argv[2:5])
 runs = [json.loads(l) for l in open(path) if '"rep"' in l]
 with open(path) as f:  # a summary-only pass replaces the earlier summary lines
     kept = [l for l in f if '"rep"' in l]
 with open(path, "w") as f:
     f.writelines(kept)
 flops_tok = 6 * (L * 12 * D * D + 256 * D) + L * 12 * D * (T + 1) / 2  # nn::GPT::train_flops_per_token
-cpuinfo = open("/proc/cpuinfo").read()
-avx512, amx = "avx512f" in cpuinfo, "amx_bf16" in cpuinfo
-bf16_fpc = 1024 if amx else 128
 med = statistics.median
 groups = {}
 for r in runs:
@@ -83,7 +77,7 @@ for (t, p), rs in sorted(groups.items()):
     e = med([r["edp"]["tokens_per_s"] for r in rs]); q = med([r["torch"]["tokens_per_s"] for r in rs])
     ve = rs[-1]["edp"]["val_loss"]; vt = rs[-1]["torch"]["val_loss"]
     re = max(r["edp"]["peak_rss_mb_per_rank"] for r in rs); rt = max(r["torch"]["peak_rss_mb"] for r in rs)
-    peak = t * ghz * (bf16_fpc if p == "bf16" else (64 if avx512 else 32))
+    peak = peak_gflops(t, p)
     ge, gt = e * flops_tok / 1e9, q * flops_tok / 1e9
     own = e / fp32_edp[t] if t in fp32_edp else float("nan")
     print(f"{t:>3} {p:>5}  {e:>9.0f} {q:>11.0f} {e / q:>9.2f} {own:>9.2f}  {ge:>8.1f} {100 * ge / peak:>5.0f}% {gt:>10.1f}  "
@@ -97,7 +91,7 @@ for (t, p), rs in sorted(groups.items()):
 with open(path, "a") as f:
     for s in summary:
         f.write(json.dumps(s) + "\n")
-print(f"# tokens/s: median of the runs; GF/s: tokens/s x {flops_tok / 1e6:.1f} MFLOP per token; %peak of threads x {ghz} GHz x "
-      f"(fp32: {64 if avx512 else 32}, bf16: {bf16_fpc}) FLOP/cycle; val: validation loss after the same steps (last run); rss: MiB")
+print(f"# tokens/s: median of the runs; GF/s: tokens/s x {flops_tok / 1e6:.1f} MFLOP per token; %peak of {describe()}; "
+      "val: validation loss after the same steps (last run); rss: MiB")
 PY
 echo "# load at end: $(cut -d' ' -f1-3 /proc/loadavg); JSON lines: $OUT"

@@ -150,10 +150,13 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
   int64_t samples_seen = 0;
   train::EvalResult test{};
   data::Batch b;
+  double flops_per_sample = 0;  // a training step's products per sample (nn::Module::forward_flops)
   while (job.next_epoch()) {
     while (job.next_batch(b)) {
       const double loss = ce.forward(job.forward(b.x), b.y);
       job.backward(ce.backward());
+      if (flops_per_sample == 0 && b.x.dim(0) > 0)
+        flops_per_sample = (model->forward_flops() + model->backward_flops()) / static_cast<double>(b.x.dim(0));
       job.step(loss);
       if (stop_after > 0 && job.steps() >= stop_after) {
         // A stand-in for a job that is stopped (preempted, crashed) here: the test of resuming.
@@ -197,12 +200,14 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
         "\"global_batch\": %lld, \"epochs\": %lld, \"lr\": %.4g, \"samples_per_s\": %.1f, "
         "\"test_acc\": %.4f, \"final_loss\": %.4f, \"train_seconds\": %.2f, "
         "\"step_ms\": %.3f, \"comm_exposed_ms\": %.3f, \"comm_exposed_share\": %.4f, "
-        "\"comm_ms\": %.3f, \"peak_rss_mb_per_rank\": %.1f, \"cpu_conv\": \"%s\"}\n",
+        "\"comm_ms\": %.3f, \"peak_rss_mb_per_rank\": %.1f, \"cpu_conv\": \"%s\", "
+        "\"train_mflop_per_sample\": %.3f, \"gflops\": %.2f}\n",
         spec.name.c_str(), job.size(), num_threads(), static_cast<long long>(job.batch_per_rank()),
         static_cast<long long>(job.global_batch()), static_cast<long long>(o.i64("epochs")), job.lr(),
         train_seconds > 0 ? samples_seen / train_seconds : 0.0, test.accuracy, job.last_epoch().train_loss,
         train_seconds, 1e3 * step_s, 1e3 * exposed, step_s > 0 ? exposed / step_s : 0.0,
-        1e3 * st.comm_s / std::max<int64_t>(1, st.steps), rss, ops::cpu_conv_name());
+        1e3 * st.comm_s / std::max<int64_t>(1, st.steps), rss, ops::cpu_conv_name(), flops_per_sample / 1e6,
+        train_seconds > 0 ? samples_seen / train_seconds * flops_per_sample / 1e9 : 0.0);
   Timeline::get().close();
   return 0;
 }

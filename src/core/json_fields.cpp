@@ -20,7 +20,12 @@ std::string range_text(double lo, double hi) {
     else std::snprintf(buf, sizeof buf, "%g", x);
     return std::string(buf);
   };
-  return "[" + num(lo) + ", " + num(hi) + "]";
+  std::string s = "[";  // appended piece by piece: GCC 12 warns (-Wrestrict) on the chained operator+
+  s += num(lo);
+  s += ", ";
+  s += num(hi);
+  s += "]";
+  return s;
 }
 
 }  // namespace

@@ -56,6 +56,7 @@ Shape with_last(const Shape& s, int64_t last) {
 
 Tensor Linear::forward(const Tensor& x) {
   x_ = x;
+  flops_ = 2.0 * static_cast<double>(x.numel()) * static_cast<double>(w_->value.dim(0));
   Tensor y = ops::linear_forward(as_rows(x), w_->value, b_ ? b_->value : Tensor(), training_ ? &saved_ : nullptr);
   return x.ndim() == 2 ? y : y.reshape(with_last(x.shape(), w_->value.dim(0)));
 }
@@ -96,6 +97,7 @@ Tensor Conv2d::forward(const Tensor& x) {
   Tensor y = ops::conv2d_forward(x, w_->value, b_ ? b_->value : Tensor(), geom_,
                                  training_ ? &col_ : nullptr);
   if (geom_.relu) y_ = y;
+  flops_ = 2.0 * static_cast<double>(y.numel()) * static_cast<double>(w_->value.numel() / w_->value.dim(0));
   return y;
 }
 
@@ -387,6 +389,7 @@ Tensor Residual::backward(const Tensor& dy) {
 
 Tensor TiedOutput::forward(const Tensor& x) {
   x_ = x;
+  flops_ = 2.0 * static_cast<double>(x.numel()) * static_cast<double>(w_->value.dim(0));
   Tensor y = ops::linear_forward(as_rows(x), w_->value, Tensor(), training_ ? &saved_ : nullptr);
   return x.ndim() == 2 ? y : y.reshape(with_last(x.shape(), w_->value.dim(0)));
 }

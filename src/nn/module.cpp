@@ -103,6 +103,18 @@ bool Module::has_parameters() const {
   return false;
 }
 
+double Module::forward_flops() const {
+  double f = 0;
+  for (const auto& [name, child] : children_) f += child->forward_flops();
+  return f;
+}
+
+double Module::backward_flops() const {
+  double f = 0;
+  for (const auto& [name, child] : children_) f += child->backward_flops();
+  return f;
+}
+
 int64_t Module::num_parameters() {
   int64_t n = 0;
   for (Parameter* p : parameters()) n += p->value.numel();

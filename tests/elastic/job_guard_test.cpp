@@ -247,7 +247,9 @@ TEST(JobGuard, ThreadsAreTheRanksShareOfTheCores) {
   const comm::CpuMask cores = comm::host_cores(world);
   const int sum = world.allreduce_value<int>(mine);  // every rank of this test runs on one host
   EXPECT_GE(mine, 1);
-  if (cores.count() >= world.size()) EXPECT_LE(sum, cores.count());
+  if (cores.count() >= world.size()) {
+    EXPECT_LE(sum, cores.count());
+  }
   // A count the user fixes wins.
   elastic::JobOptions fixed = o;
   fixed.threads = 1;

@@ -48,6 +48,25 @@ TEST(Layers, Conv2dForwardByHand) {
   EXPECT_FLOAT_EQ(yp.item(15), 9);
 }
 
+// The arithmetic a model reports (benchmarks turn it into GFLOP/s): 2 FLOPs per multiply-add of
+// its products, counted by hand here; the backward twice that, once for a layer that computes no
+// input gradient (the first of a network; as its last backward ran). Exact: small integers in doubles.
+TEST(Layers, ForwardAndBackwardFlopsCountTheProducts) {
+  auto conv = std::make_shared<Conv2d>(2, 3, 3, 1, 1);  // [1, 2, 4, 4] -> [1, 3, 4, 4]
+  auto fc = std::make_shared<Linear>(48, 5);
+  Sequential net{conv, std::make_shared<Flatten>(), fc};
+  net.set_input_grad(false);
+  net.backward(net.forward(Tensor::zeros({1, 2, 4, 4})));  // the backward decides which layers need dx
+  const double conv_f = 2.0 * (3 * 4 * 4) * (2 * 3 * 3), fc_f = 2.0 * 48 * 5;
+  EXPECT_EQ(conv->forward_flops(), conv_f);
+  EXPECT_EQ(fc->forward_flops(), fc_f);
+  EXPECT_EQ(net.forward_flops(), conv_f + fc_f);
+  EXPECT_EQ(net.backward_flops(), conv_f + 2 * fc_f) << "the first layer computes no input gradient";
+  Linear rows(3, 4);
+  rows.forward(Tensor::zeros({2, 5, 3}));  // 10 rows
+  EXPECT_EQ(rows.forward_flops(), 2.0 * 10 * 3 * 4);
+}
+
 TEST(Layers, FusedReluConvEqualsConvThenRelu) {
   // Same weights; the fused layer's output and gradients equal Conv2d → ReLU bitwise (the
   // max/select is exact).

@@ -36,11 +36,14 @@ class Linear : public Module {
   std::string type_name() const override { return "Linear"; }
   Parameter& weight() { return *w_; }
   Parameter* bias() { return b_; }
+  double forward_flops() const override { return flops_; }
+  double backward_flops() const override { return flops_ * (input_grad_ ? 2 : 1); }
 
  private:
   Parameter* w_;
   Parameter* b_ = nullptr;
   Tensor x_;
+  double flops_ = 0;  // of the last forward
   ops::LinearSaved saved_;  // bfloat16 roundings of x and w kept for backward (bf16 products)
 };
 
@@ -55,6 +58,8 @@ class Conv2d : public Module {
   std::string type_name() const override { return geom_.relu ? "Conv2d+ReLU" : "Conv2d"; }
   Parameter& weight() { return *w_; }
   Parameter* bias() { return b_; }
+  double forward_flops() const override { return flops_; }
+  double backward_flops() const override { return flops_ * (input_grad_ ? 2 : 1); }
 
  private:
   Parameter* w_;
@@ -62,6 +67,7 @@ class Conv2d : public Module {
   ops::Conv2dGeometry geom_;
   Tensor x_, col_;  // col_: im2col of the last training forward, reused by backward
   Tensor y_;        // output, kept when the ReLU is fused (its mask)
+  double flops_ = 0;  // of the last forward
 };
 
 class MaxPool2d : public Module {
@@ -244,11 +250,14 @@ class TiedOutput : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
   std::string type_name() const override { return "TiedOutput"; }
+  double forward_flops() const override { return flops_; }
+  double backward_flops() const override { return flops_ * (input_grad_ ? 2 : 1); }
 
  private:
   Parameter* w_;
   Tensor x_;
   ops::LinearSaved saved_;
+  double flops_ = 0;
 };
 
 // Mean cross-entropy over a sequence: logits [..., V], targets int32 [...] (same leading shape);

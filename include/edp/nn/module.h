@@ -67,6 +67,13 @@ class Module {
   // True if this module or a child holds a parameter (does not touch parameter names).
   bool has_parameters() const;
   std::string summary();  // one line per parameter: name, shape
+  // The arithmetic of the last forward pass through this module and its children, in FLOPs: 2 per
+  // multiply-add of the matrix products and convolutions (Linear, Conv2d, TiedOutput), which
+  // dominate a step; elementwise work is not counted. backward_flops(): the backward of that pass
+  // in the same terms (the weight gradient, plus the input gradient where input_grad(), which a
+  // container sets for its children as its backward runs: read it after a backward).
+  virtual double forward_flops() const;
+  virtual double backward_flops() const;
 
   // Whether backward must compute the input gradient. The first layer of a network does not
   // need it (nothing upstream is trained); containers pass this to their first child.
