@@ -16,6 +16,12 @@
 // watchdog starts), and, where EDP_STALL_DIR names a directory this rank can see (edprun's job
 // directory on edprun's host), the rank leaves a stall record there before MPI_Abort: edprun
 // reads it to end an mpirun that cannot reach a lost host, and to restart without that host.
+// Every rank in the stalled collective reaches its timeout at about the same time, and the first
+// MPI_Abort ends them all; so a rank that cannot leave a record (EDP_STALL_DIR is set but not
+// here: another host) waits one more grace period, still answering, before it aborts, so that a
+// rank on edprun's host leaves its record first. (Without that wait, on a busy machine a rank of
+// another host aborted first, the rank on edprun's host never wrote, and edprun waited on an
+// mpirun that could not reach the lost host.)
 #include <mpi.h>
 
 #include <sys/stat.h>
@@ -208,7 +214,13 @@ class Watchdog {
         for (const auto& [host, rs] : by_host)
           report += "\n  " + ranks(rs) + " on host " + host + ": no answer within " + std::string(g) +
                     " (stopped, frozen outside MPI, or the host is unreachable)";
-        write_record(op, silent);
+        if (!write_record(op, silent) && !knobs::get_string("EDP_STALL_DIR").empty()) {
+          const auto later = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
+          while (Clock::now() < later) {
+            answer_queries(&seen);
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+        }
       }
     } else if (size_ > 1) {
       report += "\n  (the other ranks cannot be asked: MPI did not grant MPI_THREAD_MULTIPLE)";
@@ -223,10 +235,11 @@ class Watchdog {
 
   // The stall record for edprun: {"rank", "host", "silent_ranks", "silent_hosts", "collective"},
   // written to $EDP_STALL_DIR/<rank>.json (temporary file, then rename) when that directory exists.
-  void write_record(const InFlight& op, const std::vector<int>& silent) const {
+  // Returns whether it was written.
+  bool write_record(const InFlight& op, const std::vector<int>& silent) const {
     const std::string dir = knobs::get_string("EDP_STALL_DIR");
     struct stat st{};
-    if (dir.empty() || stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
+    if (dir.empty() || stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
     auto quoted = [](const std::string& v) {
       std::string o = "\"";
       for (char c : v) {
@@ -249,7 +262,7 @@ class Watchdog {
     f << "{\"rank\": " << rank_ << ", \"host\": " << quoted(hosts_[static_cast<size_t>(rank_)])
       << ", \"silent_ranks\": [" << ranks << "], \"silent_hosts\": [" << hosts
       << "], \"collective\": " << quoted(op.describe()) << "}\n";
-    files::try_write_atomic(dir + "/" + std::to_string(rank_) + ".json", f.str());
+    return files::try_write_atomic(dir + "/" + std::to_string(rank_) + ".json", f.str());
   }
 
   bool can_talk_;

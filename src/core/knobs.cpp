@@ -130,6 +130,11 @@ const std::vector<Knob> kKnobs = {
      "size, and the median step time at each size it ran at (edp/elastic/events.h). edp-autoscale serve sets "
      "it for the jobs it runs and learns their throughput from it.",
      "launch", "", kNoMin, kNoMax, true},
+    {"EDP_JOB_DIR_BASE", Type::String, "",
+     "Where edprun makes its job directory (rescale record, events, stall records, decoded data; empty: $TMPDIR, "
+     "else /tmp). Across hosts rank 0 writes the rescale record there, so when rank 0 may run on another host than "
+     "edprun it must be a directory every host sees (edp-autoscale serve --hostfile sets the job's own directory).",
+     "launch", "", kNoMin, kNoMax, false},
     {"EDP_STALL_DIR", Type::String, "",
      "Directory where a rank whose collective timed out (EDP_COMM_TIMEOUT) leaves its stall record, "
      "<rank>.json: the silent ranks and their hosts. edprun sets it to <job dir>/stalls; a rank on another "

@@ -497,7 +497,10 @@ void prepare_job(const cli::Options& o, Setup& s) {
   const bool dry = s.dry, reread = s.reread;
   const std::string& mps_control = s.mps_control;
   std::string& events_file = s.events_file;
-  const std::string tmp = sys_env_or("TMPDIR", "/tmp");
+  // The job directory's parent: EDP_JOB_DIR_BASE (a directory every host sees, for jobs whose rank 0
+  // may run elsewhere), else $TMPDIR.
+  const std::string base = knobs::get_string("EDP_JOB_DIR_BASE");
+  const std::string tmp = base.empty() ? sys_env_or("TMPDIR", "/tmp") : base;
   // Open MPI's shared-memory segments go to a job-private directory on tmpfs (/dev/shm), its
   // session directory into the job directory; both are then removed after every mpirun exit.
   // Only on one host: the directories would not exist on the others.

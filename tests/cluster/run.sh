@@ -311,6 +311,26 @@ EOF
     [ "$(grep -c "^quit-on host=$h " mps-auto/fake.log)" = 1 ] || fail "mps-auto: expected the MPS daemon of $h stopped on $h"
   done
   [ ! -e mps-auto/p/rank.4 ] || fail "mps-auto: more than 4 ranks"
+
+  # 4. Rank 0 elsewhere: edprun on edp-h1 with a hostfile of edp-h2 and edp-h3 only, so rank 0 runs
+  # on edp-h2, whose /tmp is its own. With the job directory on the shared file system
+  # (EDP_JOB_DIR_BASE, as edp-autoscale serve --hostfile sets it) rank 0 writes the rescale record
+  # where edprun reads it: 1 -> 2 by restart, every sample once (2000 samples: 5 steps of 64, then
+  # ceil(1680 / 128) = 14 steps: final checkpoint at step 19).
+  rm -rf elsewhere; mkdir -p elsewhere/jd
+  grep -v '^edp-h1 ' hosts1x3 > elsewhere/hosts
+  echo '{"workers": 2}' > elsewhere/ctl.json
+  WHERE_LOG=$PWD/elsewhere/where EDP_RESCALE_MODE=restart EDP_JOB_DIR_BASE=$PWD/elsewhere/jd on_h1 "$EDPRUN" \
+    --hostfile elsewhere/hosts -np 1 --control-file elsewhere/ctl.json --mpirun-args "-x WHERE_LOG -x EDP_RESCALE_MODE" -- \
+    ./where.sh "$MLP" --limit 2000 --epochs 1 --threads 1 --no-eval --checkpoint-dir elsewhere/ck --control-every 5 \
+    > elsewhere/out 2>&1 || { cat elsewhere/out; fail "elsewhere: edprun failed"; }
+  grep -E '^edprun' elsewhere/out
+  got=$(sort elsewhere/where | tr '\n' ';')
+  want="size=1 rank=0 host=edp-h2;size=2 rank=0 host=edp-h2;size=2 rank=1 host=edp-h3;"
+  [ "$got" = "$want" ] || fail "elsewhere: ranks ran on $got, expected $want"
+  grep -q "edprun: rescale 1: 1 -> 2 rank(s)" elsewhere/out || fail "elsewhere: no rescale 1 -> 2"
+  [ -e elsewhere/ck/ckpt-000000000019.edp ] || fail "elsewhere: expected the final checkpoint at step 19, found: $(ls elsewhere/ck)"
+  [ -z "$(ls elsewhere/jd)" ] || fail "elsewhere: edprun left its job directory: $(ls elsewhere/jd)"
   ;;
 
 serve)

@@ -234,6 +234,11 @@ void FileRunner::start(Job& j, const std::vector<std::string>& launch) {
     setsid();
     for (int s : {SIGTERM, SIGINT, SIGHUP}) ::signal(s, SIG_IGN);  // the keeper outlives the controller
     for (const auto& [k, v] : j.spec.env) setenv(k.c_str(), v.c_str(), 1);
+    // Across hosts rank 0 may run on another host than edprun and writes the rescale record into
+    // edprun's job directory: put it in this job's directory, which the hosts see (rank 0 writes
+    // the status file here too).
+    if (std::find(launch.begin(), launch.end(), "--hostfile") != launch.end())
+      setenv("EDP_JOB_DIR_BASE", d.c_str(), 1);
     const int logfd = ::open(logp.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     const int nul = ::open("/dev/null", O_RDONLY);
     dup2(nul, 0);
