@@ -30,7 +30,8 @@
 #
 # Slurm: slurmctld on the first host, one `slurmd -N edp-hK` per host, from a slurm.conf generated in
 # $STATE/slurm (NodeName=edp-hK NodeAddr=10.77.0.K, partition edp, proctrack/linuxproc, task/none,
-# select/cons_tres; no cgroups, no accounting). Authentication: munge, with a key generated per
+# select/cons_tres, SchedulerParameters=permit_job_expansion; no cgroups, no accounting).
+# Authentication: munge, with a key generated per
 # cluster and one munged on the first host whose socket (on the shared file system) every host uses
 # (AuthInfo=socket=...). Not auth/none: Slurm 22.05 (Debian 12) still ships it, but it trusts any
 # user a client claims and newer releases are meant to drop it; real clusters run munge.
@@ -237,6 +238,9 @@ slurm_conf() {  # the hosts; writes $STATE/slurm/slurm.conf
     echo "SwitchType=switch/none"
     echo "MpiDefault=none"
     echo "SchedulerType=sched/backfill"
+    # Running jobs may grow by job expansion (salloc --dependency=expand:<job>, then scontrol update
+    # NumNodes=0): edp-autoscale serve --backend slurm uses it (docs/autoscaler.md §8).
+    echo "SchedulerParameters=permit_job_expansion"
     echo "SelectType=select/cons_tres"
     echo "SelectTypeParameters=CR_Core"
     echo "ReturnToService=2"
@@ -275,8 +279,10 @@ do_slurm_up() {
   do_status >/dev/null 2>&1 || die "the cluster is not up (run: $0 up)"
   hosts=$(cat "$STATE/hosts")
   first=$(head -1 "$STATE/hosts")
-  # Up: every node answers (idle, or running jobs, which a second slurm-up leaves alone).
-  if slurm_up_now && [ "$(SLURM_CONF=$d/slurm.conf run_on "$first" sinfo -h -N -o '%t' 2>/dev/null |
+  # Up: every node answers (idle, or running jobs, which a second slurm-up leaves alone), from a
+  # slurm.conf this version of the script wrote (a Slurm started before it lacks job expansion).
+  if slurm_up_now && grep -qx 'SchedulerParameters=permit_job_expansion' "$d/slurm.conf" 2>/dev/null &&
+     [ "$(SLURM_CONF=$d/slurm.conf run_on "$first" sinfo -h -N -o '%t' 2>/dev/null |
                           grep -cxE 'idle|alloc|mix|comp')" = "$(wc -w <<<"$hosts")" ]; then
     say "slurm already up"
     return 0

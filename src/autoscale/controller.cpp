@@ -40,6 +40,7 @@ json job_json(const Job& j) {
             {"workers", j.workers}, {"ranks_per_slot", j.ranks_per_slot}, {"batch", j.batch},
             {"gpus", j.gpus}, {"hosts", j.hosts}, {"next_hosts", j.next_hosts},
             {"target_workers", j.target_workers}, {"target_batch", j.target_batch}, {"target_t", j.target_t},
+            {"awaiting", j.awaiting}, {"moving", j.moving},
             {"keeper_pid", j.keeper_pid}, {"keeper_start", j.keeper_start}, {"keeper_lost", j.keeper_lost},
             {"starts", j.starts}, {"rescales", j.rescales}, {"restarts", j.restarts}, {"events_seen", j.events_seen},
             {"samples_done", j.samples_done}, {"samples_total", j.samples_total}, {"samples_per_s", j.samples_per_s},
@@ -55,6 +56,11 @@ json job_json(const Job& j) {
     if (j.metrics.samples_per_s >= 0) m["samples_per_s"] = j.metrics.samples_per_s;
     x["metrics"] = m;
   }
+  auto sched = [](const SchedJob& s) {
+    return json{{"id", s.id}, {"state", s.state}, {"reason", s.reason}, {"resized", s.resized}};
+  };
+  if (!j.sched.id.empty()) x["sched"] = sched(j.sched);
+  if (!j.sched_grow.id.empty() || !j.sched_grow.state.empty()) x["sched_grow"] = sched(j.sched_grow);
   return x;
 }
 
@@ -93,6 +99,13 @@ Job job_from_json(const json& x) {
   j.cancel_requested = f.boolean("cancel_requested", false);
   j.preempt_requested = f.boolean("preempt_requested", false);
   j.preempt_signalled = f.boolean("preempt_signalled", false);
+  j.awaiting = f.boolean("awaiting", false);
+  j.moving = f.boolean("moving", false);
+  using Sched = std::pair<const char*, SchedJob*>;
+  for (const auto& [key, s] : {Sched{"sched", &j.sched}, Sched{"sched_grow", &j.sched_grow}})
+    if (const auto o = f.object_if(key))
+      *s = SchedJob{o->text("id", ""), o->text("state", ""), o->text("reason", ""),
+                    static_cast<int>(o->integer("resized", 0, 1 << 20, 0))};
   j.error = f.text("error", "");
   try {  // lists: nlohmann's own conversions (their errors name the type)
     j.gpus = x.value("gpus", std::vector<int>{});
@@ -137,7 +150,7 @@ std::vector<Job> parse_table(const std::string& text, const std::string& where) 
 
 // ---- resources ---------------------------------------------------------------------------------
 
-void Resources::release(Job& j) const {
+void Resources::release(Job& j) {
   j.gpus.clear();
   j.hosts.clear();
   j.next_hosts.clear();
@@ -145,13 +158,18 @@ void Resources::release(Job& j) const {
 
 namespace {
 
-// Jobs started without hosts must not meet a backend with hosts, nor the reverse.
+// Jobs started without hosts must not meet a backend with hosts, nor the reverse; nor jobs of a
+// scheduler a backend without one.
 void check_no_hosts(const std::vector<Job>& jobs) {
-  for (const Job& j : jobs)
+  for (const Job& j : jobs) {
+    if (j.running() && !j.sched.id.empty())
+      throw Error("running job " + j.id + " is Slurm job " + j.sched.id + " (started by serve --backend slurm); start "
+                  "serve again with --backend slurm, or stop it first");
     if (j.running() && !j.hosts.empty())
       throw Error("running job " + j.id + " holds slots on " + std::to_string(j.hosts.size()) + " host(s) (" +
                   j.hosts.front().first + " first) under --hostfile, and this serve has none; start serve again with "
                   "the hostfile the jobs were started with, or stop them first");
+  }
 }
 
 class CpuSlots final : public Resources {
@@ -159,7 +177,7 @@ class CpuSlots final : public Resources {
   explicit CpuSlots(int slots) : slots_(slots) {}
   int slots() const override { return slots_; }
   std::string describe() const override { return std::to_string(slots_) + " cpu slot(s)"; }
-  void assign(Job&, int, const std::vector<Job>&) const override {}  // a slot is a core: any slot
+  void assign(Job&, int, const std::vector<Job>&) override {}  // a slot is a core: any slot
   void check_adopted(const std::vector<Job>& jobs) const override { check_no_hosts(jobs); }
   // A slot is a core: one thread per rank, ranks unbound (other jobs share the host), and edprun
   // plans up to the whole cluster so that the job may be grown to any size.
@@ -179,7 +197,7 @@ class GpuSlots final : public Resources {
   std::string describe() const override {
     return std::to_string(gpus_) + (mig_ ? " MIG instance slot(s)" : " gpu slot(s)");
   }
-  void assign(Job& j, int workers, const std::vector<Job>& all) const override {
+  void assign(Job& j, int workers, const std::vector<Job>& all) override {
     if (j.running()) throw Error("job " + j.id + ": GPU jobs keep their GPUs while they run (no rescale across GPUs yet)");
     const int per = mig_ ? 1 : std::max(1, j.ranks_per_slot);  // a MIG instance takes one rank
     const int want = (workers + per - 1) / per;
@@ -222,7 +240,7 @@ class HostfileSlots final : public Resources {
   }
   // `workers` slots for j, keeping the hosts it has (rank 0's first), then taking the hosts with
   // the most free slots (fewer hosts per job), the hostfile's order on ties.
-  void assign(Job& j, int workers, const std::vector<Job>& all) const override {
+  void assign(Job& j, int workers, const std::vector<Job>& all) override {
     const std::map<std::string, int> use = host_use(all, &j);
     auto free_on = [&](const std::string& h) {
       int cap = 0;
@@ -288,6 +306,10 @@ class HostfileSlots final : public Resources {
 void HostfileSlots::check_adopted(const std::vector<Job>& jobs) const {
   const std::string again = "; start serve again with the hostfile the jobs were started with, or stop them first";
   for (const Job& j : jobs)
+    if (j.running() && !j.sched.id.empty())
+      throw Error("running job " + j.id + " is Slurm job " + j.sched.id + " (started by serve --backend slurm); start "
+                  "serve again with --backend slurm, or stop it first");
+  for (const Job& j : jobs)
     if (j.running() && j.hosts.empty())
       throw Error("running job " + j.id + " was started without --hostfile and holds no hosts of " + file_ + again);
   for (const auto& [host, used] : host_use(jobs, nullptr)) {
@@ -318,10 +340,18 @@ std::unique_ptr<Resources> hostfile_slots(std::vector<HostfileSlot> hosts, std::
 
 // ---- the controller ------------------------------------------------------------------------------
 
-Controller::Controller(ControllerConfig cfg, const Resources& res, JobRunner& runner, Clock clock, Logger log,
+Controller::Controller(ControllerConfig cfg, Resources& res, JobRunner& runner, Clock clock, Logger log,
                        DecisionLog decisions)
     : cfg_(std::move(cfg)), res_(res), runner_(runner), now_(std::move(clock)), log_(std::move(log)),
       decisions_(std::move(decisions)) {}
+
+int Controller::slots_committed() const {
+  int n = 0;
+  for (const Job& j : jobs_)
+    if (j.running() && !j.preempt_requested)  // a preempted job gives all back
+      n += ((j.target_workers > 0 ? j.target_workers : j.workers) + j.ranks_per_slot - 1) / j.ranks_per_slot;
+  return n;
+}
 
 int Controller::slots_held() const {
   int held = 0;
@@ -340,6 +370,7 @@ bool Controller::has(const std::string& id) const {
 
 int Controller::adopt(std::vector<Job> jobs) {
   jobs_ = std::move(jobs);
+  res_.refresh(jobs_);  // a scheduler's view of the jobs before they are judged
   int adopted = 0;
   for (Job& j : jobs_) {
     if (j.running()) {
@@ -370,10 +401,10 @@ Job& Controller::submit(const std::string& id, const JobSpec& spec) {
   j.id = id;
   j.spec = spec;
   j.submit_t = now_();
-  const int cap = res_.slots() * (res_.gpu() ? cfg_.max_ranks_per_gpu : 1);
+  const int cap = res_.limit() * (res_.gpu() ? cfg_.max_ranks_per_gpu : 1);
   if (spec.min_workers > cap) {
     j.state = JobPhase::Failed;
-    j.error = "min_workers " + std::to_string(spec.min_workers) + " exceeds the cluster (" + std::to_string(res_.slots()) +
+    j.error = "min_workers " + std::to_string(spec.min_workers) + " exceeds the cluster (" + std::to_string(res_.limit()) +
               " slot(s))";
     j.end_t = j.submit_t;
   }
@@ -394,7 +425,7 @@ void Controller::cancel(const std::string& id) {
       j.end_t = now_();
       log("job " + id + " cancelled while queued");
     } else {
-      log("job " + id + ": cancelling (SIGTERM to edprun)");
+      log("job " + id + ": cancelling (" + (j.sched.id.empty() ? std::string("SIGTERM to edprun") : "scancel of Slurm job " + j.sched.id) + ")");
       runner_.signal(j, SIGTERM);
     }
     note("cancel " + id);
@@ -403,6 +434,9 @@ void Controller::cancel(const std::string& id) {
 }
 
 bool Controller::tick() {
+  const int slots = res_.slots();
+  if (res_.refresh(jobs_)) changed_ = true;
+  if (res_.slots() != slots) note("slots " + std::to_string(slots) + " -> " + std::to_string(res_.slots()));
   for (Job& j : jobs_)
     if (j.running()) observe(j);
   if (dirty_ || now_() - last_plan_ >= cfg_.replan_s) {
@@ -419,6 +453,8 @@ bool Controller::tick() {
 void Controller::observe(Job& j) {
   if (const auto st = runner_.status(j)) take_status(j, *st);
   take_events(j);
+  follow_grant(j);
+  move_off_leaving(j);
   check_timeouts(j);
   check_end(j);
 }
@@ -505,22 +541,77 @@ void Controller::take_events(Job& j) {
 
 void Controller::check_timeouts(Job& j) {
   if (j.target_workers > 0 && now_() - j.target_t > cfg_.rescale_timeout_s) {
-    log("job " + j.id + ": the rescale to " + std::to_string(j.target_workers) + " worker(s) did not happen within " +
-        std::to_string(cfg_.rescale_timeout_s) + " s (see its log); it stays at " + std::to_string(j.workers));
-    j.target_workers = 0;
-    j.target_batch = 0;
-    res_.give_up_rescale(j);  // it runs where it ran; a later restart too
-    if (const auto hs = res_.hostfile_of(j); !hs.empty()) runner_.write_hostfile(j, hs);
-    runner_.write_control(j, j.workers, j.batch, false);
-    changed_ = true;
+    give_up_rescale(j, "did not happen within " + std::to_string(cfg_.rescale_timeout_s) + " s (see its log)");
   }
   if (j.preempt_requested && !j.preempt_signalled && now_() - j.preempt_t > cfg_.preempt_grace_s) {
     log("job " + j.id + ": did not stop within " + std::to_string(static_cast<int>(cfg_.preempt_grace_s)) +
-        " s of the stop request; SIGTERM to edprun (it loses the steps since its last checkpoint)");
+        " s of the stop request; " + (j.sched.id.empty() ? std::string("SIGTERM to edprun") : "scancel of Slurm job " + j.sched.id) +
+        " (it loses the steps since its last checkpoint)");
     runner_.signal(j, SIGTERM);
     j.preempt_signalled = true;
     changed_ = true;
   }
+}
+
+// A rescale that will not land: the job stays where it runs (a later restart too), its control
+// file says so again, and what was asked of a scheduler is withdrawn.
+void Controller::give_up_rescale(Job& j, const std::string& why) {
+  log("job " + j.id + ": the rescale to " + std::to_string(j.target_workers) + " worker(s) " + why + "; it stays at " +
+      std::to_string(j.workers));
+  j.target_workers = 0;
+  j.target_batch = 0;
+  j.awaiting = j.moving = false;
+  res_.give_up_rescale(j);
+  tell(j, j.workers, j.batch);
+  changed_ = true;
+}
+
+// A grow whose resources wait in the scheduler's queue: the job is told once they are its own.
+void Controller::follow_grant(Job& j) {
+  if (!j.awaiting) return;
+  std::string why;
+  const Grant g = res_.grant(j, &why);
+  if (g == Grant::Waiting) return;
+  if (g == Grant::Refused) return give_up_rescale(j, "cannot be granted: " + why);
+  j.awaiting = false;
+  j.target_t = now_();  // the rescale itself starts now
+  tell(j, j.target_workers, j.target_batch);
+  log("job " + j.id + ": the scheduler granted the grow to " + std::to_string(j.target_workers) + " worker(s)");
+  changed_ = true;
+}
+
+// The largest global batch up to `batch` that `workers` workers can run within the spec (0: none).
+static int64_t batch_for(const JobSpec& s, int workers, int64_t batch) {
+  if (s.max_worker_batch > 0) batch = std::min(batch, s.max_worker_batch * workers);
+  const int64_t b = batch / workers * workers;
+  if (b < s.min_batch || b < workers || (s.max_worker_batch > 0 && b / workers > s.max_worker_batch)) return 0;
+  return b;
+}
+
+// Slots the cluster takes away from a running job (a node drained under it): the job moves off
+// them at the size the rest holds, as a job on a hostfile restarts without a lost host; one that
+// cannot run without them keeps them until it ends (the drain waits for it).
+void Controller::move_off_leaving(Job& j) {
+  const int lost = res_.leaving(j);
+  if (lost <= 0 || j.target_workers > 0 || j.moving || j.preempt_requested || j.cancel_requested || !j.running()) return;
+  const int w = j.workers - lost * j.ranks_per_slot;
+  const int64_t b = w >= j.spec.min_workers && w > 0 ? batch_for(j.spec, w, j.batch) : 0;
+  if (b == 0) {
+    if (!kept_leaving_[j.id])
+      log("job " + j.id + ": " + std::to_string(lost) + " of its slot(s) are being taken away (drained), and it cannot run "
+          "without them (min_workers " + std::to_string(j.spec.min_workers) + "); it keeps them until it ends");
+    kept_leaving_[j.id] = true;
+    return;
+  }
+  log("job " + j.id + ": " + std::to_string(lost) + " of its slot(s) are being taken away (drained); moving off them to " +
+      std::to_string(w) + " worker(s), global batch " + std::to_string(b) + ", as off a lost host");
+  try {
+    request(j, w, b);
+  } catch (const std::exception& e) {
+    log("job " + j.id + ": cannot move off its drained slot(s): " + e.what());
+  }
+  note("drained slot(s) of " + j.id);
+  changed_ = true;
 }
 
 // Its end: the keeper's exit record; else, with the keeper gone, the job's own processes decide:
@@ -557,6 +648,9 @@ void Controller::check_end(Job& j) {
 
 void Controller::finish(Job& j, const ExitRecord& ex) {
   const int code = ex.code;
+  // A rescale by a new allocation: the job stopped at a checkpoint as asked; it starts again.
+  if (j.moving && code == elastic::kStopExitCode && !j.cancel_requested && !ex.cancelled) return start_moved(j);
+  j.moving = j.awaiting = false;
   j.exit_code = code;
   res_.release(j);
   j.target_workers = 0;
@@ -580,8 +674,9 @@ void Controller::finish(Job& j, const ExitRecord& ex) {
   }
   j.preempt_requested = false;
   j.end_t = now_();
-  if (j.cancel_requested) {
+  if (j.cancel_requested || ex.cancelled) {
     j.state = JobPhase::Cancelled;
+    if (!j.cancel_requested) j.error = ex.note;
   } else if (code == 0) {
     j.state = JobPhase::Done;
     if (const auto st = runner_.status(j, true)) j.samples_done = st->samples_done;
@@ -591,7 +686,7 @@ void Controller::finish(Job& j, const ExitRecord& ex) {
     j.error = ex.recovered ? ex.note : "exit code " + std::to_string(code) + ": " + runner_.last_error(j);
   }
   j.metrics = runner_.final_metrics(j);
-  log("job " + j.id + " " + phase_name(j.state) + (j.state == JobPhase::Failed ? " (" + j.error + ")" : "") + " after " +
+  log("job " + j.id + " " + phase_name(j.state) + (j.state != JobPhase::Done && !j.error.empty() ? " (" + j.error + ")" : "") + " after " +
       std::to_string(static_cast<int>(j.end_t - j.start_t)) + " s, " + std::to_string(j.rescales) + " rescale(s)" +
       (ex.recovered && j.state == JobPhase::Done ? " (" + ex.note + ")" : ""));
   note(std::string(phase_name(j.state)) + " " + j.id);
@@ -602,7 +697,9 @@ void Controller::finish(Job& j, const ExitRecord& ex) {
 LivePolicy Controller::live_policy() const {
   LivePolicy p;
   p.name = cfg_.policy;
-  p.slots = res_.slots();
+  // A scheduler may give fewer slots than the running jobs must keep (a drained node, another
+  // user's job waiting): the plan then frees what it can, never fails for want of slots.
+  p.slots = std::max({1, res_.slots(), must_hold()});
   p.gpu_slots = res_.gpu();
   p.max_ranks_per_slot = res_.gpu() ? cfg_.max_ranks_per_gpu : 1;
   p.hysteresis = cfg_.hysteresis;
@@ -625,7 +722,7 @@ std::vector<LiveJob> Controller::live_jobs(std::vector<Job*>& refs) {
     l.ranks_per_slot = j.ranks_per_slot;
     l.batch = j.batch;
     // GPU jobs keep their GPUs while they run (rescale across GPUs: not yet, docs/autoscaler.md §8).
-    l.settled = l.running && j.samples_per_s > 0 && j.target_workers == 0 && !res_.gpu();
+    l.settled = l.running && j.samples_per_s > 0 && j.target_workers == 0 && !j.moving && !res_.gpu();
     l.measured = j.measured;
     l.samples_done = j.samples_done;
     l.samples_total = j.samples_total;
@@ -678,9 +775,12 @@ json Controller::act(Job& j, const LiveChoice& c) {
     d["action"] = "deferred";
     d["reason"] = std::string(action_name(c.action)) + " deferred" + why + ": " + c.reason;
   };
+  // Starts and grows wait until the slots they need are free. Under a scheduler they are asked for
+  // once the slots will be free after the rescales in flight: its queue orders them behind the
+  // shrinks that free the slots.
   if (c.action == Action::Grow || c.action == Action::Start) {
     const int need = c.slots - (j.running() ? j.slots() : 0);
-    if (slots_held() + need > res_.slots()) {
+    if ((res_.queues() ? slots_committed() : slots_held()) + need > res_.slots()) {
       defer(" until " + std::to_string(need) + " slot(s) are free");
       return d;
     }
@@ -711,16 +811,16 @@ json Controller::act(Job& j, const LiveChoice& c) {
 void Controller::start(Job& j, const LiveChoice& c) {
   j.ranks_per_slot = c.ranks_per_slot;
   res_.assign(j, c.workers, jobs_);
-  if (const auto hs = res_.hostfile_of(j); !hs.empty()) runner_.write_hostfile(j, hs);
   // The size it starts at, for the ranks to refuse nothing: the control file names it. The
   // program's flags give its first global batch; the job adopts this one at its first look.
-  runner_.write_control(j, c.workers, c.batch, false);
+  tell(j, c.workers, c.batch);
   j.workers = c.workers;
   j.batch = c.batch;
   runner_.start(j, res_.launch_args(j, c.ranks_per_slot, runner_.dir(j)));
   j.state = JobPhase::Running;
   j.target_workers = 0;
   j.target_batch = 0;
+  j.awaiting = j.moving = false;
   j.samples_per_s = 0;
   j.measure_from = 0;  // a new process
   j.keeper_lost = false;
@@ -731,14 +831,67 @@ void Controller::start(Job& j, const LiveChoice& c) {
 }
 
 void Controller::request(Job& j, int workers, int64_t batch) {
-  if (workers != j.workers) {
-    res_.assign(j, workers, jobs_);  // throws (nothing asked) when it does not fit
-    if (const auto hs = res_.hostfile_of(j); !hs.empty()) runner_.write_hostfile(j, hs);
+  if (workers != j.workers && res_.moves(j, workers)) {
+    // A new allocation: the job commits a checkpoint and stops; finish() starts it again there.
+    j.moving = true;
+    j.target_workers = workers;
+    j.target_batch = batch;
+    j.target_t = now_();
+    runner_.write_control(j, j.workers, j.batch, true);
+    return;
   }
+  if (workers != j.workers) res_.assign(j, workers, jobs_);  // throws (nothing asked) when it does not fit
   j.target_workers = workers;
   j.target_batch = batch;
   j.target_t = now_();
+  j.awaiting = res_.grant(j, nullptr) != Grant::Ready;  // a scheduler's queue: told once granted
+  if (!j.awaiting) tell(j, workers, batch);
+}
+
+void Controller::tell(Job& j, int workers, int64_t batch) {
+  if (const auto hs = res_.hostfile_of(j); !hs.empty()) runner_.write_hostfile(j, hs);
   runner_.write_control(j, workers, batch, false);
+}
+
+// A job stopped at a checkpoint for a rescale by a new allocation starts again at its target.
+void Controller::start_moved(Job& j) {
+  LiveChoice c;
+  c.workers = j.target_workers;
+  c.batch = j.target_batch;
+  c.ranks_per_slot = j.ranks_per_slot;
+  c.slots = (c.workers + c.ranks_per_slot - 1) / c.ranks_per_slot;
+  const int from = j.workers;
+  res_.release(j);
+  j.moving = false;
+  j.state = JobPhase::Queued;  // started again: start() takes it as a job to start
+  changed_ = true;
+  try {
+    start(j, c);
+    ++j.rescales;
+    log("job " + j.id + ": stopped at a checkpoint at " + std::to_string(from) + " worker(s) and started again at " +
+        std::to_string(c.workers) + " in a new allocation");
+    note("moved " + j.id);
+  } catch (const std::exception& e) {
+    j.state = JobPhase::Failed;
+    j.error = std::string("could not be started again after its rescale: ") + e.what();
+    j.end_t = now_();
+    log("job " + j.id + " failed: " + j.error);
+    note("failed " + j.id);
+  }
+}
+
+// The slots the plan must give the running jobs: those that cannot move now (not measured, or a
+// rescale in flight) where they are (plan_live holds them there), the others their minimum unless
+// they may be preempted.
+int Controller::must_hold() const {
+  int n = 0;
+  for (const Job& j : jobs_) {
+    if (!j.running()) continue;
+    const bool settled = j.samples_per_s > 0 && j.target_workers == 0 && !j.moving;
+    if (!settled) n += j.slots();
+    else if (!j.spec.preemptible) n += (j.spec.min_workers + j.ranks_per_slot - 1) / j.ranks_per_slot;
+  }
+  return n;
 }
 
 // Asks the job to commit a checkpoint and stop (exit 78) at its next look at the control file;

@@ -2,8 +2,8 @@
 // the slots its resource backend hands out, one step "observe, decide, act" per tick, and the
 // state transitions of a job, all without processes of its own: what the controller does to the
 // world goes through a JobRunner (serve: keepers, edprun, files; tests: a fake), the slots come
-// from a Resources backend (this host's CPU cores or GPUs, the hosts of a hostfile; a cluster
-// scheduler such as Slurm plugs in the same way), and time from a clock the caller gives.
+// from a Resources backend (this host's CPU cores or GPUs, the hosts of a hostfile, or the nodes a
+// cluster scheduler gives: Slurm, src/autoscale/slurm.h), and time from a clock the caller gives.
 //
 // A job's states:   queued --start--> running --exit 0--> done
 //                     ^                  |  \--exit != 0, or lost--> failed
@@ -11,6 +11,9 @@
 // and, while running, a rescale in flight (target_workers > 0: asked, not seen in the events yet),
 // a preemption in flight (asked to checkpoint and stop), a keeper lost (the per-job supervisor
 // process is gone while the job's edprun still runs: the job keeps its slots until edprun ends).
+// Under a scheduler backend also: a grow waiting for its resources in the scheduler's queue
+// (awaiting: the job is told only once they are its own), and a rescale by a new allocation
+// (moving: asked to checkpoint and stop, then started again at the new size).
 #pragma once
 #include <functional>
 #include <map>
@@ -33,6 +36,14 @@ inline bool finished(JobPhase s) { return s == JobPhase::Done || s == JobPhase::
 
 using HostShare = std::pair<std::string, int>;  // a host and the slots a job holds there
 
+// A job of the cluster's scheduler (serve --backend slurm) as the scheduler last reported it.
+struct SchedJob {
+  std::string id;      // the scheduler's job id; "" none
+  std::string state;   // its state there: PENDING, RUNNING, COMPLETED, CANCELLED, ...; "" not seen yet
+  std::string reason;  // why it waits (PENDING), or how it ended
+  int resized = 0;     // times its allocation was resized (grown or shrunk in place)
+};
+
 // What a job printed last (its final JSON line: the examples' summary), kept in the table.
 struct FinalMetrics {
   bool have = false;
@@ -54,6 +65,10 @@ struct Job {
   int target_workers = 0;  // a rescale asked for and not seen in the events yet
   int64_t target_batch = 0;
   double target_t = 0;
+  bool awaiting = false;  // a rescale whose resources the scheduler has not granted yet (the job is not told)
+  bool moving = false;    // a rescale by a new allocation: asked to stop at a checkpoint, then started again
+  SchedJob sched;         // scheduler backend: the allocation the job runs in
+  SchedJob sched_grow;    // scheduler backend: resources a grow asked for, not the job's yet
   long keeper_pid = 0;
   unsigned long long keeper_start = 0;
   bool keeper_lost = false;  // the keeper is gone; the job is followed through edprun's pid
@@ -92,17 +107,28 @@ std::vector<Job> parse_table(const std::string& text, const std::string& where);
 // The slots. assign() gives a job `workers` workers (a start, or a rescale of a running job):
 // it records what the job holds (gpus, next_hosts) and throws edp::Error when they do not fit;
 // landed() moves a rescaled job onto what it asked for; release() frees what it holds.
+//
+// A scheduler backend (Slurm) learns the cluster from the scheduler and acts through it: refresh()
+// looks (the slots it would give now, each job's allocation and state) and returns whether a job's
+// record changed; assign() of a grow asks the scheduler for the slots, which may wait in its queue
+// (grant(): the controller tells the job only once they are its own); landed() of a shrink gives
+// back what the job left; leaving() counts slots a job holds that the cluster is taking away (a
+// drained node): the controller moves the job off them like off a lost host; moves() says that a
+// rescale needs a new allocation (the job stops at a checkpoint and starts again there).
+enum class Grant { Ready, Waiting, Refused };
 class Resources {
  public:
   virtual ~Resources() = default;
   virtual int slots() const = 0;
+  // The most slots a job could ever get here (submit's check); slots() may be less at a time.
+  virtual int limit() const { return slots(); }
   virtual bool gpu() const { return false; }
   virtual std::string describe() const = 0;
-  virtual void assign(Job& j, int workers, const std::vector<Job>& all) const = 0;
-  virtual void landed(Job& j) const { j.hosts = j.next_hosts; }
-  virtual void release(Job& j) const;
+  virtual void assign(Job& j, int workers, const std::vector<Job>& all) = 0;
+  virtual void landed(Job& j) { j.hosts = j.next_hosts; }
+  virtual void release(Job& j);
   // Where a rescale that did not land leaves the job: where it ran.
-  virtual void give_up_rescale(Job& j) const { j.next_hosts = j.hosts; }
+  virtual void give_up_rescale(Job& j) { j.next_hosts = j.hosts; }
   // Re-adopted running jobs must fit: throws naming the job and what does not fit.
   virtual void check_adopted(const std::vector<Job>& jobs) const = 0;
   // edprun's arguments that place the job (GPUs, hostfile, cores).
@@ -111,6 +137,12 @@ class Resources {
   virtual std::vector<HostShare> hostfile_of(const Job& j) const { return {}; }
   // Each host's use and slots for the decision log (empty: no hosts).
   virtual nlohmann::json usage(const std::vector<Job>& jobs) const { return nlohmann::json::object(); }
+  // Scheduler backends (above); the others have nothing to look at and grant at once.
+  virtual bool refresh(std::vector<Job>& jobs) { return false; }
+  virtual bool queues() const { return false; }  // starts and grows wait in the scheduler's queue, not here
+  virtual Grant grant(const Job& j, std::string* why) const { return Grant::Ready; }
+  virtual int leaving(const Job& j) const { return 0; }
+  virtual bool moves(const Job& j, int workers) const { return false; }
 };
 
 std::unique_ptr<Resources> cpu_slots(int slots);  // a slot is a core of this host
@@ -129,6 +161,7 @@ struct ExitRecord {
   int code = 0;
   bool recovered = false;  // no exit record: judged from the job's status file after edprun ended
   std::string note;        // why, for the table's error
+  bool cancelled = false;  // cancelled outside edp (the scheduler's own cancel): ends as cancelled
 };
 
 // The processes and files of the jobs. serve: FileRunner (keepers, edprun, the job directory);
@@ -167,7 +200,7 @@ using Logger = std::function<void(const std::string&)>;
 
 class Controller {
  public:
-  Controller(ControllerConfig cfg, const Resources& res, JobRunner& runner, Clock clock, Logger log, DecisionLog decisions);
+  Controller(ControllerConfig cfg, Resources& res, JobRunner& runner, Clock clock, Logger log, DecisionLog decisions);
 
   // The table of a controller started again: running jobs are looked at once (one may have ended
   // while none ran) and must fit the resources (Resources::check_adopted). Returns how many run.
@@ -184,6 +217,7 @@ class Controller {
 
   const std::vector<Job>& jobs() const { return jobs_; }
   int slots_held() const;
+  int slots_committed() const;  // the slots the running jobs hold once their rescales in flight land
   bool idle() const;  // every job has ended
   bool changed() const { return changed_; }
 
@@ -191,20 +225,26 @@ class Controller {
   void observe(Job& j);
   void take_status(Job& j, const elastic::JobStatus& st);
   void take_events(Job& j);
+  void follow_grant(Job& j);
+  void move_off_leaving(Job& j);
   void check_timeouts(Job& j);
+  void give_up_rescale(Job& j, const std::string& why);
   void check_end(Job& j);
   void finish(Job& j, const ExitRecord& ex);
   void replan(const std::string& trigger);
   nlohmann::json act(Job& j, const LiveChoice& c);
   void start(Job& j, const LiveChoice& c);
+  void start_moved(Job& j);
   void request(Job& j, int workers, int64_t batch);
+  void tell(Job& j, int workers, int64_t batch);  // the job's hostfile (if any) and control file
+  int must_hold() const;
   void preempt(Job& j, const std::string& reason);
   std::vector<LiveJob> live_jobs(std::vector<Job*>& refs);
   LivePolicy live_policy() const;
   void log(const std::string& s) { if (log_) log_(s); }
 
   ControllerConfig cfg_;
-  const Resources& res_;
+  Resources& res_;
   JobRunner& runner_;
   Clock now_;
   Logger log_;
@@ -214,6 +254,7 @@ class Controller {
   bool dirty_ = true;
   bool changed_ = false;
   std::string trigger_;
+  std::map<std::string, bool> kept_leaving_;  // jobs told once that they keep slots being taken away
 };
 
 }  // namespace edp::autoscale

@@ -387,7 +387,8 @@ LivePlan plan_static(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
     PlanJob pj;
     pj.id = j.id;
     pj.own = Config{j.spec.workers, static_cast<int>(std::min<int64_t>(j.spec.batch, INT32_MAX)), 1, 0, 1.0};
-    if (j.running)
+    // A job holding more slots than the cluster now gives (a scheduler took some back) cannot stay.
+    if (j.running && slots_of(j.workers, j.ranks_per_slot) <= P.slots)
       pj.current = Config{slots_of(j.workers, j.ranks_per_slot), static_cast<int>(std::min<int64_t>(j.batch, INT32_MAX)),
                           j.ranks_per_slot, 0, 1.0};
     req.jobs.push_back(pj);
@@ -494,7 +495,8 @@ PlanRequest build_request(const std::vector<LiveJob>& jobs, const LivePolicy& P,
     pj.may_wait = !j.running || s.preemptible;
     pj.remaining = remaining;
     pj.own = Config{s.workers, static_cast<int>(std::min<int64_t>(s.batch, INT32_MAX)), 1, 0, 1.0};
-    if (j.running)
+    // A job holding more slots than the cluster now gives (a scheduler took some back) cannot stay.
+    if (j.running && slots_of(j.workers, j.ranks_per_slot) <= P.slots)
       pj.current = Config{slots_of(j.workers, j.ranks_per_slot), static_cast<int>(std::min<int64_t>(j.batch, INT32_MAX)),
                           j.ranks_per_slot, 0, 1.0};
     pj.pause_s = j.pause_s >= 0 ? j.pause_s : -1;

@@ -384,7 +384,8 @@ cli::Options edprun_options() {
       .int_range(0, 1 << 20)
       .add_flag("reread-hostfile", "elastic, hostfile: read the hostfile again before every restart (a rescale or a "
                 "failure), so that whoever writes it (edp-autoscale serve --hostfile) chooses the hosts of the next start; "
-                "rescales then restart (EDP_RESCALE_MODE=restart), lost hosts stay out")
+                "rescales then restart (EDP_RESCALE_MODE=restart), lost hosts stay out; inside a Slurm allocation "
+                "mpirun's view of it (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE, ...) follows the file")
       .add_flag("dry-run", "print the plan (ranks, GPUs, cores, environment, daemons, mpirun command) and exit")
       .add_flag("verbose", "print what edprun does")
       .add_flag("allow-run-as-root", "allow running as root (passes --allow-run-as-root to mpirun)")
@@ -743,9 +744,31 @@ struct MpirunEnd {
   double ended_t = 0;
 };
 
+// --reread-hostfile inside a Slurm allocation (edp-autoscale serve --backend slurm): the controller
+// resized the allocation (scontrol update) and names its nodes in the hostfile. Open MPI reads the
+// allocation from these variables, so they follow the hostfile, as the script scontrol writes after
+// a resize (slurm_job_<id>_resize.sh) sets them; srun, which starts mpirun's daemons, asks Slurm.
+void follow_slurm_allocation(const Setup& s) {
+  if (!s.reread || sys_env_or("SLURM_JOB_ID", "").empty()) return;
+  std::string nodes, tasks;
+  for (const HostSpec& h : s.req.hosts) {
+    nodes += (nodes.empty() ? "" : ",") + h.name;
+    tasks += (tasks.empty() ? "" : ",") + std::to_string(std::max(1, h.slots));
+  }
+  const std::string n = std::to_string(s.req.hosts.size());
+  using Var = std::pair<const char*, std::string>;
+  for (const auto& [k, v] : {Var{"SLURM_JOB_NODELIST", nodes}, Var{"SLURM_NODELIST", nodes}, Var{"SLURM_JOB_NUM_NODES", n},
+                             Var{"SLURM_NNODES", n}, Var{"SLURM_TASKS_PER_NODE", tasks}})
+    setenv(k, v.c_str(), 1);
+  unsetenv("SLURM_NTASKS");  // the allocation's, not this start's
+  unsetenv("SLURM_NPROCS");
+  if (s.verbose) std::fprintf(stderr, "edprun: Slurm allocation as the hostfile says: %s, tasks %s\n", nodes.c_str(), tasks.c_str());
+}
+
 // Runs mpirun once and waits for it: forwards a stop signal (and kills mpirun after the grace
 // period), follows the job's events, and kills an mpirun stuck after a stall the ranks reported.
 MpirunEnd run_mpirun(Setup& s, Job& job, JobHistory& history, sigset_t& sigs, double grace) {
+  follow_slurm_allocation(s);
   const Plan& plan = s.plan;
   const std::string stall_dir = s.req.job_dir + "/stalls";
   if (s.verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(plan.mpirun_argv).c_str());

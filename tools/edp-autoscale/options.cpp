@@ -101,6 +101,17 @@ const std::vector<cli::OptionDef>& table() {
                        "--hostfile: the sum of its slots)", 1, 4096, true),
       opt("hostfile", "", "serve: CPU jobs on several hosts: an Open MPI hostfile (host slots=N); each job gets a "
                           "hostfile of its own slots, rewritten before its rescales"),
+      words("backend", "auto", "serve: where the slots come from: local (this host), hostfile (--hostfile), slurm (the "
+                               "nodes Slurm gives; each job a Slurm job), auto (hostfile with --hostfile, else local)",
+            {"auto", "local", "hostfile", "slurm"}),
+      opt("partition", "", "serve --backend slurm: the Slurm partition (default: Slurm's default partition)"),
+      words("slurm-grow", "auto", "serve --backend slurm: how a job grows: expand (job expansion, needs "
+                                  "SchedulerParameters=permit_job_expansion), new-allocation (stop at a checkpoint, "
+                                  "start again at the new size), auto (expand where permitted)",
+            {"auto", "expand", "new-allocation"}),
+      num("slurm-poll", "2", "serve --backend slurm: seconds between looks at squeue and sinfo", 0.1, 3600),
+      opt("slurm-args", "", "serve --backend slurm: extra sbatch/salloc arguments, space-separated (--account, --qos, "
+                            "--time)"),
       num("replan", "30", "serve: seconds between periodic plans (besides submit, end, measurement)", 0.1, 86400),
       num("hysteresis", "0.15", "serve: value fraction a change must beat staying by", 0, 0.99),
       num("start-cost", "3", "serve: seconds a job start is assumed to cost", 0, 3600),

@@ -44,6 +44,8 @@
 #include <vector>
 
 #include "autoscale/controller.h"
+#include "autoscale/job_dir.h"
+#include "autoscale/slurm.h"
 #include "commands.h"
 #include "edp/core/error.h"
 #include "edp/core/files.h"
@@ -78,119 +80,28 @@ std::string default_edprun() {
   return "edprun";
 }
 
-// A file's modification time and size as last seen: the controller polls every tick and reads a
-// job's status and events only when they changed (they are rewritten atomically or appended).
-struct FileStamp {
-  bool seen = false;
-  fs::file_time_type mtime{};
-  uintmax_t size = 0;
-};
-bool changed(const fs::path& p, FileStamp& s) {
-  std::error_code ec;
-  FileStamp now{true, fs::last_write_time(p, ec), 0};
-  if (!ec) now.size = fs::file_size(p, ec);
-  if (ec) now = FileStamp{true, {}, 0};  // missing: unchanged until it appears
-  if (s.seen && now.mtime == s.mtime && now.size == s.size) return false;
-  s = now;
-  return true;
-}
-
-// The job's own last complaint in its log: the last line outside Open MPI's banners (between
-// dashed lines) that reads like an error, else edprun's, else the last line.
-std::string last_error_in(const fs::path& log) {
-  std::ifstream f(log);
-  std::string line, last, err, launcher_err;
-  bool banner = false;
-  while (std::getline(f, line)) {
-    if (line.rfind("-----", 0) == 0) {
-      banner = !banner;
-      continue;
-    }
-    if (banner || line.empty()) continue;
-    std::string low = line;
-    std::transform(low.begin(), low.end(), low.begin(), [](unsigned char c) { return std::tolower(c); });
-    bool complaint = false;
-    for (const char* w : {"error", "unknown", "cannot", "invalid", "what()", "fail", "abort", "refus"})
-      complaint = complaint || low.find(w) != std::string::npos;
-    const bool launcher = line.rfind("edprun", 0) == 0;
-    if (!launcher) last = line;
-    if (complaint) (launcher ? launcher_err : err) = line;
-  }
-  const std::string s = !err.empty() ? err : !launcher_err.empty() ? launcher_err : last;
-  return s.size() > 400 ? s.substr(0, 400) + "..." : s;
-}
-
-// The last JSON object line of the log with a training's summary (the examples print one).
-FinalMetrics metrics_in(const fs::path& log) {
-  std::ifstream f(log);
-  FinalMetrics m;
-  for (std::string line; std::getline(f, line);) {
-    if (line.empty() || line[0] != '{') continue;
-    const json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;
-    if (!j.contains("test_acc") && !j.contains("final_loss") && !j.contains("samples_per_s")) continue;
-    auto num = [&](const char* k) { return j.contains(k) && j.at(k).is_number() ? j.at(k).get<double>() : -1.0; };
-    m = FinalMetrics{true, num("test_acc"), num("final_loss"), num("samples_per_s")};
-  }
-  return m;
-}
-
 // ---- the processes and files of the jobs --------------------------------------------------------
 
-class FileRunner final : public JobRunner {
+// Keepers: a job's processes run on this host under a supervisor process of their own.
+class FileRunner final : public JobDirRunner {
  public:
   FileRunner(fs::path root, std::string edprun, std::vector<std::string> edprun_args)
-      : root_(std::move(root)), edprun_(std::move(edprun)), edprun_args_(std::move(edprun_args)), self_(self_exe()) {}
+      : JobDirRunner(std::move(root), std::move(edprun), std::move(edprun_args)), self_(self_exe()) {}
 
-  std::string dir(const Job& j) const override { return (root_ / "jobs" / j.id).string(); }
   void start(Job& j, const std::vector<std::string>& launch) override;
   void signal(const Job& j, int sig) override {
     // edprun's pid, as its keeper recorded it; edprun forwards the signal to mpirun and cleans up.
     const auto [pid, st] = edprun_of(j);
     if (alive(pid, st)) ::kill(static_cast<pid_t>(pid), sig);
   }
-  void write_control(const Job& j, int workers, int64_t batch, bool stop) override {
-    json c = {{"workers", workers}, {"global_batch", batch}};
-    if (stop) c["stop"] = true;
-    files::write_atomic(dir(j) + "/control.json", c.dump() + "\n");
-  }
-  void write_hostfile(const Job& j, const std::vector<HostShare>& hosts) override {
-    std::string text = "# edp-autoscale serve: job " + j.id + "'s slots (edprun reads this again at every restart)\n";
-    for (const auto& [h, n] : hosts) text += h + " slots=" + std::to_string(n) + "\n";
-    files::write_atomic(dir(j) + "/hostfile", text);
-  }
-  std::optional<elastic::JobStatus> status(const Job& j, bool even_unchanged) override {
-    const fs::path p = fs::path(dir(j)) / "status.json";
-    if (!changed(p, cache_[j.id].status) && !even_unchanged) return std::nullopt;
-    return elastic::read_status(p.string());
-  }
-  const std::vector<elastic::MembershipEvent>& events(const Job& j) override {
-    Cache& c = cache_[j.id];
-    const fs::path p = fs::path(dir(j)) / "events.jsonl";
-    if (changed(p, c.events_stamp)) c.events = elastic::read_events(p.string());
-    return c.events;
-  }
-  std::optional<ExitRecord> exit_record(const Job& j) override {
-    const auto text = files::read_file_if_exists(dir(j) + "/exit.json");
-    if (!text) return std::nullopt;
-    const json e = json::parse(*text, nullptr, false);
-    ExitRecord r;
-    r.code = e.is_object() ? e.value("code", -1) : -1;
-    return r;
-  }
+  std::optional<ExitRecord> exit_record(const Job& j) override { return exit_file(j); }
   bool keeper_alive(const Job& j) override { return alive(j.keeper_pid, j.keeper_start); }
   bool edprun_alive(const Job& j) override {
     const auto [pid, st] = edprun_of(j);
     return alive(pid, st);
   }
-  std::string last_error(const Job& j) override { return last_error_in(fs::path(dir(j)) / "log"); }
-  FinalMetrics final_metrics(const Job& j) override { return metrics_in(fs::path(dir(j)) / "log"); }
 
  private:
-  struct Cache {
-    FileStamp status, events_stamp;
-    std::vector<elastic::MembershipEvent> events;
-  };
   std::pair<long, unsigned long long> edprun_of(const Job& j) const {
     std::ifstream f(dir(j) + "/edprun.pid");
     long pid = 0;
@@ -198,11 +109,7 @@ class FileRunner final : public JobRunner {
     if (!(f >> pid >> st)) return {0, 0};
     return {pid, st};
   }
-  fs::path root_;
-  std::string edprun_;
-  std::vector<std::string> edprun_args_;
   std::string self_;
-  std::map<std::string, Cache> cache_;
 };
 
 void FileRunner::start(Job& j, const std::vector<std::string>& launch) {
@@ -210,22 +117,12 @@ void FileRunner::start(Job& j, const std::vector<std::string>& launch) {
   fs::create_directories(d);
   fs::remove(d / "exit.json");
   fs::remove(d / "edprun.pid");
-  std::vector<std::string> argv = {edprun_, "--np", std::to_string(j.workers), "--control-file",
-                                   (d / "control.json").string(), "--status-file", (d / "status.json").string(),
-                                   "--events-file", (d / "events.jsonl").string(), "--max-restarts",
-                                   std::to_string(j.spec.max_restarts), "--restart-backoff", "1"};
-  argv.insert(argv.end(), launch.begin(), launch.end());
-  argv.insert(argv.end(), edprun_args_.begin(), edprun_args_.end());
-  argv.push_back("--");
-  for (std::string a : j.spec.command) {
-    for (size_t p; (p = a.find("{job_dir}")) != std::string::npos;) a.replace(p, 9, d.string());
-    argv.push_back(a);
-  }
+  const std::vector<std::string> argv = edprun_command(j, launch);
   // The keeper: this program again, as `edp-autoscale keeper <id> ...`, in a session of its own (a
   // signal to the controller's terminal or process group does not reach the job), with no
   // descriptor of the controller's (the serve lock), its output the job's log.
   std::vector<std::string> keeper = {"edp-autoscale", "keeper", j.id, "--dir", d.string(), "--cwd",
-                                     j.spec.cwd.empty() ? root_.string() : j.spec.cwd, "--"};
+                                     j.spec.cwd.empty() ? root().string() : j.spec.cwd, "--"};
   keeper.insert(keeper.end(), argv.begin(), argv.end());
   const std::string logp = (d / "log").string();
   const pid_t pid = fork();
@@ -267,7 +164,8 @@ void FileRunner::start(Job& j, const std::vector<std::string>& launch) {
 struct ServeOptions {
   fs::path root;
   int slots = 0;
-  std::string kind = "auto", hostfile, edprun;
+  std::string backend = "local", kind = "auto", hostfile, edprun;
+  SlurmOptions slurm;
   std::vector<launch::HostSlots> hosts;
   std::vector<std::string> edprun_args;
   double tick_s = 0.05;
@@ -342,22 +240,37 @@ int Serve::run() {
   if (!lock)
     throw Error("another edp-autoscale serve runs on " + o_.root.string() + " (" + (o_.root / "serve.lock").string() +
                 " is locked)");
-  if (o_.kind == "auto") o_.kind = std::system("nvidia-smi -L >/dev/null 2>&1") == 0 ? "gpu" : "cpu";
-  const std::unique_ptr<Resources> res = resources();
-  FileRunner runner(o_.root, o_.edprun, o_.edprun_args);
+  if (o_.kind == "auto") o_.kind = std::system("nvidia-smi -L >/dev/null 2>&1") == 0 && o_.backend == "local" ? "gpu" : "cpu";
+  // The backend: this host or a hostfile (slots handed out here, keepers run the jobs), or Slurm
+  // (the slots and the jobs are Slurm's; one object is both).
+  std::unique_ptr<Resources> own_res;
+  std::unique_ptr<FileRunner> own_runner;
+  std::unique_ptr<SlurmClient> client;
+  std::unique_ptr<SlurmBackend> slurm;
+  if (o_.backend == "slurm") {
+    client = slurm_client();
+    slurm = std::make_unique<SlurmBackend>(*client, o_.slurm, o_.root, o_.edprun, o_.edprun_args, now_s,
+                                           [this](const std::string& s) { log(s); });
+  } else {
+    own_res = resources();
+    own_runner = std::make_unique<FileRunner>(o_.root, o_.edprun, o_.edprun_args);
+  }
+  Resources& res = slurm ? static_cast<Resources&>(*slurm) : *own_res;
+  JobRunner& runner = slurm ? static_cast<JobRunner&>(*slurm) : *own_runner;
   const std::string decisions = (o_.root / "decisions.jsonl").string();
-  Controller c(o_.cfg, *res, runner, now_s, [this](const std::string& s) { log(s); },
+  Controller c(o_.cfg, res, runner, now_s, [this](const std::string& s) { log(s); },
                [&](const json& line) { std::ofstream(decisions, std::ios::app) << line.dump() << "\n"; });
   const auto table = files::read_file_if_exists((o_.root / "jobs.json").string());
   // Refused (running jobs that do not fit these resources): before serve.json, which keeps the
   // settings of the controller that started them.
   const int adopted = c.adopt(table ? parse_table(*table, (o_.root / "jobs.json").string()) : std::vector<Job>{});
   files::write_atomic((o_.root / "serve.json").string(),
-                      json{{"pid", getpid()}, {"slots", res->slots()}, {"kind", o_.kind}, {"policy", o_.cfg.policy},
+                      json{{"pid", getpid()}, {"slots", res.limit()}, {"kind", o_.kind}, {"policy", o_.cfg.policy},
                            {"max_ranks_per_gpu", o_.cfg.max_ranks_per_gpu}, {"hostfile", o_.hostfile},
+                           {"backend", o_.backend}, {"partition", slurm ? slurm->partition() : ""},
                            {"started_t", now_s()}}.dump() + "\n");
   if (adopted) log("re-adopted " + std::to_string(adopted) + " job(s) from " + (o_.root / "jobs.json").string());
-  log(res->describe() + ", policy " + o_.cfg.policy + ", root " + o_.root.string());
+  log(res.describe() + ", policy " + o_.cfg.policy + ", root " + o_.root.string());
   ::signal(SIGINT, on_signal);
   ::signal(SIGTERM, on_signal);
   ::signal(SIGHUP, on_signal);
@@ -448,8 +361,14 @@ int cancel(const fs::path& root, const std::string& id) {
 // What the table's last column says of a job.
 std::string note_of(const Job& j) {
   if (j.running() && j.preempt_requested) return "stopping (preempted)";
-  if (j.running() && j.target_workers > 0)
-    return "rescaling to " + std::to_string(j.target_workers) + "x" + std::to_string(j.target_batch);
+  const std::string to = std::to_string(j.target_workers) + "x" + std::to_string(j.target_batch);
+  if (j.running() && j.awaiting)
+    return "grow to " + to + " waits in Slurm's queue" +
+           (j.sched_grow.id.empty() ? std::string() : " (job " + j.sched_grow.id + " " + j.sched_grow.state +
+                                                           (j.sched_grow.reason.empty() ? "" : ", " + j.sched_grow.reason) + ")");
+  if (j.running() && j.moving) return "stopping to start again at " + to + " in a new allocation";
+  if (j.running() && j.target_workers > 0) return "rescaling to " + to;
+  if (j.running() && j.sched.state == "PENDING") return "waits in Slurm's queue (" + j.sched.reason + ")";
   if (j.running() && j.keeper_lost) return "keeper lost; followed through its edprun";
   std::string n;
   if (finished(j.state) && j.state != JobPhase::Cancelled) {
@@ -496,9 +415,15 @@ int status(const fs::path& root, bool as_json) {
     return 0;
   }
   std::printf("%s: controller %s\n", root.string().c_str(), serving ? "running" : "not running");
+  // Jobs of Slurm (serve --backend slurm): their Slurm job id and state beside edp's.
+  const bool slurm = std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return !j.sched.id.empty(); });
+  if (slurm) std::printf("%-8s %-12s ", "slurm", "slurm state");
   std::printf("%-6s %-16s %-10s %7s %5s %7s %10s %8s %8s %8s %8s  %s\n", "job", "name", "state", "workers", "k",
               "batch", "samples/s", "progress", "restarts", "rescales", "preempts", "note");
   for (const Job& j : jobs) {
+    if (slurm)
+      std::printf("%-8s %-12s ", j.sched.id.empty() ? "-" : j.sched.id.c_str(),
+                  j.sched.state.empty() ? "-" : j.sched.state.substr(0, 12).c_str());
     const bool run = j.running();
     char prog[16] = "-";
     if (j.samples_total > 0) std::snprintf(prog, sizeof prog, "%.0f%%", 100.0 * j.samples_done / j.samples_total);
@@ -509,8 +434,10 @@ int status(const fs::path& root, bool as_json) {
                 run ? std::to_string(j.ranks_per_slot).c_str() : "-", run ? std::to_string(j.batch).c_str() : "-", sps,
                 prog, j.restarts, j.rescales, j.preemptions, note_of(j).c_str());
   }
-  for (const auto& [id, spec] : submitted)
+  for (const auto& [id, spec] : submitted) {
+    if (slurm) std::printf("%-8s %-12s ", "-", "-");
     std::printf("%-6s %-16s %-10s\n", id.c_str(), spec.name.substr(0, 16).c_str(), "submitted");
+  }
   return 0;
 }
 
@@ -518,13 +445,28 @@ int status(const fs::path& root, bool as_json) {
 
 namespace edp::autoscale_tool {
 
+// serve --backend slurm: Slurm gives the slots (nodes) and runs the jobs.
+static int cmd_serve_slurm(const cli::Options& o, ServeOptions& s) {
+  if (o.given("slots")) throw DataError("--slots: with --backend slurm the slots are the nodes Slurm gives (leave it out)");
+  if (!s.hostfile.empty()) throw DataError("--hostfile: with --backend slurm the hosts are the nodes Slurm gives (leave it out)");
+  if (s.kind == "gpu" || s.kind == "mig")
+    throw DataError("--backend slurm: jobs run on CPU nodes for now (--slot-kind cpu); GPU nodes under Slurm are not built");
+  s.kind = "cpu";
+  s.slurm.partition = o.str("partition");
+  s.slurm.grow = o.str("slurm-grow");
+  s.slurm.poll_s = o.f64("slurm-poll");
+  std::stringstream ss(o.str("slurm-args"));
+  for (std::string a; ss >> a;) s.slurm.extra_args.push_back(a);
+  return Serve(s).run();
+}
+
 int cmd_serve(int argc, char** argv) {
   cli::Options o = options_for(
       "serve", "The live controller (docs/autoscaler.md, section 8): starts, measures and rescales elastic jobs "
                "through edprun; runs until SIGTERM/SIGINT (the jobs keep running and are re-adopted).",
-      {"root", "slots", "hostfile", "slot-kind", "policy", "replan", "hysteresis", "pause", "start-cost",
-       "rescale-timeout", "preempt-grace", "max-ranks-per-gpu", "warmup-steps", "tick", "edprun", "edprun-args",
-       "exit-when-idle", "quiet"});
+      {"root", "backend", "slots", "hostfile", "partition", "slurm-grow", "slurm-poll", "slurm-args", "slot-kind",
+       "policy", "replan", "hysteresis", "pause", "start-cost", "rescale-timeout", "preempt-grace", "max-ranks-per-gpu",
+       "warmup-steps", "tick", "edprun", "edprun-args", "exit-when-idle", "quiet"});
   if (const int rc = parse(o, argc, argv); rc >= 0) return rc;
   if (o.str("root").empty()) throw DataError("--root DIR is needed");
   ServeOptions s;
@@ -550,6 +492,12 @@ int cmd_serve(int argc, char** argv) {
   s.quiet = o.flag("quiet");
   std::stringstream ss(o.str("edprun-args"));
   for (std::string a; ss >> a;) s.edprun_args.push_back(a);
+  s.backend = o.str("backend") == "auto" ? (s.hostfile.empty() ? "local" : "hostfile") : o.str("backend");
+  if (s.backend == "slurm") return cmd_serve_slurm(o, s);
+  for (const char* k : {"partition", "slurm-grow", "slurm-poll", "slurm-args"})
+    if (o.given(k)) throw DataError(std::string("--") + k + " is for --backend slurm");
+  if (s.backend == "hostfile" && s.hostfile.empty()) throw DataError("--backend hostfile needs --hostfile FILE");
+  if (s.backend == "local" && !s.hostfile.empty()) throw DataError("--hostfile is for --backend hostfile (or auto)");
   if (!s.hostfile.empty()) {
     s.hostfile = fs::absolute(s.hostfile).string();
     if (s.kind == "gpu" || s.kind == "mig")
@@ -589,7 +537,8 @@ int cmd_status(int argc, char** argv) {
 }
 
 int cmd_cancel(int argc, char** argv) {
-  cli::Options o = options_for("cancel", "Stops a job (queued: never starts; running: SIGTERM to its edprun).", {"root"});
+  cli::Options o = options_for("cancel", "Stops a job (queued: never starts; running: SIGTERM to its edprun, or scancel of its "
+                                         "Slurm job).", {"root"});
   o.add_positional("id", "the job to cancel");
   if (const int rc = parse(o, argc, argv); rc >= 0) return rc;
   if (o.str("root").empty()) throw DataError("--root DIR is needed");
