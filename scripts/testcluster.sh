@@ -201,7 +201,7 @@ do_up() {
 # (a key generated per cluster, never /etc/munge's) runs on the first host; its socket lives on the
 # shared file system, so that every host reaches it as nodes reach their own munged, all with the
 # same key (AuthInfo=socket=...). No cgroups: ProctrackType=proctrack/linuxproc, TaskPlugin=task/none.
-SLURM_TOOLS="munged mungekey slurmctld slurmd sbatch srun sinfo squeue scontrol scancel"
+SLURM_TOOLS="munged mungekey slurmctld slurmd sbatch salloc srun sinfo squeue scontrol scancel"
 slurm_why_not() {
   local t
   for t in $SLURM_TOOLS; do

@@ -9,8 +9,9 @@
 #   serve_slurm.sh share   three edp jobs and another user's job on three nodes: a grow that waits
 #                          in Slurm's queue (job expansion), a shrink whose node the other job gets,
 #                          a third edp job once that job ends; nothing outside Slurm
-#   serve_slurm.sh ops     grow by a new allocation (restart at the checkpoint), a node drained under
-#                          a job, an edp job cancelled with scancel from outside
+#   serve_slurm.sh ops     grow by a new allocation (restart at the checkpoint), the controller killed
+#                          and started again, a node drained under a job, an edp job cancelled with
+#                          scancel from outside
 # Environment (tests/cluster/CMakeLists.txt): TC, AUTOSCALE, MLP, WORK.
 set -euo pipefail
 scenario=$1
@@ -96,7 +97,7 @@ JSON
 }
 serve() {
   on_h1 "$AS" serve --root root --backend slurm --policy dp --replan 2 --tick 0.1 --slurm-poll 0.5 --pause 0.1 \
-    --edprun-args "--threads-per-rank 1" --exit-when-idle "$@" > serve.log 2>&1 &
+    --edprun-args "--threads-per-rank 1" --exit-when-idle "$@" >> serve.log 2>&1 &
   serve_pid=$!
   wait_for 30 "the controller's start" test -e root/serve.json
 }
@@ -192,7 +193,13 @@ ops)
   [ -n "$stop" ] || fail "A's events show no stop: $(events "$a" | tr '\n' ';')"
   grep -q "resumed from .*ckpt-0*$stop.edp: step $stop," "root/jobs/$a/log" || fail "A did not resume at step $stop"
   echo "ok: A stopped at step $stop in Slurm job $first and resumed there in Slurm job $second at two nodes"
-  # 2. An administrator drains A's second node: A leaves it (like a lost host), gives it back, and
+  # 2. The controller killed (SIGKILL) and started again finds A by its Slurm job id.
+  kill -9 "$(python3 -c 'import json; print(json.load(open("root/serve.json"))["pid"])')"
+  wait "$serve_pid" 2>/dev/null || true
+  serve --slurm-grow new-allocation
+  wait_for 60 "the controller re-adopting A" logged "re-adopted 1 job(s)"
+  is "$a" "sched['id']" "$second" || fail "A is no longer Slurm job $second: $(field "$a" sched)"
+  # 3. An administrator drains A's second node: A leaves it (like a lost host), gives it back, and
   # the drain completes; no process of A is left there.
   node=$(field "$a" "hosts[1][0]")
   on_h1 scontrol update NodeName="$node" State=DRAIN Reason=edp-test
@@ -203,7 +210,7 @@ ops)
   is "$a" "len(hosts)" 1 || fail "A holds $(field "$a" hosts)"
   echo "ok: A left the drained node $node, which is now $(node_state "$node")"
   on_h1 scontrol update NodeName="$node" State=RESUME
-  # 3. B starts; its owner (or an administrator) cancels it in Slurm: edp sees it cancelled.
+  # 4. B starts; its owner (or an administrator) cancels it in Slurm: edp sees it cancelled.
   b=$(on_h1 "$AS" submit --root root b.json)
   wait_for 120 "B running in Slurm" is "$b" "sched['state']" RUNNING
   on_h1 scancel "$(field "$b" "sched['id']")"
