@@ -78,6 +78,7 @@ under_slurm() {
         [ "$comm" = slurmstepd ] && { ok=1; break; }
         q=$(awk '{print $4}' "/proc/$q/stat" 2>/dev/null)
       done
+      [ -e "/proc/$p" ] || continue  # it ended while its ancestors were read
       [ $ok = 1 ] || bad+="$h:$p($(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-80)) "
     done
   done
@@ -145,9 +146,9 @@ hostname > "$1.node"
 for _ in $(seq 1500); do [ -e "$1.release" ] && exit 0; sleep 0.2; done
 EOF
   chmod +x foreign.sh
+  a_hosts=$(field "$a" "' '.join(h[0] for h in hosts)")
   f=$(on_h1 sbatch --parsable -N1 --exclusive -J foreign -o foreign.out --wrap "$PWD/foreign.sh $PWD/foreign")
   wait_for 60 "the other job waiting" bash -c "[ \"\$(\"$TC\" exec edp-h1 -- squeue -h -j $f -o %T)\" = PENDING ]"
-  a_hosts=$(field "$a" "' '.join(h[0] for h in hosts)")
   wait_for 120 "the controller giving way" logged "other users' job(s) $f wait for 1 node(s)"
   wait_for 120 "A shrinking to one node" bash -c "grep -q -e 'job $a: gave node(s) edp-h[0-9] back to Slurm' \
     -e 'job $a: stopped at a checkpoint at 2 worker(s) and started again at 1 in a new allocation' serve.log"
@@ -191,7 +192,7 @@ ops)
   [ "$second" != "$first" ] || fail "A's grow did not start a new Slurm job ($first)"
   stop=$(events "$a" | awk '$1 == "stop" {s = $4} END {print s}')
   [ -n "$stop" ] || fail "A's events show no stop: $(events "$a" | tr '\n' ';')"
-  grep -q "resumed from .*ckpt-0*$stop.edp: step $stop," "root/jobs/$a/log" || fail "A did not resume at step $stop"
+  wait_for 120 "A resuming at step $stop" grep -q "resumed from .*ckpt-0*$stop.edp: step $stop," "root/jobs/$a/log"
   echo "ok: A stopped at step $stop in Slurm job $first and resumed there in Slurm job $second at two nodes"
   # 2. The controller killed (SIGKILL) and started again finds A by its Slurm job id.
   kill -9 "$(python3 -c 'import json; print(json.load(open("root/serve.json"))["pid"])')"
