@@ -78,7 +78,14 @@ class FakeRunner : public JobRunner {
     f.status_changed = true;
   }
   void event(const std::string& id, const std::string& what, int from, int workers, int64_t batch, double pause = 0.5) {
-    jobs[id].events.push_back(elastic::MembershipEvent{what, "in_place", from, workers, 0, batch, 0, 0, 0, pause, {}});
+    elastic::MembershipEvent e;
+    e.event = what;
+    e.mode = "in_place";
+    e.from_workers = from;
+    e.workers = workers;
+    e.global_batch = batch;
+    e.pause_s = pause;
+    jobs[id].events.push_back(e);
   }
   void exit(const std::string& id, int code) {
     jobs[id].exit = ExitRecord{code, false, ""};
