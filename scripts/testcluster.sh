@@ -182,7 +182,8 @@ do_up() {
     setsid ip netns exec "$h" unshare --mount --uts --propagation private sh -c \
       "hostname $h && $binds mount --rbind '$STATE/$h/tmp' /tmp && echo \$\$ > '$STATE/$h/holder.pid.tmp' && \
        mv '$STATE/$h/holder.pid.tmp' '$STATE/$h/holder.pid' && exec sleep infinity" </dev/null >/dev/null 2>&1 9<&- &
-    for _ in $(seq 50); do [ -f "$STATE/$h/holder.pid" ] && break; sleep 0.1; done
+    for _ in $(seq 600); do  # up to 60 s: a loaded machine starts it late
+      [ -f "$STATE/$h/holder.pid" ] && break; sleep 0.1; done
     holder_ok "$h" || { say "the holder of $h did not start"; false; }
     echo "$h" >> "$STATE/hosts.tmp"
   done
