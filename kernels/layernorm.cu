@@ -46,14 +46,14 @@ __global__ void layernorm_dx_kernel(const float* __restrict__ x, const float* __
   const float m = mean[row], inv = rstd[row];
   double sg = 0, sgx = 0;
   for (int64_t d = lane; d < D; d += 32) {
-    const float gw = gr[d] * gamma[d];
+    const float gw = __fmul_rn(gr[d], gamma[d]);  // rounded, never contracted: the same g in both loops
     sg += gw;
     sgx += gw * (xr[d] - m) * inv;
   }
   const float mg = static_cast<float>(warp_sum(sg) / static_cast<double>(D));
   const float mgx = static_cast<float>(warp_sum(sgx) / static_cast<double>(D));
   float* dr = dx + row * D;
-  for (int64_t d = lane; d < D; d += 32) dr[d] = inv * (gr[d] * gamma[d] - mg - (xr[d] - m) * inv * mgx);
+  for (int64_t d = lane; d < D; d += 32) dr[d] = inv * (__fmul_rn(gr[d], gamma[d]) - mg - (xr[d] - m) * inv * mgx);
 }
 
 // partial[c][0][d] = Σ_{rows of chunk c} dy·x̂, partial[c][1][d] = Σ dy.

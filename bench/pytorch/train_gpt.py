@@ -60,7 +60,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(d)
 
     def forward(self, ids):
-        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
         for b in self.blocks:
             x = b(x)
         return F.linear(self.ln_f(x), self.wte.weight)
@@ -77,7 +77,13 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--tf32", type=int, default=1, help="TF32 matrix products on the GPU (edp's default)")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = bool(a.tf32)
+        torch.backends.cudnn.allow_tf32 = bool(a.tf32)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     train, vocab = tokens(a.data + "/train.tok")
@@ -85,7 +91,7 @@ def main():
     T, B = a.context, a.batch
     n_train = (len(train) - T - 1) // T + 1
     n_val = (len(val) - T - 1) // T + 1
-    model = GPT(vocab, T, a.layers, a.dim, a.heads)
+    model = GPT(vocab, T, a.layers, a.dim, a.heads).to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
@@ -100,10 +106,10 @@ def main():
 
     def windows(src, idx):
         x = np.stack([np.asarray(src[i * T:i * T + T + 1], dtype=np.int64) for i in idx])
-        return torch.from_numpy(x[:, :-1]), torch.from_numpy(x[:, 1:])
+        return torch.from_numpy(x[:, :-1]).to(dev), torch.from_numpy(x[:, 1:]).to(dev)
 
     order = np.random.default_rng(a.seed).permutation(n_train)
-    amp = torch.autocast("cpu", dtype=torch.bfloat16) if a.bf16 else torch.autocast("cpu", enabled=False)
+    amp = torch.autocast(dev.type, dtype=torch.bfloat16) if a.bf16 else torch.autocast(dev.type, enabled=False)
     t0, timed_tokens, loss_v = None, 0, 0.0
     for s in range(steps):
         if s == 3:
@@ -122,6 +128,8 @@ def main():
         loss_v = loss.item()
         if s >= 3:
             timed_tokens += x.numel()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     secs = time.perf_counter() - t0 if t0 else 0.0
     model.eval()
     n = min(a.eval_windows, n_val) if a.eval_windows > 0 else n_val
@@ -135,7 +143,7 @@ def main():
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(json.dumps({"model": "gpt_text", "framework": "torch", "torch": torch.__version__, "layers": a.layers,
                       "dim": a.dim, "heads": a.heads, "context": T, "threads": a.threads, "batch": B,
-                      "bf16": a.bf16, "steps": steps, "tokens_per_s": round(timed_tokens / secs, 1) if secs else 0,
+                      "bf16": a.bf16, "device": a.device, "steps": steps, "tokens_per_s": round(timed_tokens / secs, 1) if secs else 0,
                       "train_loss": round(loss_v, 4), "val_loss": round(tot / max(cnt, 1), 4),
                       "peak_rss_mb": round(rss, 1)}))
 

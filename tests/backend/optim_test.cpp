@@ -62,10 +62,16 @@ void compare_optimizer(const Options& o, Tol tol, const char* what) {
   for (size_t i = 0; i < sc.size(); ++i) EXPECT_TRUE(close(*sg[i], *sc[i], tol, std::string(what) + " state"));
 }
 
+// The GPU kernel's compiler contracts a·b + c into one fused multiply-add where the CPU loop may
+// round twice, so each step may differ by about one unit in the last place of its largest operand
+// (|p| + lr·|g| < 8 for these standard-normal values: 2^-21 to 2^-20); over 5 steps atol 2e-6.
+// Measured on an H100: at most 4.8e-7. A wrong rule (weight decay, Nesterov, dampening) moves
+// values by 1e-4 or more.
 TEST_F(CudaOps, SgdMatchesCpu) {
-  compare_optimizer<optim::SGD>(optim::SGDOptions{0.1, 0.0, 0.0, 0.0, false}, Tol{1e-6, 1e-7}, "plain");
-  compare_optimizer<optim::SGD>(optim::SGDOptions{0.05, 0.9, 0.0, 5e-4, true}, Tol{1e-6, 1e-7}, "nesterov");
-  compare_optimizer<optim::SGD>(optim::SGDOptions{0.05, 0.9, 0.1, 1e-2, false}, Tol{1e-6, 1e-7}, "dampened");
+  const Tol tol{1e-6, 2e-6};
+  compare_optimizer<optim::SGD>(optim::SGDOptions{0.1, 0.0, 0.0, 0.0, false}, tol, "plain");
+  compare_optimizer<optim::SGD>(optim::SGDOptions{0.05, 0.9, 0.0, 5e-4, true}, tol, "nesterov");
+  compare_optimizer<optim::SGD>(optim::SGDOptions{0.05, 0.9, 0.1, 1e-2, false}, tol, "dampened");
 }
 
 TEST_F(CudaOps, AdamWMatchesCpu) {

@@ -8,9 +8,10 @@
 namespace edp::comm {
 
 // Collective over `world`. CPU: nullptr (reduce over `world` itself). GPU: NCCL over one rank per
-// GPU, or — when the launcher put several ranks on each GPU (edprun --ranks-per-gpu K, which sets
-// EDP_GPU_RANKS = K) — the colocated communicator (CUDA IPC inside a GPU, NCCL between GPUs).
-// Call it again with the new world after a membership change.
+// GPU, or — when two ranks of `world` use one GPU (its UUID, gathered from every rank; e.g.
+// edprun --ranks-per-gpu K) — the colocated communicator (CUDA IPC inside a GPU, NCCL between
+// GPUs). Call it again with the new world after a membership change: the choice follows the
+// ranks' GPUs then, not the launcher's EDP_GPU_RANKS.
 std::unique_ptr<Communicator> make_device_communicator(Communicator& world, Device device);
 
 }  // namespace edp::comm

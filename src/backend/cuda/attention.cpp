@@ -4,7 +4,7 @@
 // [B·H, T, T] scores live in a scratch tensor for the duration of a call; the backward recomputes
 // them (and the probabilities) instead of keeping them between forward and backward, so the layer
 // keeps only the [B, H, T] log-sum-exps, like the CPU one. float32 GEMMs (TF32 tensor cores unless
-// EDP_TF32=0).
+// EDP_TF32=0 or cuda::set_tf32(false), read like the other ops through tf32_enabled()).
 #include "edp/config.h"
 
 #if EDP_HAVE_CUDA
@@ -28,7 +28,7 @@ struct BlasState {
 cublasHandle_t blas(int device, cudaStream_t s) {
   BlasState& st = per_device_state<BlasState>(device, [](BlasState& b) { CUBLAS_CHECK(cuda::lazy::cublasCreate_v2(&b.handle)); });
   CUBLAS_CHECK(cuda::lazy::cublasSetStream_v2(st.handle, s));
-  CUBLAS_CHECK(cuda::lazy::cublasSetMathMode(st.handle, knobs::get_bool("EDP_TF32") ? CUBLAS_TF32_TENSOR_OP_MATH
+  CUBLAS_CHECK(cuda::lazy::cublasSetMathMode(st.handle, tf32_enabled() ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                            : CUBLAS_DEFAULT_MATH));
   return st.handle;
 }
