@@ -13,6 +13,8 @@
 #include <map>
 
 #include "edp/config.h"
+#include "edp/core/process.h"
+#include "edp/cuda/runtime.h"
 
 namespace edp::comm {
 
@@ -64,6 +66,22 @@ std::string duplicate_gpu_error(const std::vector<GpuIdentity>& ranks) {
          "without NCCL inside a GPU; otherwise start at most one rank per GPU (e.g. mpirun -np "
          "<number of GPUs>) and let each rank pick its own device (local rank, or "
          "CUDA_VISIBLE_DEVICES)";
+}
+
+std::vector<GpuIdentity> gather_gpu_identities(Communicator& world, int device) {
+  const cuda::DeviceInfo info = cuda::device_info(device);
+  GpuIdentity me;
+  me.uuid = info.uuid;
+  me.device = device;
+  me.pci_bus_id = info.pci_bus_id;
+  me.host = host_name();
+  const auto packed = pack_gpu_identity(me);
+  std::vector<uint8_t> all(static_cast<size_t>(kGpuIdentityBytes) * static_cast<size_t>(world.size()));
+  world.allgather(packed.data(), all.data(), kGpuIdentityBytes, DType::U8);
+  std::vector<GpuIdentity> ids;
+  for (int r = 0; r < world.size(); ++r)
+    ids.push_back(unpack_gpu_identity(all.data() + static_cast<size_t>(r) * kGpuIdentityBytes));
+  return ids;
 }
 
 }  // namespace edp::comm
@@ -357,19 +375,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, in
   cuda::set_device(device);
 
   // Refuse two ranks on one GPU with a clear message, on every rank alike.
-  const cuda::DeviceInfo info = cuda::device_info(device);
-  GpuIdentity me;
-  me.uuid = info.uuid;
-  me.device = device;
-  me.pci_bus_id = info.pci_bus_id;
-  me.host = host_name();
-  const auto packed = pack_gpu_identity(me);
-  std::vector<uint8_t> all(static_cast<size_t>(kGpuIdentityBytes) * static_cast<size_t>(boot->size()));
-  boot->allgather(packed.data(), all.data(), kGpuIdentityBytes, DType::U8);
-  std::vector<GpuIdentity> ids;
-  for (int r = 0; r < boot->size(); ++r)
-    ids.push_back(unpack_gpu_identity(all.data() + static_cast<size_t>(r) * kGpuIdentityBytes));
-  const std::string dup = duplicate_gpu_error(ids);
+  const std::string dup = duplicate_gpu_error(gather_gpu_identities(*boot, device));
   if (!dup.empty()) throw Error("make_nccl_communicator: " + dup);
 
   ncclUniqueId id{};

@@ -40,6 +40,9 @@ GpuIdentity unpack_gpu_identity(const uint8_t* bytes);
 // Empty when no two ranks share a GPU; otherwise the error message every rank throws. Pure
 // function of the gathered identities (rank r's at index r), so all ranks agree.
 std::string duplicate_gpu_error(const std::vector<GpuIdentity>& ranks);
+// Collective over `world`: every rank's GPU (`device`, a CUDA ordinal of this rank), rank r's at
+// index r. Needs a CUDA build and the device.
+std::vector<GpuIdentity> gather_gpu_identities(Communicator& world, int device);
 
 // True when this build has NCCL and a CUDA device is visible.
 bool nccl_available();
