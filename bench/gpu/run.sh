@@ -142,7 +142,7 @@ else
 fi
 grep -E "^-- +(CUDA|cuDNN|NCCL|cuBLAS|MPI)" "$LOGS/configure.log" | tee -a "$OUT/run.log"
 TARGETS=(test_cuda_allocator test_cuda_launch_math test_cuda_lazy test_backend_cuda test_cuda_runtime edp_bench_gpu
-         test_comm_colocated_gpu edp_bench_colocated edprun fashion_mnist_cnn gpt_text)
+         test_comm_colocated_gpu edp_bench_colocated edprun fashion_mnist_cnn gpt_text elastic_sequence)
 for t in test_comm_nccl test_ddp_gpu; do
   grep -q "$t" "$BUILD/build.ninja" "$BUILD/Makefile" 2>/dev/null && TARGETS+=("$t")
 done

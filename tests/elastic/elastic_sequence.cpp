@@ -3,8 +3,10 @@
 // which samples (token windows) every rank trained on.
 //
 //   elastic_sequence --plan 4:4,8:1,12:3 --record DIR [--ckpt DIR] [--limit N] [--epochs N]
-//                    [--batch B] [--model mlp|gpt]
+//                    [--batch B] [--model mlp|gpt] [--device cpu|cuda]
 //
+// --device cuda  every rank on a GPU (its local rank modulo the visible GPUs; ranks may share one);
+//   without a usable GPU the program prints "elastic_sequence: skipped, no GPU: <why>" and exits 77.
 // --plan STEP:W[:GB],...  before step STEP, rank 0 writes {"workers": W, "global_batch": GB} to
 //   DIR/control.json (GB absent: B per worker), which the job reads in that step.
 // --record DIR  every process appends "epoch index" lines for the samples it trained on to
@@ -116,6 +118,7 @@ int main(int argc, char** argv) {
   o.add("settle-at", "0", "before step N, wait for a grow under way to join its new ranks (Job::settle)");
   o.add("model", "mlp", "mlp (Fashion-MNIST) or gpt (a tiny GPT on --limit token windows of 16)");
   o.add_flag("no-coverage", "do not check the coverage (a crash repeats the steps since the last checkpoint)");
+  o.add("device", "cpu", "cpu or cuda (a rank's GPU: its local rank modulo the visible GPUs)");
   o.parse(argc, argv);
   return comm::run_main(argc, argv, [&](comm::Communicator& world) {
     set_num_threads(1);
@@ -124,6 +127,16 @@ int main(int argc, char** argv) {
     const auto plan = parse_plan(o.str("plan"), o.i64("batch"));
     if (o.flag("new-rank-fails") && comm::spawned())
       throw Error("elastic_sequence: this new rank fails during its setup (--new-rank-fails)");
+    Device device = Device::cpu();
+    if (o.str("device") != "cpu") {
+      EDP_CHECK(o.str("device") == "cuda", "--device: cpu or cuda, not ", o.str("device"));
+      if (!cuda::available()) {
+        std::printf("elastic_sequence: skipped, no GPU: %s\n", cuda::unavailable_reason().c_str());
+        return 77;
+      }
+      device = Device::cuda(world.local_rank() % cuda::device_count());
+      cuda::set_device(device.index);
+    }
     const bool gpt = o.str("model") == "gpt";
     EDP_CHECK(gpt || o.str("model") == "mlp", "--model: mlp or gpt, not ", o.str("model"));
     constexpr int64_t kContext = 16;
@@ -136,6 +149,7 @@ int main(int argc, char** argv) {
       train = std::make_shared<data::TokenWindows>(tokens, kContext);
       manual_seed(7);
       model = nn::make<nn::GPT>(nn::GPTConfig{.vocab = 256, .context = kContext, .layers = 1, .dim = 16, .heads = 2});
+      model->to(device);
       opt_ptr = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
     } else {
       train = data::load_fashion_mnist(data::kFashionMnistDir, "train")->head(o.i64("limit"));
@@ -147,6 +161,7 @@ int main(int argc, char** argv) {
       seq->add(nn::make<nn::ReLU>(), "relu");
       seq->add(nn::make<nn::Linear>(64, 10), "fc2");
       model = seq;
+      model->to(device);
       opt_ptr = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .nesterov = true});
     }
     optim::Optimizer& opt = *opt_ptr;
@@ -162,6 +177,7 @@ int main(int argc, char** argv) {
     jo.checkpoint_every = o.i64("ckpt-every");
     jo.control_file = record + "/control.json";
     jo.progress = false;
+    jo.device = device;
     elastic::Job job(world, model, opt, train, jo);
     std::ofstream seen(record + "/seen." + std::to_string(getpid()), std::ios::app);
     std::ofstream where(record + "/where." + std::to_string(getpid()), std::ios::app);

@@ -24,6 +24,9 @@
 #            window of both epochs seen exactly once; then, under edprun with bfloat16 products
 #            where the CPU has them (EDP_BF16=1), rank 1 of 2 killed before step 17 and the job
 #            restarted from its step-15 checkpoint ends bitwise equal to an uninterrupted run.
+#   gpu      the inplace sequence with every rank on the GPU (--device cuda; ranks share it: the
+#            colocated communicator, rebuilt after each change): coverage, replicas checked, and
+#            test accuracy within 1 point of the same sequence on the CPU. Skipped without a GPU.
 # Variables: MODE, MPIEXEC, EDPRUN, EXE, WORK.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -86,6 +89,31 @@ if(MODE STREQUAL "inplace")
     expect("${e}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(4 processes\\)"
       "\"workers\": 4, \"global_batch\": 128")
   endforeach()
+elseif(MODE STREQUAL "gpu")
+  file(MAKE_DIRECTORY ${WORK}/g ${WORK}/c)
+  execute_process(COMMAND ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --device cuda --plan ${plan}
+    --record ${WORK}/g RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 280)
+  if(out MATCHES "elastic_sequence: skipped, no GPU: ([^\n]*)")
+    message(STATUS "SKIPPED: no GPU: ${CMAKE_MATCH_1}")
+    return()
+  endif()
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "exit ${rc}: the sequence on the GPU\n${out}\n${err}")
+  endif()
+  set(g "${rc}|${out}|${err}")
+  expect("${g}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(6 processes\\)"
+    "first step at 4 worker\\(s\\) done[^\n]*\\(in place\\)" "first step at 1 worker\\(s\\) done[^\n]*\\(in place\\)"
+    "\"workers\": 3, \"global_batch\": 96")
+  run(c ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --plan ${plan} --record ${WORK}/c)
+  json_field("${g}" test_acc acc_g)
+  json_field("${c}" test_acc acc_c)
+  string(REPLACE "." "" ig "${acc_g}")
+  string(REPLACE "." "" ic "${acc_c}")
+  math(EXPR diff "${ig} - ${ic}")
+  if(diff GREATER 100 OR diff LESS -100)
+    message(FATAL_ERROR "test accuracy ${acc_g} on the GPU vs ${acc_c} on the CPU: more than 1 point apart")
+  endif()
+  message(STATUS "on the GPU: test acc ${acc_g}; the same sequence on the CPU: ${acc_c}")
 elseif(MODE STREQUAL "background")
   file(MAKE_DIRECTORY ${WORK}/a ${WORK}/b)
   run(a ${MPIEXEC} --oversubscribe -np 2 -x EDP_EVENTS_FILE=${WORK}/a/events.jsonl ${EXE} --plan 5:4,35:1,40:3
@@ -148,5 +176,5 @@ elseif(MODE STREQUAL "gpt")
     message(STATUS "GPT killed and restarted: parameters bitwise equal (${db})")
   endif()
 else()
-  message(FATAL_ERROR "MODE must be inplace, background, restart, kill or gpt")
+  message(FATAL_ERROR "MODE must be inplace, background, restart, kill, gpt or gpu")
 endif()
