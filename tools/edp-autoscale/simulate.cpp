@@ -444,6 +444,16 @@ int compare_published(const cli::Options& o, const char* argv0) {
   if (!o.str("out").empty()) {
     fs::create_directories(o.str("out"));
     std::ofstream(fs::path(o.str("out")) / "compare_published.json") << out.dump(2) << "\n";
+    // Per run, every job: what the averages are made of.
+    for (const ClusterRun& run : runs) {
+      char name[96];
+      std::snprintf(name, sizeof name, "jobs_%s_load%.1f_workload-%d.csv", run.policy.c_str(), run.load, run.workload);
+      std::ofstream f(fs::path(o.str("out")) / name);
+      f << "name,model,submit_s,start_s,finish_s,jct_s,restarts,gpu_seconds\n";
+      for (const ClusterJobResult& j : run.r.jobs)
+        f << j.name << "," << j.app << "," << j.submit_s << "," << j.start_s << "," << j.finish_s << ","
+          << (j.finished() ? j.finish_s - j.submit_s : -1.0) << "," << j.restarts << "," << j.gpu_seconds << "\n";
+    }
   }
   return 0;
 }
