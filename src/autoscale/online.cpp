@@ -94,8 +94,8 @@ GoodputModel::GoodputModel(const LearnSpec& spec) : spec_(spec) {
       sc += y[i];
     }
     const double comp = sc / double(x.size()), b = sb / double(x.size());
-    a_ = comp / 2;
-    c_ = comp / (2 * b);
+    a_ = comp * spec.fixed_share;
+    c_ = comp * (1 - spec.fixed_share) / b;
   }
   std::vector<const StepObservation*> intra, inter;
   for (const StepObservation& o : obs_)
@@ -185,10 +185,10 @@ LearnedConfig GoodputModel::best(int nodes, int gpus) const {
   return best;
 }
 
-int GoodputModel::max_gpus() const {
+int GoodputModel::max_gpus(int node_gpus) const {
   int seen = 0;
   for (const StepObservation& o : obs_) seen = std::max(seen, o.gpus);
-  int cap = seen == 0 ? 1 : std::max(1, static_cast<int>(std::floor(spec_.explore * seen)));
+  int cap = seen == 0 ? 1 : std::max({1, node_gpus, static_cast<int>(std::floor(spec_.explore * seen))});
   if (spec_.max_gpus > 0) cap = std::min(cap, spec_.max_gpus);
   if (spec_.fixed_batch == 0) cap = std::min(cap, std::max(1, spec_.max_batch / spec_.min_local));
   return cap;

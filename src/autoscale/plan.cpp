@@ -132,6 +132,7 @@ void validate(const PlanRequest& req) {
       if (l.init_batch < 1 || l.max_batch < l.init_batch) bad_job(j, i, "learn", "needs 1 <= init_batch <= max_batch");
       if (l.min_local < 1 || l.max_local < l.min_local) bad_job(j, i, "learn", "needs 1 <= min_local <= max_local");
       if (!(l.explore >= 1)) bad_job(j, i, "learn.explore", "must be >= 1");
+      if (!(l.fixed_share >= 0 && l.fixed_share < 1)) bad_job(j, i, "learn.fixed_share", "must be in [0, 1)");
     }
     for (size_t k = 0; k < j.options.size(); ++k) {
       const Config& o = j.options[k];
@@ -289,7 +290,7 @@ void expand_learned(PlanRequest& req) {
       std::sort(distinct.begin(), distinct.end());
       cur_nodes = static_cast<int>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
     }
-    const int cap = std::min(m.max_gpus(), req.gpus);
+    const int cap = std::min(m.max_gpus(node_size), req.gpus);
     for (int g = 1; g <= std::max(cap, cur); ++g) {
       const bool packs = g <= node_size || g % node_size == 0;
       if (g != cur && (g > cap || !packs)) continue;

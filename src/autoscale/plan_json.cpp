@@ -95,7 +95,7 @@ Config parse_config(const Fields& f, bool with_rate) {
 
 LearnSpec parse_learn(const Fields& f) {
   f.allow({"init_batch", "max_batch", "min_local", "max_local", "max_gpus", "fixed_batch", "accumulate_on_one_gpu",
-           "explore", "observed", "grad"});
+           "explore", "fixed_share", "observed", "grad"});
   LearnSpec l;
   l.init_batch = static_cast<int>(f.integer("init_batch", 1, kMaxBatch));
   l.max_batch = static_cast<int>(f.integer("max_batch", l.init_batch, kMaxBatch, l.init_batch));
@@ -105,6 +105,7 @@ LearnSpec parse_learn(const Fields& f) {
   l.fixed_batch = static_cast<int>(f.integer("fixed_batch", 0, kMaxBatch, 0));
   l.accumulate_on_one_gpu = f.boolean("accumulate_on_one_gpu", false);
   l.explore = f.number("explore", 1, 1e3, 2.0);
+  l.fixed_share = f.number("fixed_share", 0, 0.999, 0.25);
   if (f.has("observed")) {
     const Json& obs = f.array("observed");
     for (size_t k = 0; k < obs.size(); ++k) {
@@ -237,7 +238,8 @@ PlanRequest parse_v2(const Json& in, const std::string& where, int gpus_override
 ojson learn_json(const LearnSpec& l) {
   ojson x = {{"init_batch", l.init_batch}, {"max_batch", l.max_batch}, {"min_local", l.min_local},
              {"max_local", l.max_local}, {"max_gpus", l.max_gpus}, {"fixed_batch", l.fixed_batch},
-             {"accumulate_on_one_gpu", l.accumulate_on_one_gpu}, {"explore", l.explore}};
+             {"accumulate_on_one_gpu", l.accumulate_on_one_gpu}, {"explore", l.explore},
+             {"fixed_share", l.fixed_share}};
   ojson obs = ojson::array();
   for (const StepObservation& o : l.observed)
     obs.push_back({{"nodes", o.nodes}, {"gpus", o.gpus}, {"local_batch", o.local_batch}, {"step_s", o.step_s}, {"sync_s", o.sync_s}});

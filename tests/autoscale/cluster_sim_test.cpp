@@ -258,8 +258,9 @@ TEST(ClusterSim, RestartAwareDpDoesNotRescaleAJobAboutToFinish) {
 }
 
 TEST(ClusterSim, LearningPolicyGrowsOnlyWhatItMeasuredAndNeverForLessThanThePause) {
-  // The learning policy sees only what the job reported: one GPU measured, so it may try two at
-  // most; with ~5 s of work left it holds (a change costs 30 s), with all of it ahead it grows.
+  // The learning policy sees only what the job reported: one GPU measured, so it may try one node
+  // (4 GPUs) at most; with ~5 s of work left it holds (a change costs 30 s), with all of it ahead
+  // it grows.
   const ClusterApp& a = profiles().app("toy");
   ClusterJobView j = view(0, "toy", 1, 256, {0});
   const auto [step, sync] = a.step_sync({1}, 32);
@@ -274,7 +275,8 @@ TEST(ClusterSim, LearningPolicyGrowsOnlyWhatItMeasuredAndNeverForLessThanThePaus
   EXPECT_EQ(learn->plan({j}, 4, 4, 60)[0], j.alloc);
   j.progress = 0;
   const auto grown = learn->plan({j}, 4, 4, 60)[0];
-  EXPECT_EQ(grown.size(), 2u) << "twice the GPUs it ran at, no more";
+  EXPECT_GT(grown.size(), 1u);
+  EXPECT_LE(grown.size(), 4u) << "twice the GPUs it ran at or one node, no more";
 }
 
 TEST(ClusterSim, RestartAccountingCountsEveryAllocationChangeAfterTheFirstStart) {

@@ -10,7 +10,8 @@
 //
 // The model (GoodputModel), fitted to the job's own observations only:
 //   compute(b) = a + c*b           least squares on (step - sync) when two micro-batches were
-//                                  seen, else half fixed and half per sample through the one seen
+//                                  seen, else the share fixed_share fixed and the rest per sample
+//                                  through the one seen
 //   sync(n, g) = 0 (g = 1);  s0 + s1*g within one node (n = 1), t0 + t1*g across nodes (n > 1):
 //                                  a line when two GPU counts of that kind were seen, a constant
 //                                  from one, the other kind's when none (0 when neither)
@@ -19,7 +20,8 @@
 //   toward what was measured, the more so the less was (live.h's Predictor, with nodes)
 //   efficiency(B) = gain(B) / (B / init_batch),  gain = (var + sqr) / (var / s + sqr), s = B / init
 //   (1 for every batch before the job reported statistics; then only init_batch is worth it)
-// and a job is offered at most explore x the largest GPU count it ran at (1 before it ran).
+// and a job is offered at most explore x the largest GPU count it ran at, or one node when that is
+// more (1 GPU before it ran).
 //
 // A global batch B on g GPUs runs as the job splits it (split_batch): micro-batch and
 // accumulation steps, the artifact's and AdaptDL's rule; the micro-step time of the split is what
@@ -44,7 +46,10 @@ struct LearnSpec {
   int max_gpus = 0;     // 0: the cluster's
   int fixed_batch = 0;  // > 0: the job runs this batch whatever its GPUs
   bool accumulate_on_one_gpu = false;  // one GPU above init_batch accumulates at least once (AdaptDL's rule)
-  double explore = 2.0;                // at most explore x the largest GPU count it ran at
+  double explore = 2.0;                // at most explore x the largest GPU count it ran at (or a node)
+  // While one micro-batch was measured: the share of its compute taken as fixed per step (the rest
+  // grows with the micro-batch). Pollux's prior is 1/2; a quarter predicts a split batch better.
+  double fixed_share = 0.25;
   std::vector<StepObservation> observed;
   bool has_grad = false;
   double grad_sqr = 0, grad_var = 0;
@@ -80,9 +85,9 @@ class GoodputModel {
   double efficiency(double batch) const;
   // The batch with the best predicted goodput on (nodes, gpus); gpus == 0 when no batch fits.
   LearnedConfig best(int nodes, int gpus) const;
-  // GPU counts it may be offered: up to explore x the largest it ran at (1 before it ran), the
-  // spec's max_gpus and max_batch / min_local.
-  int max_gpus() const;
+  // GPU counts it may be offered: up to explore x the largest it ran at or node_gpus, the larger
+  // (1 before it ran), within the spec's max_gpus and max_batch / min_local.
+  int max_gpus(int node_gpus = 1) const;
 
   // The fitted model alone (for tests): compute and sync times.
   double model_compute(double local_batch) const { return a_ + c_ * local_batch; }
