@@ -41,7 +41,11 @@ def parse_args():
     ap.add_argument("--batch", choices=["job", "edp"], default="edp",
                     help="job: the artifact's own per-job batch tuning (Pollux's agent); edp: the batch edp chose")
     ap.add_argument("--interval", type=int, default=60, help="scheduling interval (s), the artifact's default")
-    ap.add_argument("--hysteresis", type=float, default=0.15)
+    # edp's node-level policy (cluster_sim.h, ClusterPolicyConfig): no relative hysteresis, a change
+    # must save 150 s beyond its pause, a running job's pause counts (1 + 0.5 x its GPUs) times.
+    ap.add_argument("--hysteresis", type=float, default=0.0)
+    ap.add_argument("--margin", type=float, default=150.0, help="seconds a change must save beyond its pause")
+    ap.add_argument("--pause-per-gpu", type=float, default=0.5)
     ap.add_argument("--pause", type=float, default=30.0, help="the artifact's restart time (s)")
     ap.add_argument("--trace", help="write every request and answer here (JSON lines)")
     args = ap.parse_args()
@@ -157,7 +161,8 @@ class EdpPolicy:
                     self.actual_current(job, j)
             req_jobs.append(j)
         req = {"version": 2, "gpus": capacity, "policy": "restart-aware", "hysteresis": self.args.hysteresis,
-               "pause_s": self.args.pause, "start_s": self.args.pause,
+               "pause_s": self.args.pause, "start_s": self.args.pause, "margin_s": self.args.margin,
+               "pause_per_gpu": self.args.pause_per_gpu,
                "nodes": [gpn] * len(node_ids), "jobs": req_jobs}
         text = json.dumps(req)
         t0 = time.perf_counter()
@@ -248,6 +253,7 @@ def main():
            "wall_s": wall}
     if not args.peer:
         out.update({"rates": args.rates, "batch": args.batch, "hysteresis": args.hysteresis,
+                    "margin_s": args.margin, "pause_per_gpu": args.pause_per_gpu,
                     "plan_calls": policy.calls, "plan_ms_avg": 1000 * policy.plan_s / max(1, policy.calls),
                     "solve_ms_avg": policy.solve_ms / max(1, policy.calls)})
     print(json.dumps(out))

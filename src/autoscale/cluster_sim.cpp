@@ -634,6 +634,8 @@ class EdpDpPolicy final : public ClusterPolicy {
     req_.gpus = capacity;
     req_.objective = Objective::RestartAware;
     req_.hysteresis = cfg_.hysteresis;
+    req_.margin_s = cfg_.margin_s;
+    req_.pause_per_gpu = cfg_.pause_per_gpu;
     req_.pause_s = req_.start_s = cfg_.restart_s;
     req_.jobs.resize(active.size());
     for (size_t i = 0; i < active.size(); ++i) {
@@ -682,6 +684,8 @@ void fill_cluster_request(PlanRequest& req, const std::vector<ClusterDpJob>& job
   req.gpus = capacity;
   req.objective = restart_aware ? Objective::RestartAware : Objective::Remaining;
   req.hysteresis = cfg.hysteresis;
+  req.margin_s = restart_aware ? cfg.margin_s : 0.0;
+  req.pause_per_gpu = restart_aware ? cfg.pause_per_gpu : 0.0;
   req.pause_s = cfg.restart_s;
   req.start_s = cfg.restart_s;  // this simulator charges the pause to every allocation change, a start too
   req.jobs.resize(jobs.size());
@@ -715,6 +719,7 @@ std::unique_ptr<ClusterPolicy> make_cluster_policy(const std::string& name, cons
     // simulator's 5% hysteresis, no pause in the value.
     ClusterPolicyConfig c = cfg;
     c.hysteresis = 0.05;
+    c.margin_s = c.pause_per_gpu = 0;
     return std::make_unique<EdpDpPolicy>(name, Mode::JobTuned, true, false, c);
   }
   std::string all;

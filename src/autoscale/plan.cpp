@@ -45,9 +45,10 @@ bool is_rebatch(const PlanJob& job, const Config& o) {
 double option_value(const PlanRequest& req, const PlanJob& job, const Config& o) {
   const bool running = job.current.gpus > 0;
   const bool current = is_current(job, o);
-  const double change_pause = job.pause_s >= 0 ? job.pause_s : req.pause_s;
+  const double held = 1.0 + req.pause_per_gpu * job.current.gpus;  // a restart idles every GPU it holds
+  const double change_pause = (job.pause_s >= 0 ? job.pause_s : req.pause_s) * held;
   const bool rebatch = is_rebatch(job, o);
-  const double rebatch_pause = job.rebatch_s >= 0 ? job.rebatch_s : change_pause;
+  const double rebatch_pause = job.rebatch_s >= 0 ? job.rebatch_s * held : change_pause;
   const bool free_change = rebatch && job.rebatch_s == 0;  // rebatches in place: no change at all
   double v = 0;
   switch (req.objective) {
@@ -62,7 +63,8 @@ double option_value(const PlanRequest& req, const PlanJob& job, const Config& o)
                            : rebatch ? rebatch_pause
                            : running ? change_pause
                                      : (job.start_s >= 0 ? job.start_s : req.start_s);
-      v = job.weight / (job.remaining / (o.samples_per_s * o.efficiency) + pause);
+      const double margin = running && !current && !free_change ? req.margin_s : 0.0;
+      v = job.weight / (job.remaining / (o.samples_per_s * o.efficiency) + pause + margin);
       break;
     }
     case Objective::Fifo:
@@ -102,6 +104,8 @@ void validate(const PlanRequest& req) {
   if (!(req.hysteresis >= 0 && req.hysteresis < 1)) throw DataError("field 'hysteresis': must be in [0, 1)");
   if (!finite_nonneg(req.pause_s)) throw DataError("field 'pause_s': must be a finite number >= 0");
   if (!finite_nonneg(req.start_s)) throw DataError("field 'start_s': must be a finite number >= 0");
+  if (!finite_nonneg(req.margin_s)) throw DataError("field 'margin_s': must be a finite number >= 0");
+  if (!finite_nonneg(req.pause_per_gpu)) throw DataError("field 'pause_per_gpu': must be a finite number >= 0");
   const bool fifo = req.objective == Objective::Fifo;
   for (size_t i = 0; i < req.jobs.size(); ++i) {
     const PlanJob& j = req.jobs[i];

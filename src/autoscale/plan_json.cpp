@@ -104,7 +104,7 @@ LearnSpec parse_learn(const Fields& f) {
   l.max_gpus = static_cast<int>(f.integer("max_gpus", 0, kMaxGpus, 0));
   l.fixed_batch = static_cast<int>(f.integer("fixed_batch", 0, kMaxBatch, 0));
   l.accumulate_on_one_gpu = f.boolean("accumulate_on_one_gpu", false);
-  l.explore = f.number("explore", 1, 1e3, 2.0);
+  l.explore = f.number("explore", 1, 1e3, 4.0);
   l.fixed_share = f.number("fixed_share", 0, 0.999, 0.25);
   if (f.has("observed")) {
     const Json& obs = f.array("observed");
@@ -199,7 +199,8 @@ PlanJob parse_job(const Fields& j, const PlanRequest& r) {
 
 PlanRequest parse_v2(const Json& in, const std::string& where, int gpus_override) {
   const Fields req(in, where);
-  req.allow({"version", "gpus", "policy", "hysteresis", "pause_s", "start_s", "nodes", "jobs"});
+  req.allow({"version", "gpus", "policy", "hysteresis", "pause_s", "start_s", "margin_s", "pause_per_gpu", "nodes",
+             "jobs"});
   PlanRequest r;
   int64_t node_sum = -1;
   if (req.has("nodes")) {
@@ -225,6 +226,8 @@ PlanRequest parse_v2(const Json& in, const std::string& where, int gpus_override
   r.hysteresis = req.number("hysteresis", 0, 0.999999, 0.15);
   r.pause_s = req.number("pause_s", 0, kMaxPause, 30);
   r.start_s = req.number("start_s", 0, kMaxPause, r.pause_s);
+  r.margin_s = req.number("margin_s", 0, kMaxPause, 0);
+  r.pause_per_gpu = req.number("pause_per_gpu", 0, 1e3, 0);
   const Json& jobs = req.array("jobs");
   std::set<std::string> ids;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -303,6 +306,8 @@ std::string plan_request_json(const PlanRequest& r) {
   }
   ojson out = {{"version", 2},         {"gpus", r.gpus},       {"policy", objective_name(r.objective)},
                {"hysteresis", r.hysteresis}, {"pause_s", r.pause_s}, {"start_s", r.start_s}};
+  if (r.margin_s > 0) out["margin_s"] = r.margin_s;
+  if (r.pause_per_gpu > 0) out["pause_per_gpu"] = r.pause_per_gpu;
   if (!r.nodes.empty()) out["nodes"] = r.nodes;
   out["jobs"] = jobs;
   return out.dump(2) + "\n";

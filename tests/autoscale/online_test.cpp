@@ -105,8 +105,12 @@ TEST(Online, UnmeasuredScalingIsCautious) {
   const double x1 = 32 / true_step(1, 1, 32);
   const double x2 = 2 * 32 / m.step_sync(1, 2, 32).first;
   EXPECT_NEAR(x2 / x1, std::sqrt(2.0), 1e-9);
-  // It may be offered at most twice the GPUs it ran at.
-  EXPECT_EQ(m.max_gpus(), 2);
+  // It may be offered at most four times the GPUs it ran at (explore 4), or one node when larger.
+  EXPECT_EQ(m.max_gpus(), 4);
+  EXPECT_EQ(m.max_gpus(8), 8);
+  LearnSpec two = l;
+  two.explore = 2;
+  EXPECT_EQ(GoodputModel(two).max_gpus(), 2);
 }
 
 TEST(Online, EfficiencyIsPolluxsFromTheReportedStatistics) {
@@ -140,8 +144,8 @@ TEST(Online, LearnedJobsGetPackedOptionsAndAPlacement) {
   b.learn = synthetic_spec();
   r.jobs = {a, b};
   const Plan p = decide(r);
-  // a may take up to 8 GPUs (twice what it ran at): 1, 2, 3, 4 and 8.
-  ASSERT_EQ(p.values[0].size(), 5u);
+  // a may take up to 16 GPUs (four times what it ran at): 1, 2, 3, 4, then whole nodes 8, 12, 16.
+  ASSERT_EQ(p.values[0].size(), 7u);
   ASSERT_EQ(p.values[1].size(), 1u);
   EXPECT_EQ(p.choices[1].config.gpus, 1);
   EXPECT_EQ(p.choices[1].config.batch, 32);
@@ -160,10 +164,10 @@ TEST(Online, LearnedJobsGetPackedOptionsAndAPlacement) {
 }
 
 TEST(Online, NoChangeForLessThanItsPause) {
-  // Random clusters of learned and table jobs: every job the decision moves to at least as many GPUs
-  // as it has (a grow, or another configuration of the same size) finishes sooner there by more
-  // than the pause the move costs, by its own predicted rates (an optimum never makes a job worse
-  // off except to give its GPUs to others). Learned jobs' rebatches in place are free.
+  // Random clusters of learned jobs: every job the decision grows finishes sooner there by more than
+  // the pause the move costs (its pause x (1 + pause_per_gpu x its GPUs), plus the margin), by its
+  // own predicted rates (an optimum never makes a job worse off except to give its GPUs to
+  // others). Rebatches in place are free.
   edp::Rng rng(7);
   int moved = 0;
   for (int inst = 0; inst < 300; ++inst) {
@@ -172,6 +176,8 @@ TEST(Online, NoChangeForLessThanItsPause) {
     r.gpus = 16;
     r.pause_s = r.start_s = 30;
     r.hysteresis = rng.uniform() < 0.5 ? 0.0 : 0.15;
+    r.margin_s = rng.uniform() < 0.5 ? 0.0 : 150.0;
+    r.pause_per_gpu = rng.uniform() < 0.5 ? 0.0 : 0.5;
     const int J = 1 + static_cast<int>(rng.below(6));
     std::vector<int> used(4, 0);
     for (int j = 0; j < J; ++j) {
@@ -215,7 +221,8 @@ TEST(Online, NoChangeForLessThanItsPause) {
       ASSERT_NE(cur, nullptr);
       const double t_cur = pj.remaining / (cur->samples_per_s * cur->efficiency);
       const double t_new = pj.remaining / (c.samples_per_s * c.efficiency);
-      EXPECT_LT(t_new + r.pause_s, t_cur) << "instance " << inst << " job " << j << ": " << plan_json(r, p, 0);
+      const double pause = r.pause_s * (1 + r.pause_per_gpu * pj.current.gpus) + r.margin_s;
+      EXPECT_LT(t_new + pause, t_cur) << "instance " << inst << " job " << j << ": " << plan_json(r, p, 0);
       ++moved;
     }
   }

@@ -134,10 +134,12 @@ struct ClusterJobView {
 struct ClusterPolicyConfig {
   double restart_s = 30;       // the pause a change costs (restart-aware policies price it in)
   bool restart_aware = true;   // edp policies: a change must pay for its pause over the job's remaining time
-  // Value fraction a change must overcome on top of that. 0.15: the pause alone still left ~4.4
-  // restarts per job (the sum of 1/T rewards small shifts); 0.15-0.3 gave the same JCTs
-  // (docs/autoscaler.md, "Restart awareness").
-  double hysteresis = 0.15;
+  // On top of that (plan.h): a change must save margin_s seconds more, and a running job's pause
+  // counts (1 + pause_per_gpu x its GPUs) times (a restart idles every GPU it holds); no relative
+  // hysteresis. Chosen on the eight load-1.0 workloads (docs/autoscaler.md §7, "Ablations").
+  double hysteresis = 0.0;
+  double margin_s = 150;
+  double pause_per_gpu = 0.5;
   int max_gpus_per_job = 64;
   double tiresias_threshold_gpu_s = 16 * 3600.0;  // Tiresias: queue-0 -> queue-1 demotion
 };

@@ -46,7 +46,7 @@ struct LearnSpec {
   int max_gpus = 0;     // 0: the cluster's
   int fixed_batch = 0;  // > 0: the job runs this batch whatever its GPUs
   bool accumulate_on_one_gpu = false;  // one GPU above init_batch accumulates at least once (AdaptDL's rule)
-  double explore = 2.0;                // at most explore x the largest GPU count it ran at (or a node)
+  double explore = 4.0;                // at most explore x the largest GPU count it ran at (or a node)
   // While one micro-batch was measured: the share of its compute taken as fixed per step (the rest
   // grows with the micro-batch). Pollux's prior is 1/2; a quarter predicts a split batch better.
   double fixed_share = 0.25;

@@ -12,12 +12,13 @@
 //   throughput     v = weight x (samples_per_s_o / own.samples_per_s) x efficiency_o
 //                  (the speedup over the job's own configuration; the v1 contract)
 //   remaining      v = weight x r_o / remaining        (the share of its remaining work per second)
-//   restart-aware  v = weight / (remaining / r_o + pause_o)   (the reciprocal of its time to finish
-//                  there, counting the pause that taking the option costs)
-// where pause_o = 0 for the job's current configuration, its change pause (`pause_s`) for another
-// configuration of a running job, its start pause (`start_s`) for a job that is not running. Then
-// an option other than the current one of a running job loses the fraction `hysteresis` of its
-// value. `fifo` values nothing: running jobs keep their configuration, the others start at their
+//   restart-aware  v = weight / (remaining / r_o + pause_o + margin_o)   (the reciprocal of its time
+//                  to finish there, counting the pause that taking the option costs)
+// where pause_o = 0 for the job's current configuration, its change pause (`pause_s`, `rebatch_s`
+// for a change of batch alone) x (1 + pause_per_gpu x its current GPUs) for another configuration
+// of a running job, its start pause (`start_s`) for a job that is not running; margin_o =
+// `margin_s` for a change of a running job (0 for a free rebatch). Then an option other than the
+// current one of a running job loses the fraction `hysteresis` of its value (not a free rebatch). `fifo` values nothing: running jobs keep their configuration, the others start at their
 // own configuration in order while it fits (a job larger than the cluster is passed over, a job
 // that does not fit now blocks the ones behind it).
 #pragma once
@@ -74,6 +75,11 @@ struct PlanRequest {
   double hysteresis = 0.15;
   double pause_s = 30;  // default change pause
   double start_s = 30;  // default start pause
+  // Restart-aware: a change of a running job must save it this many seconds beyond its pause.
+  double margin_s = 0;
+  // Restart-aware: a running job's change pause counts (1 + pause_per_gpu x the GPUs it holds)
+  // times: while it restarts every GPU it holds idles, capacity the other jobs lose.
+  double pause_per_gpu = 0;
   // GPUs per node; empty: one pool. With nodes the decision also places every job (Plan::nodes),
   // and learned jobs' GPU counts pack onto them (1..node size, then whole nodes).
   std::vector<int> nodes;
