@@ -10,6 +10,7 @@
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "csv.h"
 #include "edp/autoscale/plan.h"
@@ -303,6 +304,43 @@ AdaptiveChoice best_adaptive(const ClusterApp& app, const std::vector<int>& plac
   return best;
 }
 
+NamedBatch best_named_batch(const ClusterApp& app, const std::vector<int>& placement, int epoch) {
+  const int n = std::accumulate(placement.begin(), placement.end(), 0);
+  EDP_CHECK(n >= 1, "best_named_batch: empty placement");
+  auto run = [&](int batch) {
+    const BatchSplit sp = split_batch(n, batch, app.max_local, app.init_batch, app.max_batch, true);
+    const auto [step, sync] = app.step_sync(placement, sp.atomic);
+    const double total = step + sp.accum * (step - sync);
+    const double M = double(n) * sp.atomic * (sp.accum + 1);
+    return NamedBatch{static_cast<int>(M), AdaptiveChoice{sp.atomic, sp.accum, app.gain(M, epoch) / total, M / total}};
+  };
+  if (app.name == "ncf") return run(32768);  // the artifact fixes ncf's batch at 32768 for Pollux
+  NamedBatch best;
+  bool any = false;
+  for (int atomic : app.local_grid)
+    for (int accum = 0; accum < 16; ++accum) {
+      const int64_t M = int64_t{n} * atomic * (accum + 1);
+      if (M > app.max_batch) break;
+      if (M < app.init_batch && int64_t{n} * app.min_local <= app.init_batch) continue;
+      const NamedBatch c = run(static_cast<int>(M));
+      if (!any || c.run.goodput > best.run.goodput) best = c, any = true;
+    }
+  if (!any) return run(std::max(1, std::min(app.min_local, app.max_batch / n)) * n);
+  return best;
+}
+
+LearnSpec learn_spec_of(const ClusterApp& app, int max_gpus_per_job) {
+  LearnSpec l;
+  l.init_batch = app.init_batch;
+  l.max_batch = app.max_batch;
+  l.min_local = app.min_local;
+  l.max_local = app.max_local;
+  l.max_gpus = app.name == "ncf" ? 1 : max_gpus_per_job;
+  l.fixed_batch = app.name == "ncf" ? 32768 : 0;
+  l.accumulate_on_one_gpu = true;
+  return l;
+}
+
 std::vector<ClusterJob> load_cluster_workload(const std::string& path) {
   detail::CsvFile f(path);
   const size_t cn = f.column("name"), ct = f.column("time"), ca = f.column("application"),
@@ -330,20 +368,6 @@ namespace {
 
 // Greedy "most free GPUs first" node choice (ties: lowest node id), the placement of the
 // artifact's Tiresias and Optimus: fills the emptiest node, then the next.
-std::vector<int> most_free_alloc(std::vector<int>& free, int need) {
-  std::vector<int> a;
-  while (static_cast<int>(a.size()) < need) {
-    int best = 0;
-    for (int i = 1; i < static_cast<int>(free.size()); ++i)
-      if (free[size_t(i)] > free[size_t(best)]) best = i;
-    EDP_CHECK(free[size_t(best)] > 0, "most_free_alloc: not enough free GPUs");
-    const int take = std::min(free[size_t(best)], need - static_cast<int>(a.size()));
-    a.insert(a.end(), size_t(take), best);
-    free[size_t(best)] -= take;
-  }
-  return a;
-}
-
 std::vector<int> free_after(const std::vector<std::vector<int>>& allocs, int nodes, int gpn) {
   std::vector<int> free(size_t(nodes), gpn);
   for (const auto& a : allocs)
@@ -417,7 +441,7 @@ class TiresiasPolicy final : public ClusterPolicy {
     for (const std::vector<int>* q : {&q0_, &q1_})
       for (int id : *q) {
         const size_t i = pos[id];
-        if (st_[id].running && out[i].empty()) out[i] = most_free_alloc(free, active[i].target_replicas);
+        if (st_[id].running && out[i].empty()) out[i] = most_free_nodes(free, active[i].target_replicas);
       }
     return out;
   }
@@ -484,7 +508,7 @@ class OptimusPolicy final : public ClusterPolicy {
     std::iota(order.begin(), order.end(), size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return num[a] < num[b]; });
     for (size_t i : order)
-      if (num[i] > 0 && out[i].empty()) out[i] = most_free_alloc(free, num[i]);
+      if (num[i] > 0 && out[i].empty()) out[i] = most_free_nodes(free, num[i]);
     return out;
   }
 
@@ -508,54 +532,60 @@ class OptimusPolicy final : public ClusterPolicy {
 };
 
 // edp's DP in the node-level simulator. Each job's options are GPU counts that pack onto nodes
-// (1-4 on one node, then whole nodes), each with the best batch for that count (the job adapts
-// it: batch 0 in the request); fill_cluster_request() makes them a request of plan.h, whose
-// restart-aware valuation is 1 / (the time the job would still need at an option, counting the
-// pause every allocation change and every start costs here) — so a change must pay for its pause
-// over the job's remaining time, and the sum favours short jobs (SRPT-like). The eager variant
-// values rate / remaining work (objective remaining) with only the hysteresis.
-// Jobs whose GPU count stays keep their nodes; the others are placed whole-nodes first and
-// best-fit inside nodes, preferring the nodes they had.
+// (1-4 on one node, then whole nodes), valued restart-aware by decide() (plan.h): 1 / (the time the
+// job would still need at an option, counting the pause every allocation change and every start
+// costs here) — so a change must pay for its pause over the job's remaining time, and the sum
+// favours short jobs (SRPT-like). The request carries the nodes, so decide() also places the jobs
+// (a job whose count stays keeps its nodes; plan.h's place_on_nodes).
+//
+// Where the options' rates come from:
+//   Learned  each job's reports (ClusterJobView::observed, its gradient statistics): the request
+//            carries them (PlanJob::learned) and decide() builds the options (online.h); the
+//            policy names the batch (the option's), a change of batch alone is free
+//   Oracle   the true tables: per count the named batch with the best true goodput at the packed
+//            placement, the current count at the job's actual placement; the policy names the batch
+//   JobTuned the true tables with the batch the job tunes itself at every epoch (best_adaptive):
+//            options of batch 0 (fill_cluster_request); goodput or raw throughput, restart-aware
+//            or eager (rate / remaining work)
 class EdpDpPolicy final : public ClusterPolicy {
  public:
-  EdpDpPolicy(std::string name, bool by_goodput, bool restart_aware, const ClusterPolicyConfig& c)
-      : name_(std::move(name)), by_goodput_(by_goodput), restart_aware_(restart_aware), cfg_(c) {}
+  enum class Mode { Learned, Oracle, JobTuned };
+  EdpDpPolicy(std::string name, Mode mode, bool by_goodput, bool restart_aware, const ClusterPolicyConfig& c)
+      : name_(std::move(name)), mode_(mode), by_goodput_(by_goodput), restart_aware_(restart_aware), cfg_(c) {}
   std::string name() const override { return name_; }
   bool adaptive_batch() const override { return true; }
+  bool chooses_batch() const override { return mode_ != Mode::JobTuned; }
+  const std::vector<int>& batches() const override { return batches_; }
 
   std::vector<std::vector<int>> plan(const std::vector<ClusterJobView>& active, int nodes, int gpn,
                                      double) override {
     const size_t J = active.size();
     const int capacity = nodes * gpn;
-    jobs_.resize(J);
-    for (size_t i = 0; i < J; ++i) {
-      const ClusterJobView& j = active[i];
-      ClusterDpJob& d = jobs_[i];
-      const int cur = static_cast<int>(j.alloc.size());
-      d.current_gpus = cur;
-      d.remaining = std::max(1e-9, j.app->total_progress() - j.progress);
-      d.rates.clear();
-      for (const Rate& r : rates(*j.app, j.epoch, gpn, capacity)) {
-        double rate = r.rate;
-        if (r.gpus == cur && j.goodput > 0 && by_goodput_) rate = j.goodput;  // actual placement
-        d.rates.emplace_back(r.gpus, rate);
+    if (mode_ == Mode::JobTuned) {
+      jobs_.resize(J);
+      for (size_t i = 0; i < J; ++i) {
+        const ClusterJobView& j = active[i];
+        ClusterDpJob& d = jobs_[i];
+        const int cur = static_cast<int>(j.alloc.size());
+        d.current_gpus = cur;
+        d.remaining = std::max(1e-9, j.app->total_progress() - j.progress);
+        d.rates.clear();
+        for (const Rate& r : rates(*j.app, j.epoch, gpn)) {
+          double rate = r.rate;
+          if (r.gpus == cur && j.goodput > 0 && by_goodput_) rate = j.goodput;  // actual placement
+          d.rates.emplace_back(r.gpus, rate);
+        }
       }
+      fill_cluster_request(req_, jobs_, capacity, cfg_, restart_aware_);
+    } else {
+      named_request(active, capacity, gpn);
     }
-    fill_cluster_request(req_, jobs_, capacity, cfg_, restart_aware_);
+    req_.nodes.assign(size_t(nodes), gpn);
+    for (size_t i = 0; i < J; ++i) req_.jobs[i].current_nodes = active[i].alloc;
     const Plan& s = planner_.decide(req_);
-    // Placement: keep jobs whose count stays; place the rest largest first.
-    std::vector<std::vector<int>> out(J);
-    std::vector<size_t> todo;
-    for (size_t i = 0; i < J; ++i) {
-      const int n = s.choices[i].config.gpus;
-      if (n == static_cast<int>(active[i].alloc.size())) out[i] = active[i].alloc;
-      else if (n > 0) todo.push_back(i);
-    }
-    std::vector<int> free = free_after(out, nodes, gpn);
-    std::stable_sort(todo.begin(), todo.end(),
-                     [&](size_t a, size_t b) { return s.choices[a].config.gpus > s.choices[b].config.gpus; });
-    for (size_t i : todo) out[i] = place(free, s.choices[i].config.gpus, active[i].alloc, gpn);
-    return out;
+    batches_.assign(J, 0);
+    for (size_t i = 0; i < J; ++i) batches_[i] = s.choices[i].config.batch;
+    return s.nodes;
   }
 
  private:
@@ -563,72 +593,88 @@ class EdpDpPolicy final : public ClusterPolicy {
     int gpus;
     double rate;  // progress per second (goodput) or init-batch samples per second (dp)
   };
-  const std::vector<Rate>& rates(const ClusterApp& app, int epoch, int gpn, int capacity) {
+  // The counts a job may take: 1..node size, then whole nodes, up to max_batch / min_local (ncf 1).
+  int max_count(const ClusterApp& app) const {
+    return app.name == "ncf" ? 1 : std::min({cfg_.max_gpus_per_job, 4096, std::max(1, app.max_batch / app.min_local)});
+  }
+  static std::vector<int> packed(int n, int gpn) {
+    std::vector<int> pl;
+    for (int left = n; left > 0; left -= gpn) pl.push_back(std::min(left, gpn));
+    return pl;
+  }
+  const std::vector<Rate>& rates(const ClusterApp& app, int epoch, int gpn) {
     const auto key = std::make_pair(&app, by_goodput_ ? epoch : 0);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     std::vector<Rate> v;
     // Counts above the cluster are never chosen (solve() drops them), so the cache does not
     // depend on the capacity.
-    (void)capacity;
-    const int maxg = app.name == "ncf" ? 1
-                                       : std::min({cfg_.max_gpus_per_job, 4096,
-                                                   std::max(1, app.max_batch / app.min_local)});
-    for (int n = 1; n <= maxg; ++n) {
+    for (int n = 1; n <= max_count(app); ++n) {
       if (n > gpn && n % gpn != 0) continue;  // only counts that pack onto whole nodes
-      std::vector<int> pl;
-      for (int left = n; left > 0; left -= gpn) pl.push_back(std::min(left, gpn));
-      const AdaptiveChoice c = best_adaptive(app, pl, epoch, by_goodput_);
+      const AdaptiveChoice c = best_adaptive(app, packed(n, gpn), epoch, by_goodput_);
       v.push_back(Rate{n, by_goodput_ ? c.goodput : c.samples_per_s / app.init_batch});
     }
     return cache_.emplace(key, std::move(v)).first->second;
   }
-
-  // Whole free nodes for multiples of a node (the job's old nodes first), best fit inside one
-  // node for smaller jobs; when neither exists, the most-free nodes (the step-time table then
-  // charges the spread placement).
-  static std::vector<int> place(std::vector<int>& free, int n, const std::vector<int>& old, int gpn) {
-    const int nodes = static_cast<int>(free.size());
-    std::set<int> had(old.begin(), old.end());
-    std::vector<int> a;
-    if (n >= gpn) {
-      std::vector<int> cand;
-      for (int i = 0; i < nodes; ++i)
-        if (free[size_t(i)] == gpn) cand.push_back(i);
-      std::stable_partition(cand.begin(), cand.end(), [&](int x) { return had.count(x) > 0; });
-      for (int x : cand) {
-        if (static_cast<int>(a.size()) + gpn > n) break;
-        a.insert(a.end(), size_t(gpn), x);
-        free[size_t(x)] = 0;
+  // An option at the batch the policy names, valued by the true goodput (progress per second x
+  // init_batch = samples_per_s x efficiency).
+  static Config named_option(const ClusterApp& app, int n, const NamedBatch& nb) {
+    const double sps = nb.run.samples_per_s;
+    return Config{n, nb.batch, 1, sps, nb.run.goodput * app.init_batch / sps};
+  }
+  const NamedBatch& oracle_packed(const ClusterApp& app, int epoch, int n, int gpn) {
+    const auto key = std::make_tuple(&app, epoch, n);
+    auto it = named_cache_.find(key);
+    if (it != named_cache_.end()) return it->second;
+    return named_cache_.emplace(key, best_named_batch(app, packed(n, gpn), epoch)).first->second;
+  }
+  // The request of the Learned and Oracle modes: remaining work in init-batch samples, a change of
+  // batch alone free (the job rebatches at its next step), the current batch the one it runs.
+  void named_request(const std::vector<ClusterJobView>& active, int capacity, int gpn) {
+    req_.gpus = capacity;
+    req_.objective = Objective::RestartAware;
+    req_.hysteresis = cfg_.hysteresis;
+    req_.margin_s = cfg_.margin_s;
+    req_.pause_per_gpu = cfg_.pause_per_gpu;
+    req_.pause_s = req_.start_s = cfg_.restart_s;
+    req_.jobs.resize(active.size());
+    for (size_t i = 0; i < active.size(); ++i) {
+      const ClusterJobView& j = active[i];
+      const ClusterApp& app = *j.app;
+      PlanJob& pj = req_.jobs[i];
+      pj = PlanJob{};
+      pj.id = std::to_string(j.id);
+      pj.remaining = std::max(1e-9, app.total_progress() - j.progress) * app.init_batch;
+      const int cur = static_cast<int>(j.alloc.size());
+      if (cur > 0) pj.current = Config{cur, j.batch, 1, 0, 1.0};
+      pj.rebatch_s = 0;
+      if (mode_ == Mode::Learned) {
+        pj.learned = true;
+        pj.learn = learn_spec_of(app, cfg_.max_gpus_per_job);
+        pj.learn.observed = j.observed;
+        pj.learn.has_grad = j.has_grad;
+        pj.learn.grad_sqr = j.grad_sqr;
+        pj.learn.grad_var = j.grad_var;
+        continue;
       }
-    } else {
-      int best = -1;
-      for (int i = 0; i < nodes; ++i) {
-        const int f = free[size_t(i)];
-        if (f < n) continue;
-        const bool better = best < 0 || f < free[size_t(best)] ||
-                            (f == free[size_t(best)] && had.count(i) && !had.count(best));
-        if (better) best = i;
-      }
-      if (best >= 0) {
-        a.assign(size_t(n), best);
-        free[size_t(best)] -= n;
+      for (int n = 1; n <= std::max(max_count(app), cur); ++n) {
+        if (n > gpn && n % gpn != 0 && n != cur) continue;
+        if (n == cur) pj.options.push_back(named_option(app, n, best_named_batch(app, placement_of(j.alloc), j.epoch)));
+        else pj.options.push_back(named_option(app, n, oracle_packed(app, j.epoch, n, gpn)));
       }
     }
-    if (static_cast<int>(a.size()) < n) {
-      std::vector<int> rest = most_free_alloc(free, n - static_cast<int>(a.size()));
-      a.insert(a.end(), rest.begin(), rest.end());
-    }
-    return a;
   }
 
   std::string name_;
+  Mode mode_;
   bool by_goodput_, restart_aware_;
   ClusterPolicyConfig cfg_;
   std::vector<ClusterDpJob> jobs_;  // reused across plans
   PlanRequest req_;
   Planner planner_;
+  std::vector<int> batches_;
   std::map<std::pair<const ClusterApp*, int>, std::vector<Rate>> cache_;
+  std::map<std::tuple<const ClusterApp*, int, int>, NamedBatch> named_cache_;
 };
 
 }  // namespace
@@ -638,6 +684,8 @@ void fill_cluster_request(PlanRequest& req, const std::vector<ClusterDpJob>& job
   req.gpus = capacity;
   req.objective = restart_aware ? Objective::RestartAware : Objective::Remaining;
   req.hysteresis = cfg.hysteresis;
+  req.margin_s = restart_aware ? cfg.margin_s : 0.0;
+  req.pause_per_gpu = restart_aware ? cfg.pause_per_gpu : 0.0;
   req.pause_s = cfg.restart_s;
   req.start_s = cfg.restart_s;  // this simulator charges the pause to every allocation change, a start too
   req.jobs.resize(jobs.size());
@@ -655,19 +703,24 @@ void fill_cluster_request(PlanRequest& req, const std::vector<ClusterDpJob>& job
   }
 }
 
-std::vector<std::string> cluster_policy_names() { return {"tiresias", "optimus", "goodput", "dp", "goodput-eager"}; }
+std::vector<std::string> cluster_policy_names() {
+  return {"tiresias", "optimus", "goodput", "goodput-oracle", "dp", "goodput-eager"};
+}
 
 std::unique_ptr<ClusterPolicy> make_cluster_policy(const std::string& name, const ClusterPolicyConfig& cfg) {
+  using Mode = EdpDpPolicy::Mode;
   if (name == "tiresias") return std::make_unique<TiresiasPolicy>(cfg);
   if (name == "optimus") return std::make_unique<OptimusPolicy>(cfg);
-  if (name == "goodput") return std::make_unique<EdpDpPolicy>(name, true, cfg.restart_aware, cfg);
-  if (name == "dp") return std::make_unique<EdpDpPolicy>(name, false, cfg.restart_aware, cfg);
+  if (name == "goodput") return std::make_unique<EdpDpPolicy>(name, Mode::Learned, true, true, cfg);
+  if (name == "goodput-oracle") return std::make_unique<EdpDpPolicy>(name, Mode::Oracle, true, true, cfg);
+  if (name == "dp") return std::make_unique<EdpDpPolicy>(name, Mode::JobTuned, false, cfg.restart_aware, cfg);
   if (name == "goodput-eager") {
     // The formulation before restart awareness: value rate / remaining work, the pool
     // simulator's 5% hysteresis, no pause in the value.
     ClusterPolicyConfig c = cfg;
     c.hysteresis = 0.05;
-    return std::make_unique<EdpDpPolicy>(name, true, false, c);
+    c.margin_s = c.pause_per_gpu = 0;
+    return std::make_unique<EdpDpPolicy>(name, Mode::JobTuned, true, false, c);
   }
   std::string all;
   for (const auto& n : cluster_policy_names()) all += (all.empty() ? "" : ", ") + n;
@@ -690,20 +743,26 @@ class ClusterRunState {
     const ClusterApp* app = nullptr;
     std::vector<int> alloc, placement;
     int atomic = 0, accum = 0;
+    int target = 0;  // the batch the policy named (chooses_batch policies)
     double pause_left = 0, progress = 0;
     int epoch = 0;
     bool done = false, started = false;
+    // What the job reports: each configuration's first step and its gradient statistics.
+    std::vector<StepObservation> observed;
+    bool has_grad = false;
+    double grad_sqr = 0, grad_var = 0;
   };
   void configure(size_t i);
   double goodput_of(const Run& r) const;
   void advance(size_t i, double t, double seconds);
+  void report(Run& r);
   void plan_and_apply(double t, double& plan_ms);
   void summarise(double plan_ms);
 
   const std::vector<ClusterJob>& jobs_;
   const ClusterSimConfig& cfg_;
   std::unique_ptr<ClusterPolicy> policy_;
-  bool adaptive_ = false;
+  bool adaptive_ = false, names_batch_ = false;
   std::vector<Run> run_;
   ClusterSimResult res_;
   std::vector<ClusterJobView> views_;
@@ -717,6 +776,7 @@ ClusterRunState::ClusterRunState(const std::vector<ClusterJob>& jobs, const Clus
   pc.restart_s = cfg.restart_s;
   policy_ = make_cluster_policy(cfg.policy, pc);
   adaptive_ = policy_->adaptive_batch();
+  names_batch_ = policy_->chooses_batch();
   const size_t N = jobs.size();
   run_.resize(N);
   res_.policy = cfg.policy;
@@ -734,7 +794,13 @@ ClusterRunState::ClusterRunState(const std::vector<ClusterJob>& jobs, const Clus
 void ClusterRunState::configure(size_t i) {
   Run& r = run_[i];
   if (r.alloc.empty()) return;
-  if (adaptive_) {
+  if (names_batch_) {
+    const int n = static_cast<int>(r.alloc.size());
+    EDP_CHECK(r.target >= 1, "policy ", cfg_.policy, " named no batch for job ", jobs_[i].name);
+    const BatchSplit c = split_batch(n, r.target, r.app->max_local, r.app->init_batch, r.app->max_batch, true);
+    r.atomic = c.atomic;
+    r.accum = c.accum;
+  } else if (adaptive_) {
     const AdaptiveChoice c = best_adaptive(*r.app, r.placement, r.epoch, cfg_.policy != "dp");
     r.atomic = c.atomic;
     r.accum = c.accum;
@@ -767,6 +833,7 @@ void ClusterRunState::advance(size_t i, double t, double seconds) {
   while (seconds > 0 && !r.done) {
     const double g = goodput_of(r);
     EDP_CHECK(g > 0, "job ", jobs_[i].name, ": non-positive goodput");
+    report(r);
     const double next = r.app->epoch_progress[size_t(r.epoch) + 1];
     if (r.progress + g * seconds < next) {
       r.progress += g * seconds;
@@ -780,10 +847,24 @@ void ClusterRunState::advance(size_t i, double t, double seconds) {
     if (r.epoch >= r.app->max_epochs) {
       r.done = true;
       res_.jobs[i].finish_s = t;
-    } else if (adaptive_) {
+    } else if (adaptive_ && !names_batch_) {
       configure(i);
     }
   }
+}
+
+// What the job reports at a step (the artifact's Job.update_params): the step and sync time of a
+// configuration it has not run at before, and its gradient statistics now.
+void ClusterRunState::report(Run& r) {
+  const int nodes = static_cast<int>(r.placement.size()), gpus = static_cast<int>(r.alloc.size());
+  const auto same = [&](const StepObservation& o) { return o.nodes == nodes && o.gpus == gpus && o.local_batch == r.atomic; };
+  if (std::none_of(r.observed.begin(), r.observed.end(), same)) {
+    const auto [step, sync] = r.app->step_sync(r.placement, r.atomic);
+    r.observed.push_back(StepObservation{nodes, gpus, double(r.atomic), step, sync});
+  }
+  const double M = double(gpus) * r.atomic * (r.accum + 1);
+  std::tie(r.grad_sqr, r.grad_var) = r.app->grad_stats(M, r.epoch);
+  r.has_grad = true;
 }
 
 void ClusterRunState::plan_and_apply(double t, double& plan_ms) {
@@ -801,9 +882,17 @@ void ClusterRunState::plan_and_apply(double t, double& plan_ms) {
       EDP_CHECK(n >= 0 && n < cfg_.nodes, "policy ", cfg_.policy, " used node ", n, " of ", cfg_.nodes);
       EDP_CHECK(++used[size_t(n)] <= cfg_.gpus_per_node, "policy ", cfg_.policy, " over-allocated node ", n);
     }
+  const std::vector<int>& named = policy_->batches();
+  EDP_CHECK(!names_batch_ || named.size() == active_.size(), "policy ", cfg_.policy, " named ", named.size(),
+            " batches for ", active_.size(), " jobs");
   for (size_t k = 0; k < active_.size(); ++k) {
     const size_t i = active_[k];
     Run& r = run_[i];
+    if (names_batch_ && !plan[k].empty()) {
+      const bool rebatch = named[k] != r.target;
+      r.target = named[k];
+      if (rebatch && plan[k] == r.alloc) configure(i);  // in place, no pause
+    }
     if (plan[k] == r.alloc) continue;
     EDP_CHECK(!policy_->fixed_replicas() || plan[k].empty() || static_cast<int>(plan[k].size()) == jobs_[i].replicas,
               "policy ", cfg_.policy, " changed the GPU count of a fixed job");
@@ -853,6 +942,11 @@ ClusterSimResult ClusterRunState::run() {
       v.alloc = run_[i].alloc;
       v.goodput = goodput_of(run_[i]);
       v.restarts = res_.jobs[i].restarts;
+      v.observed = run_[i].observed;
+      v.has_grad = run_[i].has_grad;
+      v.grad_sqr = run_[i].grad_sqr;
+      v.grad_var = run_[i].grad_var;
+      v.batch = run_[i].alloc.empty() ? 0 : run_[i].target;
       views_.push_back(std::move(v));
     }
     if (active_.empty()) continue;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <set>
 
 #include "edp/core/error.h"
@@ -31,9 +32,24 @@ bool is_current(const PlanJob& job, const Config& o) {
          o.ranks_per_gpu == job.current.ranks_per_gpu;
 }
 
+namespace {
+
+// A running job's option at its GPUs and ranks per GPU with another batch: a rebatch.
+bool is_rebatch(const PlanJob& job, const Config& o) {
+  return job.current.gpus > 0 && o.gpus == job.current.gpus && o.ranks_per_gpu == job.current.ranks_per_gpu &&
+         o.batch != job.current.batch;
+}
+
+}  // namespace
+
 double option_value(const PlanRequest& req, const PlanJob& job, const Config& o) {
   const bool running = job.current.gpus > 0;
   const bool current = is_current(job, o);
+  const double held = 1.0 + req.pause_per_gpu * job.current.gpus;  // a restart idles every GPU it holds
+  const double change_pause = (job.pause_s >= 0 ? job.pause_s : req.pause_s) * held;
+  const bool rebatch = is_rebatch(job, o);
+  const double rebatch_pause = job.rebatch_s >= 0 ? job.rebatch_s * held : change_pause;
+  const bool free_change = rebatch && job.rebatch_s == 0;  // rebatches in place: no change at all
   double v = 0;
   switch (req.objective) {
     case Objective::Throughput:
@@ -43,15 +59,18 @@ double option_value(const PlanRequest& req, const PlanJob& job, const Config& o)
       v = job.weight * (o.samples_per_s * o.efficiency) / job.remaining;
       break;
     case Objective::RestartAware: {
-      const double pause = current ? 0.0 : running ? (job.pause_s >= 0 ? job.pause_s : req.pause_s)
-                                                   : (job.start_s >= 0 ? job.start_s : req.start_s);
-      v = job.weight / (job.remaining / (o.samples_per_s * o.efficiency) + pause);
+      const double pause = current ? 0.0
+                           : rebatch ? rebatch_pause
+                           : running ? change_pause
+                                     : (job.start_s >= 0 ? job.start_s : req.start_s);
+      const double margin = running && !current && !free_change ? req.margin_s : 0.0;
+      v = job.weight / (job.remaining / (o.samples_per_s * o.efficiency) + pause + margin);
       break;
     }
     case Objective::Fifo:
       return 0.0;
   }
-  if (running && !current) v *= 1.0 - req.hysteresis;
+  if (running && !current && !free_change) v *= 1.0 - req.hysteresis;
   return v;
 }
 
@@ -67,9 +86,26 @@ bool finite_nonneg(double x) { return std::isfinite(x) && x >= 0; }
 // the controller build requests in code, so this is the check they all share.
 void validate(const PlanRequest& req) {
   if (req.gpus < 0) throw DataError("field 'gpus': must be >= 0, got " + std::to_string(req.gpus));
+  if (!req.nodes.empty()) {
+    int sum = 0;
+    for (int n : req.nodes) {
+      if (n < 0) throw DataError("field 'nodes': GPUs per node must be >= 0");
+      sum += n;
+    }
+    if (sum != req.gpus)
+      throw DataError("field 'nodes': the nodes hold " + std::to_string(sum) + " GPUs but gpus = " + std::to_string(req.gpus));
+    std::vector<int> used(req.nodes.size(), 0);
+    for (const PlanJob& j : req.jobs)
+      for (int n : j.current_nodes)
+        if (n >= 0 && n < static_cast<int>(used.size()) && ++used[size_t(n)] > req.nodes[size_t(n)])
+          throw DataError("field 'nodes': the jobs' current nodes use more than the " + std::to_string(req.nodes[size_t(n)]) +
+                          " GPUs of node " + std::to_string(n) + " (job '" + j.id + "')");
+  }
   if (!(req.hysteresis >= 0 && req.hysteresis < 1)) throw DataError("field 'hysteresis': must be in [0, 1)");
   if (!finite_nonneg(req.pause_s)) throw DataError("field 'pause_s': must be a finite number >= 0");
   if (!finite_nonneg(req.start_s)) throw DataError("field 'start_s': must be a finite number >= 0");
+  if (!finite_nonneg(req.margin_s)) throw DataError("field 'margin_s': must be a finite number >= 0");
+  if (!finite_nonneg(req.pause_per_gpu)) throw DataError("field 'pause_per_gpu': must be a finite number >= 0");
   const bool fifo = req.objective == Objective::Fifo;
   for (size_t i = 0; i < req.jobs.size(); ++i) {
     const PlanJob& j = req.jobs[i];
@@ -84,6 +120,24 @@ void validate(const PlanRequest& req) {
                                         std::to_string(j.current.gpus));
     if (!std::isnan(j.pause_s) && j.pause_s >= 0 && !std::isfinite(j.pause_s)) bad_job(j, i, "pause_s", "must be finite");
     if (!std::isnan(j.start_s) && j.start_s >= 0 && !std::isfinite(j.start_s)) bad_job(j, i, "start_s", "must be finite");
+    if (!std::isnan(j.rebatch_s) && j.rebatch_s >= 0 && !std::isfinite(j.rebatch_s)) bad_job(j, i, "rebatch_s", "must be finite");
+    if (!req.nodes.empty() && j.current.gpus > 0 && j.current_nodes.empty())
+      bad_job(j, i, "current.nodes", "required for a running job when the request gives nodes");
+    if (!req.nodes.empty() && !j.current_nodes.empty()) {
+      if (static_cast<int>(j.current_nodes.size()) != j.current.gpus)
+        bad_job(j, i, "current.nodes", "must name one node per current GPU (" + std::to_string(j.current.gpus) + "), got " +
+                                           std::to_string(j.current_nodes.size()));
+      for (int n : j.current_nodes)
+        if (n < 0 || n >= static_cast<int>(req.nodes.size()))
+          bad_job(j, i, "current.nodes", "node " + std::to_string(n) + " is not in [0, " + std::to_string(req.nodes.size()) + ")");
+    }
+    if (j.learned) {
+      const LearnSpec& l = j.learn;
+      if (l.init_batch < 1 || l.max_batch < l.init_batch) bad_job(j, i, "learn", "needs 1 <= init_batch <= max_batch");
+      if (l.min_local < 1 || l.max_local < l.min_local) bad_job(j, i, "learn", "needs 1 <= min_local <= max_local");
+      if (!(l.explore >= 1)) bad_job(j, i, "learn.explore", "must be >= 1");
+      if (!(l.fixed_share >= 0 && l.fixed_share < 1)) bad_job(j, i, "learn.fixed_share", "must be in [0, 1)");
+    }
     for (size_t k = 0; k < j.options.size(); ++k) {
       const Config& o = j.options[k];
       const std::string f = "options[" + std::to_string(k) + "]";
@@ -142,8 +196,15 @@ void decide_fifo(const PlanRequest& req, Plan& plan) {
 
 }  // namespace
 
-const Plan& Planner::decide(const PlanRequest& req) {
-  validate(req);
+const Plan& Planner::decide(const PlanRequest& in) {
+  validate(in);
+  const PlanRequest* rp = &in;
+  if (std::any_of(in.jobs.begin(), in.jobs.end(), [](const PlanJob& j) { return j.learned; })) {
+    expanded_ = in;
+    expand_learned(expanded_);
+    rp = &expanded_;
+  }
+  const PlanRequest& req = *rp;
   const size_t J = req.jobs.size();
   plan_.choices.assign(J, PlanChoice{});
   plan_.values.resize(J);
@@ -152,6 +213,7 @@ const Plan& Planner::decide(const PlanRequest& req) {
   if (req.objective == Objective::Fifo) {
     for (auto& v : plan_.values) v.clear();
     decide_fifo(req, plan_);
+    place(req);
     return plan_;
   }
   check_must_run(req);
@@ -188,12 +250,138 @@ const Plan& Planner::decide(const PlanRequest& req) {
     c.config = req.jobs[i].options[static_cast<size_t>(ch.tag)];
     c.value = ch.value;
   }
+  place(req);
   return plan_;
+}
+
+void Planner::place(const PlanRequest& req) {
+  plan_.nodes.clear();
+  if (req.nodes.empty()) return;
+  std::vector<std::vector<int>> current(req.jobs.size());
+  std::vector<int> counts(req.jobs.size());
+  for (size_t i = 0; i < req.jobs.size(); ++i) {
+    current[i] = req.jobs[i].current_nodes;
+    counts[i] = plan_.choices[i].config.gpus;
+  }
+  plan_.nodes = place_on_nodes(req.nodes, current, counts);
 }
 
 Plan decide(const PlanRequest& req) {
   Planner p;
   return p.decide(req);
+}
+
+// ---- learned options and placement on nodes ------------------------------------------------------
+
+void expand_learned(PlanRequest& req) {
+  const int node_size = req.nodes.empty() ? std::max(1, req.gpus) : *std::max_element(req.nodes.begin(), req.nodes.end());
+  auto nodes_for = [&](int g) { return (g + node_size - 1) / node_size; };
+  double shortest = std::numeric_limits<double>::infinity();  // fastest finish of a job that reported
+  std::vector<size_t> unseen;
+  for (size_t i = 0; i < req.jobs.size(); ++i) {
+    PlanJob& j = req.jobs[i];
+    if (!j.learned) continue;
+    const GoodputModel m(j.learn);
+    if (!m.observed_any()) {
+      unseen.push_back(i);
+      continue;
+    }
+    j.options.clear();
+    const int cur = j.current.gpus;
+    int cur_nodes = nodes_for(cur);
+    if (!j.current_nodes.empty()) {
+      std::vector<int> distinct = j.current_nodes;
+      std::sort(distinct.begin(), distinct.end());
+      cur_nodes = static_cast<int>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
+    }
+    const int cap = std::min(m.max_gpus(node_size), req.gpus);
+    for (int g = 1; g <= std::max(cap, cur); ++g) {
+      const bool packs = g <= node_size || g % node_size == 0;
+      if (g != cur && (g > cap || !packs)) continue;
+      const LearnedConfig c = m.best(g == cur ? cur_nodes : nodes_for(g), g);
+      if (c.gpus == 0 || !(c.goodput() > 0)) continue;
+      j.options.push_back(Config{g, c.batch, 1, c.samples_per_s, c.efficiency});
+      shortest = std::min(shortest, j.remaining / c.goodput());
+    }
+  }
+  const double prior_s = std::isfinite(shortest) ? shortest : std::max(1.0, req.start_s);
+  for (size_t i : unseen) {
+    PlanJob& j = req.jobs[i];
+    const LearnSpec& l = j.learn;
+    const int g = j.current.gpus > 0 ? j.current.gpus : 1;
+    const int batch = l.fixed_batch > 0 ? l.fixed_batch : std::max(l.init_batch, g * l.min_local);
+    const BatchSplit sp = split_batch(g, batch, l.max_local, l.init_batch, l.max_batch, l.accumulate_on_one_gpu);
+    const int b = g * sp.atomic * (sp.accum + 1);
+    // Its rate is unknown: valued as if it finished in prior_s (samples_per_s x efficiency = remaining / prior_s).
+    j.options.assign(1, Config{g, b, 1, j.remaining / prior_s, 1.0});
+  }
+}
+
+std::vector<int> most_free_nodes(std::vector<int>& free, int need) {
+  std::vector<int> a;
+  while (static_cast<int>(a.size()) < need) {
+    int best = 0;
+    for (int i = 1; i < static_cast<int>(free.size()); ++i)
+      if (free[size_t(i)] > free[size_t(best)]) best = i;
+    EDP_CHECK(!free.empty() && free[size_t(best)] > 0, "most_free_nodes: not enough free GPUs");
+    const int take = std::min(free[size_t(best)], need - static_cast<int>(a.size()));
+    a.insert(a.end(), size_t(take), best);
+    free[size_t(best)] -= take;
+  }
+  return a;
+}
+
+std::vector<std::vector<int>> place_on_nodes(const std::vector<int>& node_gpus, const std::vector<std::vector<int>>& current,
+                                             const std::vector<int>& counts) {
+  const size_t J = counts.size();
+  EDP_CHECK(current.size() == J, "place_on_nodes: one current placement per job");
+  const int nodes = static_cast<int>(node_gpus.size());
+  const int node_size = nodes ? *std::max_element(node_gpus.begin(), node_gpus.end()) : 0;
+  std::vector<std::vector<int>> out(J);
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < J; ++i) {
+    if (counts[i] > 0 && counts[i] == static_cast<int>(current[i].size())) out[i] = current[i];
+    else if (counts[i] > 0) todo.push_back(i);
+  }
+  std::vector<int> free = node_gpus;
+  for (const auto& a : out)
+    for (int n : a) {
+      EDP_CHECK(n >= 0 && n < nodes && free[size_t(n)] > 0, "place_on_nodes: node ", n, " is over-allocated");
+      --free[size_t(n)];
+    }
+  std::stable_sort(todo.begin(), todo.end(), [&](size_t a, size_t b) { return counts[a] > counts[b]; });
+  for (size_t i : todo) {
+    const int n = counts[i];
+    const std::set<int> had(current[i].begin(), current[i].end());
+    std::vector<int>& a = out[i];
+    if (n >= node_size) {
+      std::vector<int> whole;
+      for (int k = 0; k < nodes; ++k)
+        if (free[size_t(k)] == node_gpus[size_t(k)] && free[size_t(k)] > 0) whole.push_back(k);
+      std::stable_partition(whole.begin(), whole.end(), [&](int x) { return had.count(x) > 0; });
+      for (int k : whole) {
+        if (static_cast<int>(a.size()) + free[size_t(k)] > n) break;
+        a.insert(a.end(), size_t(free[size_t(k)]), k);
+        free[size_t(k)] = 0;
+      }
+    } else {
+      int best = -1;
+      for (int k = 0; k < nodes; ++k) {
+        const int f = free[size_t(k)];
+        if (f < n) continue;
+        if (best < 0 || f < free[size_t(best)] || (f == free[size_t(best)] && had.count(k) && !had.count(best))) best = k;
+      }
+      if (best >= 0) {
+        a.assign(size_t(n), best);
+        free[size_t(best)] -= n;
+      }
+    }
+    if (static_cast<int>(a.size()) < n) {
+      const std::vector<int> rest = most_free_nodes(free, n - static_cast<int>(a.size()));
+      a.insert(a.end(), rest.begin(), rest.end());
+    }
+  }
+  return out;
 }
 
 // ---- the v1 table request -----------------------------------------------------------------------

@@ -93,8 +93,45 @@ Config parse_config(const Fields& f, bool with_rate) {
   return c;
 }
 
+LearnSpec parse_learn(const Fields& f) {
+  f.allow({"init_batch", "max_batch", "min_local", "max_local", "max_gpus", "fixed_batch", "accumulate_on_one_gpu",
+           "explore", "fixed_share", "observed", "grad"});
+  LearnSpec l;
+  l.init_batch = static_cast<int>(f.integer("init_batch", 1, kMaxBatch));
+  l.max_batch = static_cast<int>(f.integer("max_batch", l.init_batch, kMaxBatch, l.init_batch));
+  l.min_local = static_cast<int>(f.integer("min_local", 1, kMaxBatch, 1));
+  l.max_local = static_cast<int>(f.integer("max_local", l.min_local, kMaxBatch, std::max(l.min_local, l.max_batch)));
+  l.max_gpus = static_cast<int>(f.integer("max_gpus", 0, kMaxGpus, 0));
+  l.fixed_batch = static_cast<int>(f.integer("fixed_batch", 0, kMaxBatch, 0));
+  l.accumulate_on_one_gpu = f.boolean("accumulate_on_one_gpu", false);
+  l.explore = f.number("explore", 1, 1e3, 4.0);
+  l.fixed_share = f.number("fixed_share", 0, 0.999, 0.25);
+  if (f.has("observed")) {
+    const Json& obs = f.array("observed");
+    for (size_t k = 0; k < obs.size(); ++k) {
+      const Fields o = f.element("observed", k);
+      o.allow({"nodes", "gpus", "local_batch", "step_s", "sync_s"});
+      StepObservation x;
+      x.nodes = static_cast<int>(o.integer("nodes", 1, kMaxGpus, 1));
+      x.gpus = static_cast<int>(o.integer("gpus", x.nodes, kMaxGpus));
+      x.local_batch = o.number("local_batch", 1e-9, 1e12);
+      x.step_s = o.number("step_s", 1e-12, kMaxPause);
+      x.sync_s = o.number("sync_s", 0, x.step_s, 0);
+      l.observed.push_back(x);
+    }
+  }
+  if (const auto g = f.object_if("grad")) {
+    g->allow({"sqr", "var"});
+    l.has_grad = true;
+    l.grad_sqr = g->number("sqr", 0, 1e300);
+    l.grad_var = g->number("var", 0, 1e300);
+  }
+  return l;
+}
+
 PlanJob parse_job(const Fields& j, const PlanRequest& r) {
-  j.allow({"id", "weight", "may_wait", "remaining", "own", "current", "pause_s", "start_s", "efficiency", "options"});
+  j.allow({"id", "weight", "may_wait", "remaining", "own", "current", "pause_s", "start_s", "rebatch_s", "efficiency",
+           "options", "learn"});
   PlanJob p;
   p.id = j.text("id");
   if (p.id.empty()) j.fail("id", "must be a non-empty string");
@@ -110,12 +147,32 @@ PlanJob parse_job(const Fields& j, const PlanRequest& r) {
   if (r.objective == Objective::Throughput && !(p.own.samples_per_s > 0))
     j.fail("own", "samples_per_s must be > 0 (policy throughput values options relative to it)");
   if (const auto cur = j.object_if("current")) {
-    p.current = parse_config(*cur, false);
+    const bool with_nodes = cur->has("nodes");
+    if (with_nodes && r.nodes.empty()) cur->fail("nodes", "only in a request with \"nodes\"");
+    Json plain = cur->json();
+    plain.erase("nodes");
+    p.current = parse_config(Fields(plain, cur->where()), false);
     if (p.current.gpus > r.gpus)
       cur->fail("gpus", std::to_string(p.current.gpus) + " is more than the cluster's " + std::to_string(r.gpus));
+    if (with_nodes) {
+      const Json& ns = cur->array("nodes");
+      for (size_t k = 0; k < ns.size(); ++k) {
+        if (!ns[k].is_number_integer() || ns[k].get<int64_t>() < 0 || ns[k].get<int64_t>() >= static_cast<int64_t>(r.nodes.size()))
+          cur->fail("nodes", "element " + std::to_string(k) + " must be a node index in [0, " + std::to_string(r.nodes.size()) +
+                                 "), got " + ns[k].dump());
+        p.current_nodes.push_back(ns[k].get<int>());
+      }
+    }
   }
   p.pause_s = j.number("pause_s", 0, kMaxPause, -1);
   p.start_s = j.number("start_s", 0, kMaxPause, -1);
+  p.rebatch_s = j.number("rebatch_s", 0, kMaxPause, -1);
+  if (const auto l = j.object_if("learn")) {
+    if (j.has("options")) j.fail("learn", "a job gives either its options or what edp learns them from, not both");
+    p.learned = true;
+    p.learn = parse_learn(*l);
+    return p;
+  }
   // Efficiency inputs: Pollux's (B_noise + B0) / (B_noise + B) for options that give none.
   double noise = 0, ref_batch = 0;
   if (const auto eff = j.object_if("efficiency")) {
@@ -142,9 +199,25 @@ PlanJob parse_job(const Fields& j, const PlanRequest& r) {
 
 PlanRequest parse_v2(const Json& in, const std::string& where, int gpus_override) {
   const Fields req(in, where);
-  req.allow({"version", "gpus", "policy", "hysteresis", "pause_s", "start_s", "jobs"});
+  req.allow({"version", "gpus", "policy", "hysteresis", "pause_s", "start_s", "margin_s", "pause_per_gpu", "nodes",
+             "jobs"});
   PlanRequest r;
-  r.gpus = gpus_override >= 0 ? gpus_override : static_cast<int>(req.integer("gpus", 0, kMaxGpus));
+  int64_t node_sum = -1;
+  if (req.has("nodes")) {
+    const Json& ns = req.array("nodes");
+    node_sum = 0;
+    for (size_t k = 0; k < ns.size(); ++k) {
+      if (!ns[k].is_number_integer() || ns[k].get<int64_t>() < 1 || ns[k].get<int64_t>() > 4096)
+        req.fail("nodes", "element " + std::to_string(k) + " must be the GPUs of a node, an integer in [1, 4096], got " + ns[k].dump());
+      r.nodes.push_back(ns[k].get<int>());
+      node_sum += r.nodes.back();
+    }
+  }
+  r.gpus = gpus_override >= 0 ? gpus_override
+           : node_sum >= 0    ? static_cast<int>(req.integer("gpus", 0, kMaxGpus, node_sum))
+                              : static_cast<int>(req.integer("gpus", 0, kMaxGpus));
+  if (node_sum >= 0 && r.gpus != node_sum)
+    req.fail("nodes", "the nodes hold " + std::to_string(node_sum) + " GPUs but gpus = " + std::to_string(r.gpus));
   try {
     r.objective = parse_objective(req.text("policy", "restart-aware"));
   } catch (const DataError& e) {
@@ -153,6 +226,8 @@ PlanRequest parse_v2(const Json& in, const std::string& where, int gpus_override
   r.hysteresis = req.number("hysteresis", 0, 0.999999, 0.15);
   r.pause_s = req.number("pause_s", 0, kMaxPause, 30);
   r.start_s = req.number("start_s", 0, kMaxPause, r.pause_s);
+  r.margin_s = req.number("margin_s", 0, kMaxPause, 0);
+  r.pause_per_gpu = req.number("pause_per_gpu", 0, 1e3, 0);
   const Json& jobs = req.array("jobs");
   std::set<std::string> ids;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -161,6 +236,19 @@ PlanRequest parse_v2(const Json& in, const std::string& where, int gpus_override
     if (!ids.insert(r.jobs.back().id).second) j.fail("id", "duplicate id");
   }
   return r;
+}
+
+ojson learn_json(const LearnSpec& l) {
+  ojson x = {{"init_batch", l.init_batch}, {"max_batch", l.max_batch}, {"min_local", l.min_local},
+             {"max_local", l.max_local}, {"max_gpus", l.max_gpus}, {"fixed_batch", l.fixed_batch},
+             {"accumulate_on_one_gpu", l.accumulate_on_one_gpu}, {"explore", l.explore},
+             {"fixed_share", l.fixed_share}};
+  ojson obs = ojson::array();
+  for (const StepObservation& o : l.observed)
+    obs.push_back({{"nodes", o.nodes}, {"gpus", o.gpus}, {"local_batch", o.local_batch}, {"step_s", o.step_s}, {"sync_s", o.sync_s}});
+  x["observed"] = obs;
+  if (l.has_grad) x["grad"] = {{"sqr", l.grad_sqr}, {"var", l.grad_var}};
+  return x;
 }
 
 ojson config_json(const Config& c, bool with_rate) {
@@ -200,17 +288,28 @@ std::string plan_request_json(const PlanRequest& r) {
   for (const PlanJob& j : r.jobs) {
     ojson x = {{"id", j.id}, {"weight", j.weight}, {"may_wait", j.may_wait}, {"remaining", j.remaining}};
     if (j.own.gpus > 0) x["own"] = config_json(j.own, true);
-    if (j.current.gpus > 0) x["current"] = config_json(j.current, false);
+    if (j.current.gpus > 0) {
+      x["current"] = config_json(j.current, false);
+      if (!j.current_nodes.empty()) x["current"]["nodes"] = j.current_nodes;
+    }
     if (j.pause_s >= 0) x["pause_s"] = j.pause_s;
     if (j.start_s >= 0) x["start_s"] = j.start_s;
-    ojson opts = ojson::array();
-    for (const Config& c : j.options) opts.push_back(config_json(c, true));
-    x["options"] = opts;
+    if (j.rebatch_s >= 0) x["rebatch_s"] = j.rebatch_s;
+    if (j.learned) {
+      x["learn"] = learn_json(j.learn);
+    } else {
+      ojson opts = ojson::array();
+      for (const Config& c : j.options) opts.push_back(config_json(c, true));
+      x["options"] = opts;
+    }
     jobs.push_back(x);
   }
-  const ojson out = {{"version", 2},         {"gpus", r.gpus},       {"policy", objective_name(r.objective)},
-                     {"hysteresis", r.hysteresis}, {"pause_s", r.pause_s}, {"start_s", r.start_s},
-                     {"jobs", jobs}};
+  ojson out = {{"version", 2},         {"gpus", r.gpus},       {"policy", objective_name(r.objective)},
+               {"hysteresis", r.hysteresis}, {"pause_s", r.pause_s}, {"start_s", r.start_s}};
+  if (r.margin_s > 0) out["margin_s"] = r.margin_s;
+  if (r.pause_per_gpu > 0) out["pause_per_gpu"] = r.pause_per_gpu;
+  if (!r.nodes.empty()) out["nodes"] = r.nodes;
+  out["jobs"] = jobs;
   return out.dump(2) + "\n";
 }
 
@@ -228,6 +327,7 @@ std::string plan_json(const PlanRequest& req, const Plan& plan, double solve_ms,
     for (const auto& [k, v] : cfg.items()) a[k] = v;
     a["value"] = c.value;
     a["option_values"] = i < plan.values.size() ? plan.values[i] : std::vector<double>{};
+    if (i < plan.nodes.size()) a["nodes"] = plan.nodes[i];
     allocs.push_back(a);
   }
   ojson out;

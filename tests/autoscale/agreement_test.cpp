@@ -194,6 +194,7 @@ TEST(Agreement, NodeLevelSimulatorGivesTheSameDecision) {
   ClusterPolicyConfig cfg;
   cfg.restart_s = kPause;
   cfg.hysteresis = 0.15;
+  cfg.margin_s = cfg.pause_per_gpu = 0;  // the reference state's valuation
   PlanRequest req;
   fill_cluster_request(req, jobs, kSlots, cfg, true);
   // The node-level simulator lets a job pick its batch (batch 0); values and choices are the same.

@@ -338,7 +338,7 @@ TEST(AutoscaleCli, PolluxWorkloadFindsTheProfilesAboveIt) {
 TEST(AutoscaleCli, ComparePublishedReproducesTiresiasAndOptimusWithinTenPercent) {
   const fs::path data = fs::path(EDP_SOURCE_DIR) / "data";
   const RunResult r = run("simulate --compare-published --workloads " + (data / "pollux_workloads").string() +
-                          " --policy tiresias,optimus,goodput");
+                          " --policy tiresias,optimus,goodput-oracle");
   ASSERT_EQ(r.code, 0) << r.out;
   const json j = json::parse(r.out.substr(r.out.rfind("\n{") + 1));
   const json& load = j["loads"][0];
@@ -350,8 +350,10 @@ TEST(AutoscaleCli, ComparePublishedReproducesTiresiasAndOptimusWithinTenPercent)
       EXPECT_LT(std::abs(sim / pub - 1), 0.10) << p << " workload " << w["workload"] << ": " << sim << " vs " << pub;
       EXPECT_EQ(w[p]["finished"].get<int>(), w[p]["jobs"].get<int>());
     }
-  // Restarts are counted and reported per job.
-  EXPECT_GE(load["mean"]["goodput"]["restarts_per_job"].get<double>(), 0.0);
+  // Restarts are counted and reported per job (goodput's oracle variant, ~1.5 s: the learning one
+  // takes 25 s and, on a loaded 2-core machine, past this test's timeout; cluster_sim_test and
+  // online_test run it).
+  EXPECT_GE(load["mean"]["goodput-oracle"]["restarts_per_job"].get<double>(), 0.0);
   EXPECT_GT(load["pollux_published_mean_s"].get<double>(), 0.0);
   const RunResult bad = run("simulate --compare-published --workloads /nonexistent");
   EXPECT_EQ(bad.code, 2) << bad.out;

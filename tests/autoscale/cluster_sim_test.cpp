@@ -12,6 +12,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "edp/autoscale/cluster_sim.h"
 #include "edp/autoscale/policy.h"
@@ -202,7 +203,7 @@ TEST(ClusterSim, OptimusGivesEachJobOneGpuThenFollowsTheMarginalGain) {
 }
 
 TEST(ClusterSim, EdpPoliciesRespectCapacityBoundsAndPackPlacements) {
-  for (const std::string name : {"goodput", "dp", "goodput-eager"}) {
+  for (const std::string name : {"goodput", "goodput-oracle", "dp", "goodput-eager"}) {
     auto pol = make_cluster_policy(name);
     ASSERT_TRUE(pol->adaptive_batch());
     std::vector<ClusterJobView> jobs;
@@ -214,6 +215,12 @@ TEST(ClusterSim, EdpPoliciesRespectCapacityBoundsAndPackPlacements) {
         const int g = static_cast<int>(plan[i].size());
         // max_batch / min_local = 128 > cluster; ncf: 1 GPU.
         EXPECT_LE(g, jobs[i].app->name == "ncf" ? 1 : 16) << name;
+        if (pol->chooses_batch() && g > 0) {  // a batch the job can run on its GPUs
+          const int B = pol->batches()[i];
+          EXPECT_GE(B, jobs[i].app->init_batch) << name;
+          EXPECT_LE(B, jobs[i].app->name == "ncf" ? 32768 : jobs[i].app->max_batch) << name;
+          jobs[i].batch = B;
+        }
         if (g > 4) {
           EXPECT_EQ(g % 4, 0) << name << ": counts above a node are whole nodes";
           if (round == 0) {  // from an empty cluster, large jobs are placed first: on whole nodes
@@ -236,10 +243,11 @@ TEST(ClusterSim, RestartAwareDpDoesNotRescaleAJobAboutToFinish) {
   const ClusterApp& a = profiles().app("toy");
   ClusterJobView j = view(0, "toy", 1, 256, {0});
   j.epoch = a.max_epochs - 1;
-  const AdaptiveChoice c = best_adaptive(a, {1}, j.epoch);
-  j.goodput = c.goodput;
-  j.progress = a.total_progress() - 5 * c.goodput;
-  auto aware = make_cluster_policy("goodput");
+  const NamedBatch nb = best_named_batch(a, {1}, j.epoch);
+  j.batch = nb.batch;
+  j.goodput = nb.run.goodput;
+  j.progress = a.total_progress() - 5 * nb.run.goodput;
+  auto aware = make_cluster_policy("goodput-oracle");
   EXPECT_EQ(aware->plan({j}, 4, 4, 60)[0], j.alloc);
   auto eager = make_cluster_policy("goodput-eager");
   EXPECT_GT(eager->plan({j}, 4, 4, 60)[0].size(), 1u);
@@ -247,6 +255,28 @@ TEST(ClusterSim, RestartAwareDpDoesNotRescaleAJobAboutToFinish) {
   j.epoch = 0;
   j.progress = 0;
   EXPECT_GT(aware->plan({j}, 4, 4, 60)[0].size(), 1u);
+}
+
+TEST(ClusterSim, LearningPolicyGrowsOnlyWhatItMeasuredAndNeverForLessThanThePause) {
+  // The learning policy sees only what the job reported: one GPU measured, so it may try one node
+  // (4 GPUs) at most; with ~5 s of work left it holds (a change costs 30 s), with all of it ahead
+  // it grows.
+  const ClusterApp& a = profiles().app("toy");
+  ClusterJobView j = view(0, "toy", 1, 256, {0});
+  const auto [step, sync] = a.step_sync({1}, 32);
+  j.observed = {StepObservation{1, 1, 32, step, sync}};
+  j.has_grad = true;
+  std::tie(j.grad_sqr, j.grad_var) = a.grad_stats(32, 0);
+  j.batch = 32;
+  auto learn = make_cluster_policy("goodput");
+  ASSERT_TRUE(learn->chooses_batch());
+  const double rate = 32 / step * a.gain(32, 0) / 32;  // progress per second where it runs
+  j.progress = a.total_progress() - 5 * rate;
+  EXPECT_EQ(learn->plan({j}, 4, 4, 60)[0], j.alloc);
+  j.progress = 0;
+  const auto grown = learn->plan({j}, 4, 4, 60)[0];
+  EXPECT_GT(grown.size(), 1u);
+  EXPECT_LE(grown.size(), 4u) << "twice the GPUs it ran at or one node, no more";
 }
 
 TEST(ClusterSim, RestartAccountingCountsEveryAllocationChangeAfterTheFirstStart) {

@@ -53,8 +53,8 @@ const std::vector<cli::OptionDef>& table() {
                           "above, else synthetic)"),
       opt("policy", "", "the policy: serve one of goodput, dp, static (default goodput); simulate and workload a "
                         "comma-separated list of static, baseline, dp, goodput (default static,baseline,dp); with "
-                        "--compare-published of tiresias, optimus, goodput, dp, goodput-eager (default "
-                        "tiresias,optimus,goodput)"),
+                        "--compare-published of tiresias, optimus, goodput, goodput-oracle, dp, goodput-eager "
+                        "(default tiresias,optimus,goodput)"),
       opt("sweep", "", "comma-separated cluster sizes (instead of --gpus)"),
       opt("out", "", "output directory"),
       num("pause", "", "seconds a rescale pauses a job (simulate: every rescaled job; serve: until a job measured its "
@@ -66,7 +66,7 @@ const std::vector<cli::OptionDef>& table() {
       num("sim-replan", "300", "simulate: simulated seconds between periodic re-plans (besides arrivals and completions)",
           1e-3, kInf),
       num("rescale-penalty", "0.05", "simulate: value fraction an option other than a job's current one loses (with "
-                                     "--compare-published, when given: the edp policies' hysteresis, else theirs, 0.15)",
+                                     "--compare-published, when given: the edp policies' hysteresis, else theirs, 0)",
           0, 0.999),
       words("weighting", "remaining", "simulate: DP job weights: equal or remaining (1/remaining time, SRPT-like)",
             {"equal", "remaining"}),
@@ -95,6 +95,10 @@ const std::vector<cli::OptionDef>& table() {
       opt("job-loads", "1.0", "compare-published: comma-separated relative job loads (1.0 = workloads/, 0.5 = "
                               "workloads-0.5/, ...)"),
       num("interval", "60", "compare-published: scheduling interval of the node-level simulator (s)", 1e-3, kInf),
+      num("change-margin", "150", "compare-published: seconds a change of a running job must save beyond its pause "
+                                  "(edp's restart-aware policies)", 0, 1e6),
+      num("pause-per-gpu", "0.5", "compare-published: a running job's change pause counts (1 + this x its GPUs) "
+                                  "times (edp's restart-aware policies)", 0, 1e3),
       // serve, submit, status, cancel
       opt("root", "", "the controller's directory (jobs, table, decision log)"),
       num("slots", "", "serve: slots of the cluster: GPUs, or CPU workers (cores) on a machine without GPUs (with "

@@ -408,6 +408,8 @@ int compare_published(const cli::Options& o, const char* argv0) {
   // The node-level policies have their own default hysteresis (cluster_sim.h); the flag's
   // default belongs to the pool simulator.
   if (o.given("rescale-penalty")) base.policy_cfg.hysteresis = o.f64("rescale-penalty");
+  base.policy_cfg.margin_s = o.f64("change-margin");
+  base.policy_cfg.pause_per_gpu = o.f64("pause-per-gpu");
   std::vector<ClusterRun> runs;
   std::vector<std::vector<std::vector<ClusterJob>>> jobs(loads.size());
   for (size_t l = 0; l < loads.size(); ++l) {
@@ -444,6 +446,16 @@ int compare_published(const cli::Options& o, const char* argv0) {
   if (!o.str("out").empty()) {
     fs::create_directories(o.str("out"));
     std::ofstream(fs::path(o.str("out")) / "compare_published.json") << out.dump(2) << "\n";
+    // Per run, every job: what the averages are made of.
+    for (const ClusterRun& run : runs) {
+      char name[96];
+      std::snprintf(name, sizeof name, "jobs_%s_load%.1f_workload-%d.csv", run.policy.c_str(), run.load, run.workload);
+      std::ofstream f(fs::path(o.str("out")) / name);
+      f << "name,model,submit_s,start_s,finish_s,jct_s,restarts,gpu_seconds\n";
+      for (const ClusterJobResult& j : run.r.jobs)
+        f << j.name << "," << j.app << "," << j.submit_s << "," << j.start_s << "," << j.finish_s << ","
+          << (j.finished() ? j.finish_s - j.submit_s : -1.0) << "," << j.restarts << "," << j.gpu_seconds << "\n";
+    }
   }
   return 0;
 }
@@ -458,7 +470,8 @@ int cmd_simulate(int argc, char** argv, const char* argv0) {
       {"trace", "poisson", "poisson-rate", "profiles", "policy", "gpus", "sweep", "out", "pause", "slot-kind",
        "sim-replan", "rescale-penalty", "weighting", "max-scale", "own-batch", "window", "limit", "seed",
        "restart-aware", "statistical-efficiency", "max-ranks-per-gpu", "colocation-idle", "allocations", "threads",
-       "no-plots", "plot-script", "quiet", "compare-published", "workloads", "job-loads", "interval"});
+       "no-plots", "plot-script", "quiet", "compare-published", "workloads", "job-loads", "interval", "change-margin",
+       "pause-per-gpu"});
   if (const int rc = parse(o, argc, argv); rc >= 0) return rc;
   if (o.flag("compare-published")) return compare_published(o, argv0);
   if (o.str("out").empty()) throw DataError("simulate needs --out DIR");

@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "edp/autoscale/online.h"
+
 namespace edp::autoscale {
 
 // One measured point: per-GPU (atomic) batch, step time and its non-overlapped sync part.
@@ -120,15 +122,24 @@ struct ClusterJobView {
   std::vector<int> alloc;       // node id per GPU (empty: not running)
   double goodput = 0;           // progress per second at the current allocation and batch (0: none)
   int restarts = 0;
+  // What the job reports (the policies that learn read only these): the configurations it ran at
+  // with their step and sync times, its gradient statistics at its batch in its current epoch,
+  // and the global batch it runs (0: not running).
+  std::vector<StepObservation> observed;
+  bool has_grad = false;
+  double grad_sqr = 0, grad_var = 0;
+  int batch = 0;
 };
 
 struct ClusterPolicyConfig {
   double restart_s = 30;       // the pause a change costs (restart-aware policies price it in)
   bool restart_aware = true;   // edp policies: a change must pay for its pause over the job's remaining time
-  // Value fraction a change must overcome on top of that. 0.15: the pause alone still left ~4.4
-  // restarts per job (the sum of 1/T rewards small shifts); 0.15-0.3 gave the same JCTs
-  // (docs/autoscaler.md, "Restart awareness").
-  double hysteresis = 0.15;
+  // On top of that (plan.h): a change must save margin_s seconds more, and a running job's pause
+  // counts (1 + pause_per_gpu x its GPUs) times (a restart idles every GPU it holds); no relative
+  // hysteresis. Chosen on the eight load-1.0 workloads (docs/autoscaler.md §7, "Ablations").
+  double hysteresis = 0.0;
+  double margin_s = 150;
+  double pause_per_gpu = 0.5;
   int max_gpus_per_job = 64;
   double tiresias_threshold_gpu_s = 16 * 3600.0;  // Tiresias: queue-0 -> queue-1 demotion
 };
@@ -143,15 +154,26 @@ class ClusterPolicy {
                                              double now_s) = 0;
   // Whether the job's batch is tuned by the job for goodput (edp) or fixed at the workload's.
   virtual bool adaptive_batch() const { return false; }
+  // Whether the policy names every job's global batch (batches(), after plan()); the job splits it
+  // over its GPUs (split_batch, with accumulation on one GPU above the initial batch) and runs it
+  // until the next plan.
+  virtual bool chooses_batch() const { return false; }
+  virtual const std::vector<int>& batches() const {
+    static const std::vector<int> none;
+    return none;
+  }
   // Whether the job is confined to the workload's GPU count (Tiresias).
   virtual bool fixed_replicas() const { return false; }
   // Tiresias: the job's queue (0 or 1); others: -1.
   virtual int queue_of(int /*id*/) const { return -1; }
 };
 
-// "tiresias", "optimus", "goodput" (edp: restart-aware goodput DP), "dp" (edp: restart-aware
-// throughput DP), "goodput-eager" (the goodput DP without restart awareness, the version the
-// issue measured in the artifact). Throws edp::Error listing the names otherwise.
+// "tiresias", "optimus"; edp's restart-aware goodput DP, naming each job's batch: "goodput"
+// (learns each job's goodput online from what it reports, online.h), "goodput-oracle" (the true
+// tables: the measured step times of the placement and the gradient statistics of every batch);
+// and with the batch tuned inside the job at every epoch from the true tables: "dp" (restart-aware
+// throughput DP), "goodput-eager" (goodput DP without restart awareness). Throws edp::Error
+// listing the names otherwise.
 std::unique_ptr<ClusterPolicy> make_cluster_policy(const std::string& name, const ClusterPolicyConfig& cfg = {});
 std::vector<std::string> cluster_policy_names();
 
@@ -178,6 +200,16 @@ struct AdaptiveChoice {
   double samples_per_s = 0;
 };
 AdaptiveChoice best_adaptive(const ClusterApp& app, const std::vector<int>& placement, int epoch, bool by_goodput = true);
+// The same over the global batches a policy may name (the job splits them by split_batch): the
+// true goodput of the best; its atomic/accum are the split's.
+struct NamedBatch {
+  int batch = 0;
+  AdaptiveChoice run;
+};
+NamedBatch best_named_batch(const ClusterApp& app, const std::vector<int>& placement, int epoch);
+// What a job of `app` states for learning (online.h): its batch limits, one GPU for ncf at batch
+// 32768 (as the artifact runs ncf for Pollux), accumulation on one GPU above the initial batch.
+LearnSpec learn_spec_of(const ClusterApp& app, int max_gpus_per_job);
 
 struct ClusterSimConfig {
   int nodes = 16, gpus_per_node = 4;

@@ -12,18 +12,20 @@
 //   throughput     v = weight x (samples_per_s_o / own.samples_per_s) x efficiency_o
 //                  (the speedup over the job's own configuration; the v1 contract)
 //   remaining      v = weight x r_o / remaining        (the share of its remaining work per second)
-//   restart-aware  v = weight / (remaining / r_o + pause_o)   (the reciprocal of its time to finish
-//                  there, counting the pause that taking the option costs)
-// where pause_o = 0 for the job's current configuration, its change pause (`pause_s`) for another
-// configuration of a running job, its start pause (`start_s`) for a job that is not running. Then
-// an option other than the current one of a running job loses the fraction `hysteresis` of its
-// value. `fifo` values nothing: running jobs keep their configuration, the others start at their
+//   restart-aware  v = weight / (remaining / r_o + pause_o + margin_o)   (the reciprocal of its time
+//                  to finish there, counting the pause that taking the option costs)
+// where pause_o = 0 for the job's current configuration, its change pause (`pause_s`, `rebatch_s`
+// for a change of batch alone) x (1 + pause_per_gpu x its current GPUs) for another configuration
+// of a running job, its start pause (`start_s`) for a job that is not running; margin_o =
+// `margin_s` for a change of a running job (0 for a free rebatch). Then an option other than the
+// current one of a running job loses the fraction `hysteresis` of its value (not a free rebatch). `fifo` values nothing: running jobs keep their configuration, the others start at their
 // own configuration in order while it fits (a job larger than the cluster is passed over, a job
 // that does not fit now blocks the ones behind it).
 #pragma once
 #include <string>
 #include <vector>
 
+#include "edp/autoscale/online.h"
 #include "edp/autoscale/optimizer.h"
 
 namespace edp::autoscale {
@@ -55,7 +57,15 @@ struct PlanJob {
   Config current;        // gpus == 0: not running
   double pause_s = -1;   // what a change of its configuration costs it (< 0: the request's)
   double start_s = -1;   // what starting it costs (< 0: the request's)
+  // What a change of its batch alone (same GPUs and ranks per GPU) costs it (< 0: as pause_s). 0
+  // (given): the job rebatches in place for free, and such a change is no change (no hysteresis).
+  double rebatch_s = -1;
+  std::vector<int> current_nodes;  // node index of each of its current GPUs (requests with nodes)
   std::vector<Config> options;
+  // A job whose options edp builds itself from what the job reported (online.h): one per GPU count
+  // that packs onto the request's nodes, each at the batch with the best predicted goodput.
+  bool learned = false;
+  LearnSpec learn;
 };
 
 struct PlanRequest {
@@ -65,6 +75,14 @@ struct PlanRequest {
   double hysteresis = 0.15;
   double pause_s = 30;  // default change pause
   double start_s = 30;  // default start pause
+  // Restart-aware: a change of a running job must save it this many seconds beyond its pause.
+  double margin_s = 0;
+  // Restart-aware: a running job's change pause counts (1 + pause_per_gpu x the GPUs it holds)
+  // times: while it restarts every GPU it holds idles, capacity the other jobs lose.
+  double pause_per_gpu = 0;
+  // GPUs per node; empty: one pool. With nodes the decision also places every job (Plan::nodes),
+  // and learned jobs' GPU counts pack onto them (1..node size, then whole nodes).
+  std::vector<int> nodes;
   std::vector<PlanJob> jobs;
 };
 
@@ -80,6 +98,7 @@ struct PlanChoice {
 struct Plan {
   std::vector<PlanChoice> choices;         // one per job, in request order
   std::vector<std::vector<double>> values;  // [job][option]: the valuation (hysteresis included); fifo: empty
+  std::vector<std::vector<int>> nodes;       // [job]: node index per GPU (requests with nodes; else empty)
   double objective = 0;
   int gpus_used = 0;
 };
@@ -89,8 +108,9 @@ struct Plan {
 double option_value(const PlanRequest& req, const PlanJob& job, const Config& option);
 bool is_current(const PlanJob& job, const Config& option);
 
-// Validates the request (edp::DataError naming the job and field), values every option and solves.
-// Throws edp::Error when the jobs that must run cannot all fit.
+// Validates the request (edp::DataError naming the job and field), builds learned jobs' options,
+// values every option, solves, and with nodes places the jobs. Throws edp::Error when the jobs
+// that must run cannot all fit.
 Plan decide(const PlanRequest& req);
 
 // The same, reusing its buffers across calls (the simulators decide thousands of times).
@@ -99,9 +119,30 @@ class Planner {
   const Plan& decide(const PlanRequest& req);
 
  private:
+  void place(const PlanRequest& req);
   std::vector<JobOptions> problem_;
+  PlanRequest expanded_;
   Plan plan_;
 };
+
+// The options of learned jobs (PlanJob::learned), written into req.jobs[i].options: for a job that
+// reported steps, one per GPU count up to GoodputModel::max_gpus() that packs onto the nodes (and
+// its current count), on ceil(g / node size) nodes (its current count on the nodes it holds), at
+// the batch with the best predicted goodput; for one that has not, its first configuration (one
+// GPU, init_batch or its fixed batch) valued as if it were as short as the shortest job that has
+// (the request's start pause when none has).
+void expand_learned(PlanRequest& req);
+
+// Placement on nodes (node_gpus[k] GPUs on node k): a job whose GPU count stays keeps its nodes;
+// the others, largest first, take whole free nodes for a count of a node or more (the nodes they
+// had first), the fullest node with room for a smaller count (the one they had on a tie), and only
+// when neither exists the most-free nodes. counts[j] == 0: no GPUs. Returns the node per GPU.
+std::vector<std::vector<int>> place_on_nodes(const std::vector<int>& node_gpus,
+                                             const std::vector<std::vector<int>>& current,
+                                             const std::vector<int>& counts);
+// `need` GPUs from the nodes with the most free GPUs, fullest-free first (ties: lowest index);
+// updates free. Throws edp::Error when there are not enough.
+std::vector<int> most_free_nodes(std::vector<int>& free, int need);
 
 // ---- the JSON contract (docs/plan.md) ----------------------------------------------------------
 
