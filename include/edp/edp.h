@@ -9,7 +9,8 @@
 //   edp/launch/process.h         process identity (pid, start time) for launchers' records
 //   edp/autoscale/cluster_sim.h  the autoscaler's optimizer, policies, simulators, throughput
 //   edp/autoscale/live.h         model and live planning (the edp-autoscale tool and programs that
-//   edp/autoscale/optimizer.h    plan clusters)
+//   edp/autoscale/online.h       plan clusters)
+//   edp/autoscale/optimizer.h
 //   edp/autoscale/plan.h
 //   edp/autoscale/policy.h
 //   edp/autoscale/simulator.h
