@@ -22,7 +22,12 @@ struct BackendInit {
 
 #if EDP_HAVE_MPI
 BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options);
+// Finalises MPI. Where a grow given up earlier left its MPI_Comm_spawn stuck (EDP_SPAWN_TIMEOUT),
+// mpirun cannot end while the new processes wait in their MPI initialisation: the process then
+// ends here, after MPI_Finalize, with the exit code given to mpi_exit_code (run_main gives the
+// program's) or, for 0, kStallExitCode, so that mpirun ends them and itself.
 void mpi_finalize();
+void mpi_exit_code(int code);
 // MPI_Abort(MPI_COMM_WORLD, code) when MPI is up; returns if it is not (caller then exits).
 void mpi_abort(int code);
 // The stall inspector's watchdog thread (mpi_stall_inspector.cpp): started by mpi_init once the

@@ -292,6 +292,9 @@ int run_main(int argc, char** argv, const std::function<int(Communicator& world)
   } catch (...) {
     abort_job("exception of unknown type", 1);
   }
+#if EDP_HAVE_MPI
+  detail::mpi_exit_code(rc);  // the exit code should finalising end the process (a spawn left stuck)
+#endif
   return rc;
 }
 

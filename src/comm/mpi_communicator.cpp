@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <csignal>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "backend.h"
 #include "edp/comm/membership.h"
 #include "edp/core/knobs.h"
+#include "edp/core/stopwatch.h"
 #include "stall.h"
 
 namespace edp::comm::detail {
@@ -335,6 +337,19 @@ class MpiCommunicator final : public Communicator {
 // The processes mpirun (or one MPI_Comm_spawn) started together; every one of them takes part in
 // the exit lobby (see mpi_finalize).
 MPI_Comm g_exit_comm = MPI_COMM_NULL;
+// And one communicator for each grow this process took part in, on either side (a copy of the
+// merged communicator, made right after the merge): the processes a grow started wait in the
+// exit lobby for those that started them, whether the grow joined them or failed, so that no
+// group of spawned processes ends while the job runs (see mpi_finalize).
+std::mutex g_lobby_mu;
+std::vector<MPI_Comm> g_grow_lobbies;
+void add_grow_lobby(MPI_Comm merged) {  // collective over `merged`
+  MPI_Comm lobby = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_dup(merged, &lobby));
+  MPI_CHECK(MPI_Comm_set_errhandler(lobby, MPI_ERRORS_RETURN));
+  std::lock_guard<std::mutex> lock(g_lobby_mu);
+  g_grow_lobbies.push_back(lobby);
+}
 bool g_spawned = false;
 // Processes of this mpirun job so far: those it started and every one spawned since (a rank that
 // left in a shrink waits in the exit lobby until the end, so it still holds its slot).
@@ -364,6 +379,11 @@ namespace {
 bool g_unjoined = false;  // a new rank that has not passed the ready handshake yet
 }
 
+// Why this job grows in place no more: a grow whose MPI_Comm_spawn never returned was given up
+// (Grow::poll, EDP_SPAWN_TIMEOUT), and its threads may still be inside MPI (empty: none was).
+std::string g_spawn_stuck;
+int g_exit_code = 0;  // mpi_exit_code
+
 bool mpi_unjoined() { return g_unjoined; }
 
 void mpi_ready(Communicator& world, bool ok) {
@@ -374,10 +394,13 @@ void mpi_ready(Communicator& world, bool ok) {
   while (!r.test()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   g_unjoined = false;
   if (v == 1) return;
-  // The grow is abandoned (this rank or another new one failed during its setup): this process
-  // ends its program and waits in MPI_Finalize, idle, until the running job ends — an exit code
-  // other than 0 would make mpirun end the running job too.
-  if (ok) std::fprintf(stderr, "edp: a rank started by a grow leaves: another new rank failed before joining\n");
+  // The grow is abandoned (this rank or another new one failed during its setup, or the running
+  // ranks gave it up): this process ends its program and waits in the exit lobby, idle, until the
+  // running job ends (mpi_finalize) — an exit code other than 0 would make mpirun end the
+  // running job too.
+  if (ok)
+    std::fprintf(stderr, "edp: a rank started by a grow leaves: the grow was abandoned (another new rank failed "
+                         "before joining, or the running ranks stopped waiting for the new ones)\n");
   std::fflush(stderr);
   mpi_finalize();
   std::_Exit(0);
@@ -406,6 +429,8 @@ SpawnPlan plan_spawn(const Communicator& current, int count, const std::vector<s
   for (size_t i = 1; i < line.size(); ++i) p.cmd.push_back(line[i]);
   p.env = "EDP_SPAWN_RANK_BASE=" + std::to_string(current.size()) + "\n";
   p.env += "EDP_SPAWN_JOB_PROCESSES=" + std::to_string(g_job_processes + count) + "\n";
+  // The new processes use the PMIx store this one does (see pmix_store in mpi_init).
+  if (const char* gds = std::getenv("PMIX_MCA_gds"); gds && *gds) p.env += std::string("PMIX_MCA_gds=") + gds + "\n";
   for (const auto& e : env) p.env += e + "\n";
   // Several hosts (edprun's EDP_LAUNCH_HOSTS): the new ranks go where a start at the grown size
   // would put them, host by host in rank order (one command per host, each naming its host), not
@@ -490,12 +515,26 @@ struct Grow::Impl {
   MPI_Comm dup = MPI_COMM_NULL;  // the running ranks' traffic of this grow, apart from the job's
   detail::SpawnPlan plan;
   std::thread thread;
-  std::atomic<int> stage{0};  // this rank: 0 connecting, 1 connected (ready barrier posted), 2 failed
+  // This rank's thread: 0 connecting, 4 connected and posting the ready barrier, 1 posted,
+  // 2 failed; 3 (rank 0 only): given up by poll() while the thread was still connecting.
+  std::atomic<int> stage{0};
+  std::atomic<bool> done{false};  // the thread has left connect()
+  Stopwatch since;                // since the grow began: rank 0 bounds the spawn with it
+  double timeout = 0;             // EDP_SPAWN_TIMEOUT (0: no bound)
+  bool abandoned = false;         // every rank: poll() gave the grow up, its thread perhaps still in MPI
   std::unique_ptr<MpiCommunicator> grown;
   Request ready;     // the ready handshake: MIN over every rank of the grown job of "set up, 1"
   int ready_ok = 1;  // the running ranks' part, then the result
+  std::string failure;  // the thread's: why the spawn failed (read after join)
   std::string error;
   bool joined = false;
+
+  // The thread's stage, unless rank 0 has given the grow up meanwhile (3 stays).
+  void set_stage(int to) {
+    int cur = stage.load();
+    while (cur != 3 && !stage.compare_exchange_weak(cur, to)) {
+    }
+  }
 
   // Every running rank, on its own thread (or inline without MPI_THREAD_MULTIPLE): the spawn over
   // all running ranks, the merge that puts them first, in their order, and the ready barrier.
@@ -516,20 +555,27 @@ struct Grow::Impl {
       MPI_CHECK(MPI_Bcast(why.data(), static_cast<int>(n), MPI_CHAR, 0, dup));
       if (!ok) {
         if (inter != MPI_COMM_NULL) MPI_Comm_free(&inter);
-        error = why.empty() ? "MPI_Comm_spawn failed on another rank" : why;
-        stage = 2;
+        failure = why.empty() ? "MPI_Comm_spawn failed on another rank" : why;
+        set_stage(2);
+        done = true;
         return;
       }
       MPI_CHECK(MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN));
       MPI_CHECK(MPI_Intercomm_merge(inter, 0, &merged));  // 0: the running ranks come first
       MPI_Comm_free(&inter);
+      detail::add_grow_lobby(merged);  // with the new ranks' in mpi_init
       grown = std::make_unique<MpiCommunicator>(merged);
+      // Rank 0 gave the grow up while this spawn was under way (poll, EDP_SPAWN_TIMEOUT): the new
+      // ranks, connected after all, learn it from the handshake (its MIN is 0) and leave.
+      int expected = 0;
+      if (!stage.compare_exchange_strong(expected, 4)) ready_ok = 0;
       ready = grown->iallreduce(&ready_ok, &ready_ok, 1, DType::I32, ReduceOp::Min);  // the new ranks' ready_barrier()
-      stage = 1;
+      set_stage(1);
     } catch (const std::exception& e) {
-      error = e.what();
-      stage = 2;
+      failure = e.what();
+      set_stage(2);
     }
+    done = true;
   }
 
   void join() {
@@ -538,10 +584,22 @@ struct Grow::Impl {
   }
 };
 
+namespace {
+
+// Grows given up while their threads were still inside MPI_Comm_spawn (EDP_SPAWN_TIMEOUT), with
+// the state their (detached) threads use: never freed, since a thread may never return.
+std::mutex g_abandoned_mu;
+std::vector<Grow::Impl*> g_abandoned;
+
+}  // namespace
+
 Grow::Grow(Communicator& current, int count, const std::vector<std::string>& env) : impl_(std::make_unique<Impl>()) {
   EDP_CHECK(count >= 1, "comm::Grow: count must be >= 1, got ", count);
   auto* cur = dynamic_cast<MpiCommunicator*>(&current);
   if (!cur) throw SpawnError("cannot start new ranks on a '" + current.backend() + "' communicator: only MPI spawns");
+  // A spawn given up earlier may still hold its threads inside MPI; another one beside it is not
+  // risked (set alike on every rank, by poll's broadcast).
+  if (!detail::g_spawn_stuck.empty()) throw SpawnError(detail::g_spawn_stuck);
   // Under plain mpirun without --oversubscribe, a spawn beyond mpirun's slots fails — and Open
   // MPI 4.1 then leaves mpirun running after the job ends. So such a spawn is refused here, alike
   // on every rank, before MPI is asked. Open MPI's own variables: the slots of the allocation,
@@ -558,16 +616,23 @@ Grow::Grow(Communicator& current, int count, const std::vector<std::string>& env
   Impl& m = *impl_;
   m.rank = current.rank();
   m.count = count;
+  m.timeout = knobs::get_double("EDP_SPAWN_TIMEOUT");
   m.plan = detail::plan_spawn(current, count, env);
   MPI_CHECK(MPI_Comm_dup(cur->handle(), &m.dup));
   MPI_CHECK(MPI_Comm_set_errhandler(m.dup, MPI_ERRORS_RETURN));
   if (detail::g_granted >= ThreadLevel::Multiple)
     m.thread = std::thread([&m] { m.connect(); });
   else
-    m.connect();  // without MPI_THREAD_MULTIPLE: here, blocking
+    m.connect();  // without MPI_THREAD_MULTIPLE: here, blocking (and unbounded)
 }
 
 Grow::~Grow() {
+  if (impl_->abandoned) {  // its thread may still be inside MPI: kept for the end
+    if (impl_->thread.joinable()) impl_->thread.detach();
+    std::lock_guard<std::mutex> lock(g_abandoned_mu);
+    g_abandoned.push_back(impl_.release());
+    return;
+  }
   impl_->join();
   if (impl_->dup != MPI_COMM_NULL) {
     int fin = 0;
@@ -578,14 +643,39 @@ Grow::~Grow() {
 
 Grow::State Grow::poll(Communicator& current) {
   Impl& m = *impl_;
-  // 0: starting; 1: ready; 2: the spawn failed; 3: a new rank failed before it was ready.
+  // 0: starting; 1: ready; 2: the spawn failed; 3: a new rank failed before it was ready;
+  // 4: the spawn has not returned within EDP_SPAWN_TIMEOUT and is given up.
   int v = 0;
-  if (current.rank() == 0) v = m.stage == 2 ? 2 : m.stage == 1 && m.ready.test() ? (m.ready_ok ? 1 : 3) : 0;
+  if (current.rank() == 0) {
+    const int st = m.stage;
+    if (st == 2) {
+      v = 2;
+    } else if (st == 1 && m.ready.test()) {
+      v = m.ready_ok ? 1 : 3;
+    } else if (st == 0 && m.timeout > 0 && m.since.seconds() > m.timeout) {
+      int expected = 0;
+      if (m.stage.compare_exchange_strong(expected, 3)) v = 4;
+    }
+  }
   current.broadcast(&v, 1, DType::I32, 0);
   if (v == 0) return State::kStarting;
+  if (v == 4) {
+    // Nothing interrupts a thread inside MPI_Comm_spawn: it is left there, and the job goes on at
+    // its size. Should the spawn return after all, the thread tells the new ranks that the grow
+    // is abandoned (the handshake), and they end.
+    m.abandoned = true;
+    m.error = ::edp::detail::concat(
+        "the new ranks did not start within ", m.timeout, " s (EDP_SPAWN_TIMEOUT): MPI_Comm_spawn has not returned, "
+        "the new processes are stuck in their MPI initialisation (docs/elastic.md, 'A spawn that does not return')");
+    detail::g_spawn_stuck = ::edp::detail::concat(
+        "an earlier grow of this job was given up because its MPI_Comm_spawn did not return within ", m.timeout,
+        " s (EDP_SPAWN_TIMEOUT); this job does not start new ranks in place again");
+    return State::kFailed;
+  }
   m.join();  // every rank's thread has entered the handshake (1, 3), or has left after the spawn (2)
   if (v == 2) {
     // Rank 0's message on every rank.
+    m.error = m.failure;
     int64_t n = static_cast<int64_t>(m.error.size());
     current.broadcast(&n, 1, DType::I64, 0);
     m.error.resize(static_cast<size_t>(n));
@@ -594,9 +684,9 @@ Grow::State Grow::poll(Communicator& current) {
   }
   m.ready.wait();
   if (v == 3) {
-    // The grown communicator is dropped unused. The new ranks have ended their programs and wait,
-    // idle, in MPI_Finalize until this job ends (Open MPI 4.1 ends connected processes together;
-    // MPI_Comm_disconnect hung here), like ranks that left in a shrink.
+    // The grown communicator is dropped unused (MPI_Comm_disconnect hung here with Open MPI 4.1).
+    // The new ranks have ended their programs and wait, idle, in the exit lobby until this job
+    // ends (the grow's lobby, mpi_finalize), like ranks that left in a shrink.
     m.grown->release();
     detail::g_job_processes += m.count;  // they hold their slots until the end
     m.error = "a new rank failed during its setup, before it joined (its own message is above); the new ranks "
@@ -615,6 +705,35 @@ std::unique_ptr<Communicator> Grow::take() {
 
 const std::string& Grow::error() const { return impl_->error; }
 
+namespace detail {
+
+// At the end of the process: the grows given up (EDP_SPAWN_TIMEOUT) whose spawn returned after all
+// finish their handshake (the new ranks learn that the grow is abandoned and end). True when a
+// thread is still inside MPI_Comm_spawn: its new processes are stuck.
+bool finish_abandoned_grows() {
+  std::lock_guard<std::mutex> lock(g_abandoned_mu);
+  bool stuck = false;
+  for (Grow::Impl* m : g_abandoned) {
+    if (!m->done) {
+      if (m->rank == 0 && !stuck)
+        std::fprintf(stderr,
+                     "edp: the new processes of a grow given up earlier are still stuck in their MPI initialisation "
+                     "(EDP_SPAWN_TIMEOUT; docs/elastic.md); mpirun cannot end while they run, so this job's processes "
+                     "end with a non-zero exit code after finalising MPI, and mpirun stops them\n");
+      stuck = true;
+      continue;
+    }
+    if (m->grown) {
+      while (!m->ready.test()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      m->grown->release();
+    }
+    if (m->dup != MPI_COMM_NULL) MPI_Comm_free(&m->dup);
+  }
+  return stuck;
+}
+
+}  // namespace detail
+
 void ready_barrier(Communicator& world) { detail::mpi_ready(world, true); }
 
 }  // namespace edp::comm
@@ -632,6 +751,21 @@ void mpi_watch(Communicator* c) {
   mpi_start_stall_inspector(g_granted, &h);
 }
 
+// Open MPI 4.1 with PMIx 4 (Debian 12's libpmix2 4.2): now and then a process started by
+// MPI_Comm_spawn waits forever in PMIx_Init for its job's data, the processes started with it
+// wait for it in MPI_Init, and the running ranks in MPI_Comm_spawn. Measured with grows that
+// fail three times per job on a loaded 2-core machine: 13 of 308 jobs hung; with PMIx's hash
+// store of job data instead of its shared-memory one, 2 of 1127. So every process of an edp
+// program asks PMIx for the hash store (EDP_PMIX_GDS), unless the user chose one (PMIX_MCA_gds);
+// Grow::Grow passes the choice on to the new ranks. The grow lobbies (mpi_finalize) remove what
+// set it off; EDP_SPAWN_TIMEOUT bounds the wait for whatever else keeps a spawn.
+namespace {
+void pmix_store() {
+  const std::string gds = knobs::get_string("EDP_PMIX_GDS");
+  if (gds != "auto") setenv("PMIX_MCA_gds", gds.c_str(), 0);
+}
+}  // namespace
+
 BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options) {
   int inited = 0, fin = 0;
   MPI_Initialized(&inited);
@@ -641,6 +775,7 @@ BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options)
   BackendInit out;
   int provided = MPI_THREAD_SINGLE;
   if (!inited) {
+    pmix_store();
     const int rc = MPI_Init_thread(argc, argv, to_mpi(options.requested), &provided);
     EDP_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed (error ", rc,
               "); is Open MPI installed and, under a container as root, are "
@@ -682,6 +817,7 @@ BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options)
     MPI_Comm merged = MPI_COMM_NULL;
     MPI_CHECK(MPI_Intercomm_merge(parent, 1, &merged));  // 1: after the ranks that spawned it
     MPI_Comm_free(&parent);
+    add_grow_lobby(merged);  // with the running ranks' in Grow::Impl::connect
     g_unjoined = true;
     out.world = std::make_unique<MpiCommunicator>(merged);
     return out;
@@ -706,24 +842,57 @@ BackendInit mpi_init(int* argc, char*** argv, const EnvironmentOptions& options)
   return out;
 }
 
+namespace {
+volatile sig_atomic_t g_stuck_exit_code = 0;
+extern "C" void stuck_exit(int) { _exit(g_stuck_exit_code); }
+}  // namespace
+
 void mpi_finalize() {
   int fin = 0;
   MPI_Finalized(&fin);
   if (fin) return;
   mpi_stop_stall_inspector();
+  const bool spawn_stuck = finish_abandoned_grows();
   // The exit lobby: Open MPI 4.1's MPI_Finalize waits (spinning) for every process started
-  // together with this one. A rank that left an elastic job early waits here instead, in a
-  // non-blocking barrier polled every 50 ms, which costs no CPU; the others pass it at once.
-  if (g_exit_comm != MPI_COMM_NULL) {
-    MPI_Request r = MPI_REQUEST_NULL;
-    if (MPI_Ibarrier(g_exit_comm, &r) == MPI_SUCCESS) {
-      for (int done = 0; MPI_Test(&r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done;)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // together with this one. A rank that left an elastic job early waits here instead, in
+  // non-blocking barriers polled every 50 ms, which costs no CPU; the others pass at once. The
+  // barriers: the processes started together with this one, and each grow's (g_grow_lobbies).
+  // So the processes of a grow, also of one that failed or that all left in a shrink, wait for
+  // the job's end too: a spawned group that ended while the job ran made a later spawn hang now
+  // and then (Open MPI 4.1, PMIx 4; docs/elastic.md, "A spawn that does not return").
+  {
+    std::vector<MPI_Comm> comms;
+    {
+      std::lock_guard<std::mutex> lock(g_lobby_mu);
+      comms.swap(g_grow_lobbies);
     }
-    MPI_Comm_free(&g_exit_comm);
+    if (g_exit_comm != MPI_COMM_NULL) comms.push_back(g_exit_comm);
+    std::vector<MPI_Request> reqs;
+    for (MPI_Comm c : comms) {
+      MPI_Request r = MPI_REQUEST_NULL;
+      if (MPI_Ibarrier(c, &r) == MPI_SUCCESS) reqs.push_back(r);
+    }
+    for (int done = 0; !reqs.empty() &&
+                       MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+                       !done;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (MPI_Comm& c : comms) MPI_Comm_free(&c);
+    g_exit_comm = MPI_COMM_NULL;
+  }
+  if (spawn_stuck) {
+    // MPI is still finalised, as the job's other processes do; but the thread left inside
+    // MPI_Comm_spawn may crash once the library is torn down under it (seen: a SIGSEGV now and
+    // then), which then ends the process with that exit code instead.
+    g_stuck_exit_code = g_exit_code != 0 ? g_exit_code : kStallExitCode;
+    std::fflush(nullptr);
+    std::signal(SIGSEGV, stuck_exit);
+    std::signal(SIGBUS, stuck_exit);
   }
   MPI_Finalize();
+  if (spawn_stuck) std::_Exit(g_stuck_exit_code);  // not exit(): that thread is still there
 }
+
+void mpi_exit_code(int code) { g_exit_code = code; }
 
 void mpi_abort(int code) {
   int inited = 0, fin = 0;

@@ -80,6 +80,12 @@ const std::vector<Knob> kKnobs = {
      "Seconds a collective may wait for the other ranks before the stall inspector reports who has "
      "not arrived (the collective, bucket and step) and ends the job with exit code 76 (0: wait forever).",
      "comm", "", kNoMin, kNoMax},
+    {"EDP_PMIX_GDS", Type::String, "hash",
+     "The PMIx store of job data every process of the program asks for, as PMIX_MCA_gds before MPI starts "
+     "(`auto`: PMIx's own choice; a PMIX_MCA_gds set by the user is kept). `hash` by default: with PMIx 4's "
+     "shared-memory store, a rank started by an in-place grow now and then waited forever in its MPI "
+     "initialisation (docs/elastic.md).",
+     "comm", ""},
     // ---- ddp --------------------------------------------------------------------------------
     {"EDP_BUCKET_CAP_MB", Type::Int, "25",
      "DDP gradient bucket cap in MiB, used when DDPOptions::bucket_cap_bytes is 0 (its default); "
@@ -159,6 +165,11 @@ const std::vector<Knob> kKnobs = {
      "an error when that fails), restart (checkpoint, exit 75, edprun restarts the job), auto (in place, the "
      "restart path when spawning new ranks fails).",
      "elastic", "auto|in-place|restart", kNoMin, kNoMax, false},
+    {"EDP_SPAWN_TIMEOUT", Type::Double, "120",
+     "Seconds an in-place grow waits for MPI_Comm_spawn to start and connect its new ranks (not for their "
+     "setup) before it gives the grow up: the job goes on at its size and grows by restart from then on "
+     "(0: wait forever).",
+     "elastic", "", kNoMin, kNoMax, false},
     {"EDP_SPAWN_WRAPPER", Type::String, "",
      "A command the new ranks of an in-place grow are started through, words separated by spaces, followed by "
      "the program and its arguments (edprun sets its rank shim, `edprun --rank-exec --`; empty: the program "

@@ -14,6 +14,9 @@
 //   once by the job as a whole (all processes, present or gone) and prints
 //   "coverage: E epoch(s) x N samples, each seen once".
 // --die-at N  rank 1 dies by SIGKILL before step N (once), for the crash-and-restart test.
+// --new-rank-fails  a rank started by a grow throws during its setup, before it joins.
+// --new-rank-hangs  a rank started by a grow never starts MPI (it sleeps where it would), so the
+//   running ranks' MPI_Comm_spawn does not return: the grow is given up after EDP_SPAWN_TIMEOUT.
 // Every process also appends "size=W rank=R host=H" to DIR/where.<pid> whenever its place in the
 // job changes (its first step, and after each rescale): where the ranks ran, for the host test.
 // The last line is JSON: {"workers", "global_batch", "steps", "test_acc", "digest"}.
@@ -23,6 +26,7 @@
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -115,11 +119,17 @@ int main(int argc, char** argv) {
   o.add("ckpt-every", "0", "commit a checkpoint every N steps (0: every epoch)");
   o.add("die-at", "0", "rank 1 kills itself (SIGKILL) before step N, once (a marker in --record)");
   o.add_flag("new-rank-fails", "a rank started by a grow fails (throws) during its setup, before it joins");
+  o.add_flag("new-rank-hangs", "a rank started by a grow never starts MPI (sleeps), so that its spawn does not return");
   o.add("settle-at", "0", "before step N, wait for a grow under way to join its new ranks (Job::settle)");
   o.add("model", "mlp", "mlp (Fashion-MNIST) or gpt (a tiny GPT on --limit token windows of 16)");
   o.add_flag("no-coverage", "do not check the coverage (a crash repeats the steps since the last checkpoint)");
   o.add("device", "cpu", "cpu or cuda (a rank's GPU: its local rank modulo the visible GPUs)");
   o.parse(argc, argv);
+  // A grow sets EDP_SPAWN_RANK_BASE on the ranks it starts. Ended by mpirun with the job.
+  if (o.flag("new-rank-hangs") && std::getenv("EDP_SPAWN_RANK_BASE")) {
+    sleep(600);
+    return 1;
+  }
   return comm::run_main(argc, argv, [&](comm::Communicator& world) {
     set_num_threads(1);
     const std::string record = o.str("record");

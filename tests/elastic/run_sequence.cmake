@@ -15,8 +15,13 @@
 #            step 30: Job::settle), then 4 -> 1 at step 35 and 1 -> 3 at step 40, whose ranks join
 #            whenever they are ready (at the end of the job at the latest): every sample of both
 #            epochs seen exactly once; the rescale event shows the background phase. Then a grow
-#            whose new ranks fail during their setup: the job goes on at its size and ends normally,
-#            every sample seen once, nothing left running.
+#            whose new ranks fail during their setup (three times: the request is tried again after
+#            2 and 4 looks, then given up): the job goes on at its size and ends normally, every
+#            sample seen once, nothing left running. Then a grow whose spawn does not return (the
+#            new ranks never start MPI): given up after EDP_SPAWN_TIMEOUT, the job trains on at its
+#            size (the request tried again is refused in place) and ends its work, every sample seen
+#            once; its processes then end with exit code 76, so that mpirun stops the stuck ones
+#            and ends, nothing left running.
 #   kill     rank 1 of 2 is killed (SIGKILL) before step 17 under edprun --max-restarts 1, with a
 #            checkpoint every 5 steps: the job restarts from step 15 and ends with parameters
 #            bitwise equal to an uninterrupted run that committed at the same steps.
@@ -132,6 +137,19 @@ elseif(MODE STREQUAL "background")
   execute_process(COMMAND pgrep -f "${EXE} --plan 5:4 --new-rank-fails" RESULT_VARIABLE left OUTPUT_VARIABLE pids)
   if(left EQUAL 0)
     message(FATAL_ERROR "processes of the failed grow are left running: ${pids}")
+  endif()
+  file(MAKE_DIRECTORY ${WORK}/c)
+  execute_process(COMMAND ${MPIEXEC} --oversubscribe -np 2 -x EDP_SPAWN_TIMEOUT=3 -x EDP_MIN_STEP_MS=60 ${EXE}
+    --plan 5:4 --new-rank-hangs --record ${WORK}/c RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 280)
+  if(NOT rc EQUAL 76)
+    message(FATAL_ERROR "a grow whose spawn does not return: exit ${rc}, not 76\n${out}\n${err}")
+  endif()
+  expect("${out}|${err}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(2 processes\\)"
+    "the new ranks did not start within 3 s \\(EDP_SPAWN_TIMEOUT\\)" "does not start new ranks in place again"
+    "still stuck in their MPI initialisation" "\"workers\": 2, \"global_batch\": 64")
+  execute_process(COMMAND pgrep -f "${EXE} --plan 5:4 --new-rank-hangs" RESULT_VARIABLE left OUTPUT_VARIABLE pids)
+  if(left EQUAL 0)
+    message(FATAL_ERROR "processes of the grow given up are left running: ${pids}")
   endif()
 elseif(MODE STREQUAL "restart")
   run(r ${CMAKE_COMMAND} -E env EDP_RESCALE_MODE=restart
