@@ -159,7 +159,8 @@ TEST(JobGuard, CheckpointDirectoryLock) {
   }
   first.reset();
   world.barrier();
-  EXPECT_FALSE(fs::exists(dir + "/lock"));
+  EXPECT_FALSE(fs::exists(dir + "/lock")) << "rank " << world.rank() << ", holder pid " << holder << ": "
+                                           << [&] { std::ifstream f(dir + "/lock"); std::stringstream ss; ss << f.rdbuf(); return ss.str(); }();
   EXPECT_NO_THROW(elastic::Job again(world, b.model, *b.opt, dataset(100), options(world, dir)));
 }
 
