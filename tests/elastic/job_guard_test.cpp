@@ -161,6 +161,9 @@ TEST(JobGuard, CheckpointDirectoryLock) {
   world.barrier();
   EXPECT_FALSE(fs::exists(dir + "/lock")) << "rank " << world.rank() << ", holder pid " << holder << ": "
                                            << [&] { std::ifstream f(dir + "/lock"); std::stringstream ss; ss << f.rdbuf(); return ss.str(); }();
+  // Every rank has looked before rank 0 takes the lock again: the new lock names the same pid and
+  // job and, within a second, the same time, so a late rank would take it for the old one.
+  world.barrier();
   EXPECT_NO_THROW(elastic::Job again(world, b.model, *b.opt, dataset(100), options(world, dir)));
 }
 
