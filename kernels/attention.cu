@@ -21,22 +21,25 @@ constexpr int kRowsPerBlock = kBlock / 32;
 
 // Moves between [B, T, G, H, hd] (G groups side by side per row) and G tensors [B, H, T, hd].
 // to_heads: dst[g] <- src (split); else src[g] -> dst (merge).
+// Index is uint32_t when the tensors have fewer than 2^31 elements: the four divisions per
+// element are then 32-bit ones, several times cheaper than 64-bit ones.
+template <typename Index>
 __global__ void regroup_kernel(const float* __restrict__ rows, float* __restrict__ heads0, float* __restrict__ heads1,
                                float* __restrict__ heads2, const float* __restrict__ cheads0,
                                const float* __restrict__ cheads1, const float* __restrict__ cheads2,
-                               float* __restrict__ out_rows, int G, int64_t B, int64_t T, int64_t H, int64_t hd,
+                               float* __restrict__ out_rows, Index G, Index B, Index T, Index H, Index hd,
                                bool to_heads) {
-  const int64_t n = B * T * G * H * hd, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    int64_t r = i;
-    const int64_t e = r % hd;
+  const Index n = B * T * G * H * hd, stride = static_cast<Index>(gridDim.x) * blockDim.x;
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    Index r = i;
+    const Index e = r % hd;
     r /= hd;
-    const int64_t h = r % H;
+    const Index h = r % H;
     r /= H;
-    const int g = static_cast<int>(r % G);
+    const Index g = r % G;
     r /= G;
-    const int64_t t = r % T, b = r / T;
-    const int64_t j = ((b * H + h) * T + t) * hd + e;
+    const Index t = r % T, b = r / T;
+    const Index j = ((b * H + h) * T + t) * hd + e;
     if (to_heads) {
       float* dst = g == 0 ? heads0 : g == 1 ? heads1 : heads2;
       dst[j] = rows[i];
@@ -83,7 +86,14 @@ void regroup(const float* rows, float* h0, float* h1, float* h2, const float* c0
              float* out_rows, int G, int64_t B, int64_t T, int64_t H, int64_t hd, bool to_heads, cudaStream_t s) {
   const int64_t n = B * T * G * H * hd;
   if (n <= 0) return;
-  regroup_kernel<<<grid_for(n), kBlock, 0, s>>>(rows, h0, h1, h2, c0, c1, c2, out_rows, G, B, T, H, hd, to_heads);
+  if (n <= static_cast<int64_t>(INT32_MAX)) {  // i + stride cannot wrap
+    const auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+    regroup_kernel<uint32_t><<<grid_for(n), kBlock, 0, s>>>(rows, h0, h1, h2, c0, c1, c2, out_rows, u(G), u(B), u(T),
+                                                            u(H), u(hd), to_heads);
+  } else {
+    regroup_kernel<int64_t><<<grid_for(n), kBlock, 0, s>>>(rows, h0, h1, h2, c0, c1, c2, out_rows, G, B, T, H, hd,
+                                                           to_heads);
+  }
   CUDA_CHECK_LAUNCH("regroup_kernel");
 }
 

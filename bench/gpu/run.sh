@@ -25,8 +25,8 @@
 # (the packages of scripts/setup.sh) and carry the .gpu-deps folder it writes (it holds Open MPI as
 # a relocatable wheel and the Fashion-MNIST files too). cuDNN and NCCL are taken from the CUDA
 # toolkit, else from the Python wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13) if present.
-# EDP_GPU_STAGES (comma-separated; default all: tests,bench,accuracy,colocated,resnet18,gpt,elastic,
-# sanitizer,collocation) picks the stages after the build, e.g. to finish on a warm machine what a first
+# EDP_GPU_STAGES (comma-separated; default all: tests,bench,accuracy,colocated,resnet18,gpt,gptprof,
+# elastic,sanitizer,collocation) picks the stages after the build, e.g. to finish on a warm machine what a first
 # call's budget cut.
 #   bench/gpu/run.sh [--quick] [--skip-tests] [--skip-bench] [--build-only]
 set -uo pipefail
@@ -45,7 +45,7 @@ for a in "$@"; do
     *) echo "usage: $0 [--quick] [--skip-tests] [--skip-bench] [--build-only]" >&2; exit 2 ;;
   esac
 done
-STAGES=${EDP_GPU_STAGES:-tests,bench,accuracy,colocated,resnet18,gpt,elastic,sanitizer,collocation}
+STAGES=${EDP_GPU_STAGES:-tests,bench,accuracy,colocated,resnet18,gpt,gptprof,elastic,sanitizer,collocation}
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 LOGS=$(mktemp -d /tmp/edp-gpu-logs.XXXXXX)
 mkdir -p "$OUT"
@@ -57,7 +57,7 @@ stage_timeout() { local l; l=$(( $(left) - 15 )); [ "$l" -lt 1 ] && l=1; [ "$l" 
 say() { echo "[$(( SECONDS - START ))s] $*" | tee -a "$OUT/run.log"; }
 STATUS_CONFIGURE=skipped STATUS_BUILD=skipped STATUS_TESTS=skipped STATUS_BENCH=skipped STATUS_TORCH=skipped
 STATUS_RESNET=skipped STATUS_RESNET_TORCH=skipped STATUS_ACCURACY=skipped STATUS_SANITIZER=skipped
-STATUS_COLOCATED=skipped STATUS_COLLOCATION=skipped STATUS_GPT=skipped STATUS_ELASTIC=skipped
+STATUS_COLOCATED=skipped STATUS_COLLOCATION=skipped STATUS_GPT=skipped STATUS_ELASTIC=skipped STATUS_GPTPROF=skipped
 # run_stage LOG WANT CMD...: runs CMD under stage_timeout WANT, stdout+stderr to LOG; prints ok,
 # timeout (it ran out of its share of the budget) or failed.
 run_stage() {
@@ -245,6 +245,28 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
     STATUS_GPT=ok; [ "$(grep -c '^{' "$LOGS/gpt.jsonl")" = 4 ] || STATUS_GPT=failed
     cat "$LOGS/gpt.jsonl" | tee -a "$OUT/run.log"
   fi
+  # Where a GPT step's GPU time goes, edp against PyTorch: Nsight Compute's duration of every
+  # kernel of a short run of each (bench/gpu/kernel_profile.py: per kernel and group, per step).
+  # Set against the step times of the stage above, the difference is time the GPU waits for the
+  # host (launches, synchronisation).
+  if [ "$(left)" -gt 120 ] && want gptprof && command -v ncu >/dev/null && [ -s .cache/corpus/train.tok ]; then
+    say "GPT kernel profile (ncu): edp against PyTorch, fp32 and bf16"
+    GPT_ARGS=(--layers 6 --dim 512 --heads 8 --context 256 --batch 32 --steps 5 --eval-windows 1)
+    NCU=(ncu --clock-control none --metrics gpu__time_duration.sum --csv)
+    PROF=()
+    for prec in fp32 bf16; do
+      B16=(); [ "$prec" = bf16 ] && B16=(--bf16)
+      run_stage "$LOGS/gptprof_edp_$prec.txt" 90 mpirun --oversubscribe -np 1 "${NCU[@]}" \
+        --log-file "$LOGS/gptprof_edp_$prec.csv" "$BUILD/examples/gpt_text" --device cuda "${GPT_ARGS[@]}" "${B16[@]}" \
+        --no-progress --sample-tokens 0 > /dev/null
+      run_stage "$LOGS/gptprof_torch_$prec.txt" 90 env PYTHONUNBUFFERED=1 "${NCU[@]}" \
+        --log-file "$LOGS/gptprof_torch_$prec.csv" python3 bench/pytorch/train_gpt.py --device cuda "${GPT_ARGS[@]}" \
+        "${B16[@]}" > /dev/null
+      PROF+=(--label "edp-$prec" "$LOGS/gptprof_edp_$prec.csv" --label "pytorch-$prec" "$LOGS/gptprof_torch_$prec.csv")
+    done
+    STATUS_GPTPROF=$(run_stage "$LOGS/gptprof.txt" 30 python3 bench/gpu/kernel_profile.py --steps 5 "${PROF[@]}")
+    cat "$LOGS/gptprof.txt" | tee -a "$OUT/run.log"
+  fi
   # An in-place grow on the GPU: 1 -> 2 ranks sharing it under edprun's MPS daemon, the new rank
   # spawned while the daemon runs, the communicators rebuilt (the request is read at step 1).
   if [ "$(left)" -gt 60 ] && want elastic; then
@@ -273,11 +295,11 @@ fi
 # ---- results -------------------------------------------------------------------------------------------
 python3 - "$LOGS" "$OUT" "$STATUS_CONFIGURE" "$STATUS_BUILD" "$STATUS_TESTS" "$STATUS_BENCH" "$STATUS_TORCH" \
   "$STATUS_RESNET" "$STATUS_RESNET_TORCH" "$STATUS_ACCURACY" "$STATUS_SANITIZER" "$STATUS_COLOCATED" \
-  "$STATUS_COLLOCATION" "$STATUS_GPT" "$STATUS_ELASTIC" <<'PY'
+  "$STATUS_COLLOCATION" "$STATUS_GPT" "$STATUS_ELASTIC" "$STATUS_GPTPROF" <<'PY'
 import json, os, sys
 logs, out = sys.argv[1], sys.argv[2]
 st = dict(zip(["configure", "build", "tests", "bench", "pytorch", "resnet18_bench", "resnet18_pytorch",
-              "accuracy", "sanitizer", "colocated", "collocation", "gpt", "elastic"], sys.argv[3:]))
+              "accuracy", "sanitizer", "colocated", "collocation", "gpt", "elastic", "gptprof"], sys.argv[3:]))
 def read(name):
     p = os.path.join(logs, name)
     return open(p, errors="replace").read() if os.path.exists(p) else ""
@@ -345,6 +367,11 @@ gpt = [json.loads(l) for l in read("gpt.jsonl").splitlines() if l.startswith("{"
 if gpt:
     res["gpt"] = gpt
     lines += ["", "## GPT (edp gpt_text, PyTorch train_gpt.py) on the GPU", "", "```"] + [json.dumps(g) for g in gpt] + ["```"]
+prof = [json.loads(l) for l in read("gptprof.txt").splitlines() if l.startswith("{")]
+if prof:
+    res["gpt_kernel_profile"] = prof
+    lines += ["", "## GPT kernel profile (ncu, GPU ms per step)", "", "```"] + \
+             [l for l in read("gptprof.txt").splitlines() if not l.startswith("{")] + ["```"]
 el = [l for l in read("elastic.txt").splitlines() if "rescale" in l or l.startswith("{") or "test acc" in l]
 if el:
     lines += ["", "## elastic grow on the GPU", "", "```"] + el[-8:] + ["```"]
