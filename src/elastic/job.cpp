@@ -105,6 +105,7 @@ struct Job::Impl {
   double guard_sum = 0, guard_n = 0, guard_level = -1;
   int guard_suspect = 0;
   int64_t guard_good_step = 0, guard_first_bad = 0;
+  double guard_peak = 0;  // the highest window mean of the rise in doubt
   std::string last_change = "none since the job started";
 
   // A grow under way in the background (comm::Grow): the ranks train on at their size until the
@@ -631,17 +632,24 @@ struct Job::Impl {
     guard_sum = guard_n = 0;
     if (v[1] <= 0) return;
     const double mean = v[0] / v[1];
+    log::debug(o.name, ": divergence guard: mean loss ", mean, " over steps ", job.step_ - kGuardWindow + 1, "-",
+               job.step_, ", running level ", guard_level);
     if (guard_level < 0) {
       guard_level = mean;
       guard_good_step = job.step_;
       return;
     }
-    if (o.divergence_factor > 0 && mean > o.divergence_factor * guard_level) {
+    const bool above = o.divergence_factor > 0 && mean > o.divergence_factor * guard_level;
+    // Down from a rise but not back to the level: still in doubt.
+    const bool not_back = guard_suspect > 0 && mean > kGuardRecovered * guard_level;
+    if (above || not_back) {
       if (guard_suspect++ == 0) {
         guard_first_bad = job.step_ - kGuardWindow + 1;
+        guard_peak = 0;
         if (ckpt) ckpt->hold(guard_good_step);  // rotation must not remove the last good state
       }
-      if (guard_suspect >= kGuardPatience) guard_diverged(mean);
+      guard_peak = std::max(guard_peak, mean);
+      if (guard_suspect >= kGuardPatience) guard_diverged(mean, above);
       return;
     }
     guard_suspect = 0;
@@ -668,17 +676,32 @@ struct Job::Impl {
     throw Error(o.name + ": " + what + " The last change of size: " + last_change + "." + where + advice);
   }
 
-  void guard_diverged(double mean) {
-    char m[400];
-    std::snprintf(m, sizeof m,
-                  "the loss diverged: its mean over steps %lld-%lld was %.4g, more than %g times its running level "
-                  "%.4g, in %d windows of %lld steps in a row (since step %lld).",
-                  static_cast<long long>(job.step_ - kGuardWindow + 1), static_cast<long long>(job.step_), mean,
-                  o.divergence_factor, guard_level, kGuardPatience, static_cast<long long>(kGuardWindow),
-                  static_cast<long long>(guard_first_bad));
+  void guard_diverged(double mean, bool above) {
+    char m[600];
+    const long long from = job.step_ - kGuardWindow + 1, to = job.step_;
+    if (above)
+      std::snprintf(m, sizeof m,
+                    "the loss diverged: its mean over steps %lld-%lld was %.4g, more than %g times its running level "
+                    "%.4g, in %d windows of %lld steps in a row (since step %lld).",
+                    from, to, mean, o.divergence_factor, guard_level, kGuardPatience,
+                    static_cast<long long>(kGuardWindow), static_cast<long long>(guard_first_bad));
+    else
+      std::snprintf(m, sizeof m,
+                    "the loss diverged: it rose to %.4g, more than %g times its running level %.4g (since step %lld), "
+                    "and did not come back: its mean over steps %lld-%lld was %.4g, still more than %g times that "
+                    "level, %d windows of %lld steps after the rise began.",
+                    guard_peak, o.divergence_factor, guard_level, static_cast<long long>(guard_first_bad), from, to,
+                    mean, kGuardRecovered, kGuardPatience, static_cast<long long>(kGuardWindow));
+    std::string lr = o.lr_scaling == "none" || job.global_batch_ == o.lr_base_batch
+                         ? ""
+                         : " (" + o.lr_scaling + " scaling of " + detail::concat(o.lr) + " at global batch " +
+                               std::to_string(o.lr_base_batch) + "; sqrt scaling, the examples' --lr-scaling sqrt, "
+                               "gives less)";
     diverged(m,
-             " Lower the learning rate or the largest global batch the job may be given (JobOptions::"
-             "max_global_batch, the examples' --max-global-batch), or turn the guard off (divergence_factor 0)",
+             " The peak learning rate is " + detail::concat(job.lr_) + " at global batch " +
+                 std::to_string(job.global_batch_) + lr +
+                 ". Lower the learning rate or the largest global batch the job may be given (JobOptions::"
+                 "max_global_batch, the examples' --max-global-batch), or turn the guard off (divergence_factor 0)",
              true);
   }
 

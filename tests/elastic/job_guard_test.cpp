@@ -138,6 +138,44 @@ TEST(JobGuard, NoiseAndModestRisesDoNotStop) {
   EXPECT_EQ(job.steps(), 2 * ((1000 + o.global_batch - 1) / o.global_batch));
 }
 
+// A rise that comes down but settles above its old level (a network the spike broke: stuck at
+// chance) stops the job: two windows at 100x, then 1.5x the level of 1 (above kGuardRecovered)
+// makes the third window in doubt. The message names the peak, the level and where it settled.
+TEST(JobGuard, ASpikeThatDoesNotComeBackStops) {
+  comm::Communicator& world = comm::world();
+  Fixture f;
+  elastic::JobOptions o = options(world, "");
+  o.epochs = 2;
+  o.lr_base_batch = 4;  // the message explains the learning rate's scaling
+  elastic::Job job(world, f.model, *f.opt, dataset(1000), o);
+  try {
+    run_steps(job, [](int64_t step) { return step <= 40 ? 1.0 : step <= 60 ? 100.0 : 1.5; });
+    FAIL() << "the guard did not stop the job";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the loss diverged: it rose to 100, more than 4 times its running level 1 (since step 41), and "
+                     "did not come back: its mean over steps 61-70 was 1.5, still more than 1.2 times that level"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("The peak learning rate is " + detail::concat(0.01 * o.global_batch / 4) + " at global batch " +
+                     std::to_string(o.global_batch) + " (linear scaling of 0.01 at global batch 4;"),
+              std::string::npos)
+        << m;
+  }
+  EXPECT_EQ(job.steps(), 70);
+}
+
+// A spike that comes back to within kGuardRecovered of the level is forgotten: the job runs on.
+TEST(JobGuard, ASpikeThatComesBackDoesNotStop) {
+  comm::Communicator& world = comm::world();
+  Fixture f;
+  elastic::JobOptions o = options(world, "");
+  o.epochs = 2;
+  elastic::Job job(world, f.model, *f.opt, dataset(1000), o);
+  EXPECT_NO_THROW(run_steps(job, [](int64_t step) { return step <= 40 ? 1.0 : step <= 60 ? 100.0 : 1.15; }));
+  EXPECT_EQ(job.steps(), 2 * ((1000 + o.global_batch - 1) / o.global_batch));
+}
+
 // One job per checkpoint directory: a second job on it is refused, naming the holder; after the
 // first one ends, the directory is free again.
 TEST(JobGuard, CheckpointDirectoryLock) {

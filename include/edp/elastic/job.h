@@ -65,7 +65,8 @@ namespace edp::elastic {
 // Defaults of JobOptions' bounds and guard.
 constexpr int64_t kBatchRange = 8;     // min/max global batch: the first one / or x this
 constexpr int64_t kGuardWindow = 10;   // steps per window of the divergence guard
-constexpr int kGuardPatience = 3;      // windows in a row above the limit
+constexpr int kGuardPatience = 3;      // windows in a row above the limit (or not back from it)
+constexpr double kGuardRecovered = 1.2;  // a window back within this multiple of the level ends a rise
 
 struct JobOptions {
   std::string name = "job";  // in messages, and the checkpoints' "model"
@@ -116,7 +117,10 @@ struct JobOptions {
   // The divergence guard: every kGuardWindow steps the job's mean loss over them (every rank's
   // samples) is compared with its running level (a moving average of the earlier windows). More
   // than divergence_factor times that level for kGuardPatience windows in a row stops the job with
-  // an error naming the steps, the losses and the last change of size; the checkpoints committed
+  // an error naming the steps, the losses and the last change of size. A window that comes down
+  // from such a rise but stays above kGuardRecovered times the level still counts toward the
+  // patience: a loss that spikes and then settles above where it was (a network the spike broke,
+  // e.g. stuck at chance) is stopped too, while one that comes back is not. The checkpoints committed
   // since the last good window are set aside (renamed *.diverged), so the job, started again,
   // resumes from its last good state. 0: no guard.
   double divergence_factor = 4;
