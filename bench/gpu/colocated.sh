@@ -11,7 +11,10 @@
 #
 # Needs: a CUDA build (build/ configured with nvcc), nvidia-cuda-mps-control for the MPS runs,
 # and the example's --device cuda (the CUDA backend). The per-rank batch is fixed, so the global
-# batch grows with K: compare samples/s, and look at test_acc before drawing conclusions.
+# batch grows with K: compare samples/s, and look at test_acc before drawing conclusions. The
+# learning rate follows the global batch by LR_SCALING (default linear, the example's default):
+# K = 4 x batch 256 breaks the CNN that way (its divergence guard stops runs past 59 steps), so
+# throughput runs at large batches may want LR_SCALING=sqrt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${EDP_BUILD_DIR:-build}
@@ -19,6 +22,7 @@ GPU=${GPU:-0}
 EPOCHS=${EPOCHS:-1}
 BATCH=${BATCH:-64}
 MODEL=${MODEL:-fashion_mnist_cnn}
+LR_SCALING=${LR_SCALING:-linear}
 OUT=${OUT:-bench-results/colocated-$(date +%Y%m%d-%H%M%S).jsonl}
 mkdir -p "$(dirname "$OUT")"
 EDPRUN="$BUILD/tools/edprun/edprun"
@@ -31,7 +35,7 @@ BATCHES=${BATCHES:-$BATCH}
 run_train() {  # K MPS
   local k=$1 mps=$2 line
   if ! line=$("$EDPRUN" "${ROOT_FLAG[@]}" --oversubscribe -np "$k" --ranks-per-gpu "$k" --gpus "$GPU" --mps "$mps" -- \
-      "$BUILD/examples/$MODEL" --device cuda --epochs "$EPOCHS" --batch "$BATCH" --no-eval | tail -n 1); then
+      "$BUILD/examples/$MODEL" --device cuda --epochs "$EPOCHS" --batch "$BATCH" --lr-scaling "$LR_SCALING" --no-eval | tail -n 1); then
     echo "{\"run\": \"train\", \"k\": $k, \"mps\": \"$mps\", \"batch\": $BATCH, \"failed\": true}" >> "$OUT"
     echo "train K=$k mps=$mps FAILED" >&2; FAILED=1; return 0
   fi
