@@ -777,6 +777,9 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
   EDP_CHECK(o.lr_base_batch >= 1, o.name, ": lr_base_batch must be >= 1");
   EDP_CHECK(o.checkpoint_every >= 0 && o.keep_checkpoints >= 1 && o.control_every >= 1 && o.warmup_steps >= 0,
             o.name, ": checkpoint_every and warmup_steps must be >= 0, keep_checkpoints and control_every >= 1");
+  EDP_CHECK(o.divergence_factor == 0 || o.divergence_factor > kGuardRecovered, o.name,
+            ": the divergence factor must be 0 (no guard) or above ", kGuardRecovered,
+            " (a loss that merely stays at its level would count as diverging), got ", o.divergence_factor);
   EDP_CHECK(o.on_nonfinite == "stop" || o.on_nonfinite == "skip", o.name,
             ": on_nonfinite must be stop or skip, got '", o.on_nonfinite, "'");
   m.mode = o.rescale_mode.empty() ? knobs::get_string("EDP_RESCALE_MODE") : o.rescale_mode;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include <filesystem>
@@ -174,6 +175,24 @@ TEST(JobGuard, ASpikeThatComesBackDoesNotStop) {
   elastic::Job job(world, f.model, *f.opt, dataset(1000), o);
   EXPECT_NO_THROW(run_steps(job, [](int64_t step) { return step <= 40 ? 1.0 : step <= 60 ? 100.0 : 1.15; }));
   EXPECT_EQ(job.steps(), 2 * ((1000 + o.global_batch - 1) / o.global_batch));
+}
+
+// A factor at or below kGuardRecovered would stop a job whose loss merely stays level: refused.
+TEST(JobGuard, AFactorThatStopsAFlatLossIsRefused) {
+  comm::Communicator& world = comm::world();
+  for (double factor : {-1.0, 0.5, 1.2, std::nan("")}) {
+    Fixture f;
+    elastic::JobOptions o = options(world, "");
+    o.divergence_factor = factor;
+    try {
+      elastic::Job job(world, f.model, *f.opt, dataset(100), o);
+      ADD_FAILURE() << "divergence factor " << factor << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the divergence factor must be 0 (no guard) or above 1.2"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // One job per checkpoint directory: a second job on it is refused, naming the holder; after the
