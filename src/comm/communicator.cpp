@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <thread>
 
 #include "backend.h"
 #include "edp/core/knobs.h"
@@ -255,13 +257,23 @@ Communicator& world() {
 
 bool initialized() { return g_world != nullptr; }
 
-void abort_job(const std::string& what, int code) {
+void abort_job(const std::string& what, int code, bool every_rank_alike) {
   int rank = 0, size = 1;
   position(rank, size);
+  if (every_rank_alike && size > 1 && rank != 0) {
+    // Rank 0 reports it and its abort ends this process; only if that does not come, this rank
+    // says it itself (rank 0 may be stuck elsewhere).
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    every_rank_alike = false;
+  }
   // One message per rank even if several threads fail at once.
-  if (!g_aborting.exchange(true))
+  if (!g_aborting.exchange(true)) {
     // Written directly (not through edp::log): the cause of an abort is shown whatever EDP_LOG_LEVEL says.
-    std::fprintf(stderr, "edp: rank %d of %d failed: %s\n", rank, size, what.c_str());
+    if (every_rank_alike && size > 1)
+      std::fprintf(stderr, "edp: all %d ranks failed: %s\n", size, what.c_str());
+    else
+      std::fprintf(stderr, "edp: rank %d of %d failed: %s\n", rank, size, what.c_str());
+  }
   std::fflush(stderr);
   std::fflush(stdout);
 #if EDP_HAVE_MPI
@@ -288,7 +300,7 @@ int run_main(int argc, char** argv, const std::function<int(Communicator& world)
       detail::mpi_ready(env->world(), false);
     }
 #endif
-    abort_job(e.what(), 1);
+    abort_job(e.what(), 1, dynamic_cast<const CollectiveError*>(&e) != nullptr);
   } catch (...) {
     abort_job("exception of unknown type", 1);
   }

@@ -292,7 +292,7 @@ struct Job::Impl {
     w.broadcast(&n, 1, DType::I64, 0);
     err.resize(static_cast<size_t>(n));
     w.broadcast(err.data(), n, DType::U8, 0);
-    if (!err.empty()) throw Error(o.name + ": " + err);
+    if (!err.empty()) throw CollectiveError(o.name + ": " + err);
   }
 
   // Every rank must resume from the same checkpoint: rank 0 alone writes them, so ranks that see
@@ -374,9 +374,7 @@ struct Job::Impl {
     std::vector<comm::Setting> settings = o.settings;
     settings.emplace_back("epochs", std::to_string(o.epochs));
     settings.emplace_back("global batch", std::to_string(job.global_batch_));
-    char lr[32];
-    std::snprintf(lr, sizeof lr, "%.17g", job.lr_);
-    settings.emplace_back("learning rate after scaling", lr);
+    settings.emplace_back("learning rate after scaling", number(job.lr_));
     settings.emplace_back("LR rule", o.lr_scaling + " from " + std::to_string(o.lr_base_batch));
     settings.emplace_back("warmup steps", std::to_string(o.warmup_steps));
     settings.emplace_back("data seed", std::to_string(o.seed));
@@ -672,8 +670,10 @@ struct Job::Impl {
         where += " The " + std::to_string(moved.size()) + " checkpoint(s) written after step " +
                  std::to_string(guard_good_step) + " were set aside (renamed *.diverged).";
     }
-    if (collective) world->barrier();  // rank 0 has set them aside before any rank ends the job
-    throw Error(o.name + ": " + what + " The last change of size: " + last_change + "." + where + advice);
+    const std::string m = o.name + ": " + what + " The last change of size: " + last_change + "." + where + advice;
+    if (!collective) throw Error(m);
+    world->barrier();  // rank 0 has set them aside before any rank ends the job
+    throw CollectiveError(m);
   }
 
   void guard_diverged(double mean, bool above) {

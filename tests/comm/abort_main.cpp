@@ -8,6 +8,10 @@
 //                      must report it as not answering and end the job with exit code 76.
 //   abort_main spin    rank 1 computes forever at step 5 without entering the allreduce: the
 //                      report says it is not in a collective (its watchdog still answers).
+//   abort_main collective  every rank throws the same edp::CollectiveError at step 5: reported
+//                      once, by rank 0 ("all N ranks failed").
+//   abort_main collective-stuck  the same, but rank 0 computes forever instead: after their
+//                      grace period the other ranks report it themselves and end the job.
 //   abort_main ok      all ranks finish normally (exit 0).
 #include <csignal>
 #include <cstdio>
@@ -18,6 +22,7 @@
 
 #include "edp/comm/communicator.h"
 #include "edp/comm/stall.h"
+#include "edp/core/error.h"
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "ok";
@@ -29,6 +34,13 @@ int main(int argc, char** argv) {
       if (step == 5 && world.rank() == 1 % world.size() && mode == "spin") {
         volatile double x = 0;
         for (;;) x = x + 1;
+      }
+      if (step == 5 && (mode == "collective" || mode == "collective-stuck")) {
+        if (mode == "collective-stuck" && world.rank() == 0) {
+          volatile double x = 0;
+          for (;;) x = x + 1;
+        }
+        throw edp::CollectiveError("the ranks agreed to stop at step 5 (deliberate)");
       }
       edp::comm::StallLabel label("test loop");
       if (step == 5 && world.rank() == 1 % world.size()) {

@@ -200,11 +200,15 @@ bool initialized();
 
 // Ends the whole job now: prints "edp: rank R of N failed: <what>" to stderr and aborts every
 // rank (MPI_Abort) with exit code `code`. Safe to call from any thread; never returns.
-[[noreturn]] void abort_job(const std::string& what, int code = 1);
+// every_rank_alike: every rank is ending with this same message (an edp::CollectiveError), so rank
+// 0 prints it once ("edp: all N ranks failed: <what>") and ends the job; the other ranks wait
+// for that, and print and abort themselves only if it has not come within a few seconds.
+[[noreturn]] void abort_job(const std::string& what, int code = 1, bool every_rank_alike = false);
 
 // Runs fn(world) inside an Environment. An exception escaping fn on any rank ends the whole
-// job through abort_job (non-zero exit, message naming the rank) instead of leaving the other
-// ranks hanging in their next collective. Returns fn's return value otherwise.
+// job through abort_job (non-zero exit, message naming the rank; an edp::CollectiveError once,
+// from rank 0) instead of leaving the other ranks hanging in their next collective. Returns
+// fn's return value otherwise.
 int run_main(int argc, char** argv, const std::function<int(Communicator& world)>& fn,
              EnvironmentOptions options = {});
 

@@ -25,6 +25,14 @@ class ShapeError : public Error {
   using Error::Error;
 };
 
+// An error every rank of the job raises alike because the ranks decided it together (a
+// collective verdict: the divergence guard, settings the ranks disagree on, a checkpoint
+// directory in use). comm::run_main reports it once, rank 0's message, instead of once per rank.
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string concat(Args&&... args) {
