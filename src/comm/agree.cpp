@@ -79,7 +79,7 @@ void check_agreement(Communicator& world, const std::vector<Setting>& settings, 
     for (size_t k = 0; k < order.size(); ++k)
       msg += (k ? "; " : "") + ("'" + order[k] + "' on ") + rank_list(by_value[order[k]]);
   }
-  throw CollectiveError(msg);  // every rank computed the same message
+  throw CollectiveError(msg, world.rank(), world.size());  // every rank computed the same message
 }
 
 }  // namespace edp::comm

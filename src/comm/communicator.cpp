@@ -257,29 +257,32 @@ Communicator& world() {
 
 bool initialized() { return g_world != nullptr; }
 
-void abort_job(const std::string& what, int code, bool every_rank_alike) {
-  int rank = 0, size = 1;
-  position(rank, size);
-  if (every_rank_alike && size > 1 && rank != 0) {
-    // Rank 0 reports it and its abort ends this process; only if that does not come, this rank
-    // says it itself (rank 0 may be stuck elsewhere).
-    std::this_thread::sleep_for(std::chrono::seconds(5));
-    every_rank_alike = false;
-  }
-  // One message per rank even if several threads fail at once.
-  if (!g_aborting.exchange(true)) {
-    // Written directly (not through edp::log): the cause of an abort is shown whatever EDP_LOG_LEVEL says.
-    if (every_rank_alike && size > 1)
-      std::fprintf(stderr, "edp: all %d ranks failed: %s\n", size, what.c_str());
-    else
-      std::fprintf(stderr, "edp: rank %d of %d failed: %s\n", rank, size, what.c_str());
-  }
+namespace {
+[[noreturn]] void abort_with(const std::string& message, int code) {
+  // One message per process even if several threads fail at once. Written directly (not through
+  // edp::log): the cause of an abort is shown whatever EDP_LOG_LEVEL says.
+  if (!g_aborting.exchange(true)) std::fprintf(stderr, "edp: %s\n", message.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
 #if EDP_HAVE_MPI
   detail::mpi_abort(code);
 #endif
   std::_Exit(code);
+}
+}  // namespace
+
+void abort_job(const std::string& what, int code) {
+  int rank = 0, size = 1;
+  position(rank, size);
+  abort_with(::edp::detail::concat("rank ", rank, " of ", size, " failed: ", what), code);
+}
+
+void abort_job(const CollectiveError& e, int code) {
+  if (e.size() > 1 && e.rank() == 0) abort_with(::edp::detail::concat("all ", e.size(), " ranks failed: ", e.what()), code);
+  // Rank 0 reports it, and its abort ends this process; only if that does not come does this
+  // rank say it itself.
+  if (e.size() > 1) std::this_thread::sleep_for(std::chrono::seconds(5));
+  abort_with(::edp::detail::concat("rank ", e.rank(), " of ", e.size(), " failed: ", e.what()), code);
 }
 
 int run_main(int argc, char** argv, const std::function<int(Communicator& world)>& fn,
@@ -300,7 +303,8 @@ int run_main(int argc, char** argv, const std::function<int(Communicator& world)
       detail::mpi_ready(env->world(), false);
     }
 #endif
-    abort_job(e.what(), 1, dynamic_cast<const CollectiveError*>(&e) != nullptr);
+    if (const auto* c = dynamic_cast<const CollectiveError*>(&e)) abort_job(*c, 1);
+    abort_job(e.what(), 1);
   } catch (...) {
     abort_job("exception of unknown type", 1);
   }

@@ -292,7 +292,7 @@ struct Job::Impl {
     w.broadcast(&n, 1, DType::I64, 0);
     err.resize(static_cast<size_t>(n));
     w.broadcast(err.data(), n, DType::U8, 0);
-    if (!err.empty()) throw CollectiveError(o.name + ": " + err);
+    if (!err.empty()) throw CollectiveError(o.name + ": " + err, w.rank(), w.size());
   }
 
   // Every rank must resume from the same checkpoint: rank 0 alone writes them, so ranks that see
@@ -673,7 +673,7 @@ struct Job::Impl {
     const std::string m = o.name + ": " + what + " The last change of size: " + last_change + "." + where + advice;
     if (!collective) throw Error(m);
     world->barrier();  // rank 0 has set them aside before any rank ends the job
-    throw CollectiveError(m);
+    throw CollectiveError(m, world->rank(), world->size());
   }
 
   void guard_diverged(double mean, bool above) {

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
           volatile double x = 0;
           for (;;) x = x + 1;
         }
-        throw edp::CollectiveError("the ranks agreed to stop at step 5 (deliberate)");
+        throw edp::CollectiveError("the ranks agreed to stop at step 5 (deliberate)", world.rank(), world.size());
       }
       edp::comm::StallLabel label("test loop");
       if (step == 5 && world.rank() == 1 % world.size()) {

@@ -200,10 +200,11 @@ bool initialized();
 
 // Ends the whole job now: prints "edp: rank R of N failed: <what>" to stderr and aborts every
 // rank (MPI_Abort) with exit code `code`. Safe to call from any thread; never returns.
-// every_rank_alike: every rank is ending with this same message (an edp::CollectiveError), so rank
-// 0 prints it once ("edp: all N ranks failed: <what>") and ends the job; the other ranks wait
-// for that, and print and abort themselves only if it has not come within a few seconds.
-[[noreturn]] void abort_job(const std::string& what, int code = 1, bool every_rank_alike = false);
+[[noreturn]] void abort_job(const std::string& what, int code = 1);
+// The same for an error every rank raises alike: its rank 0 prints it once ("edp: all N ranks
+// failed: <what>") and ends the job; the other ranks wait for that, and print and abort
+// themselves only if it has not come within 5 s (their rank 0 may be stuck elsewhere).
+[[noreturn]] void abort_job(const CollectiveError& e, int code = 1);
 
 // Runs fn(world) inside an Environment. An exception escaping fn on any rank ends the whole
 // job through abort_job (non-zero exit, message naming the rank; an edp::CollectiveError once,

@@ -25,12 +25,19 @@ class ShapeError : public Error {
   using Error::Error;
 };
 
-// An error every rank of the job raises alike because the ranks decided it together (a
+// An error every rank of a communicator raises alike because the ranks decided it together (a
 // collective verdict: the divergence guard, settings the ranks disagree on, a checkpoint
 // directory in use). comm::run_main reports it once, rank 0's message, instead of once per rank.
+// rank and size: this rank's place in the communicator that decided (the job's, which after an
+// elastic rescale is not MPI's world).
 class CollectiveError : public Error {
  public:
-  using Error::Error;
+  CollectiveError(const std::string& what, int rank, int size) : Error(what), rank_(rank), size_(size) {}
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  int rank_, size_;
 };
 
 namespace detail {
