@@ -249,25 +249,27 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
     cat "$LOGS/gpt.jsonl" | tee -a "$OUT/run.log"
   fi
   # Where a GPT step's GPU time goes, edp against PyTorch: Nsight Compute's duration of every
-  # kernel of a short run of each (bench/gpu/kernel_profile.py: per kernel and group, per step).
-  # Set against the step times of the stage above, the difference is time the GPU waits for the
-  # host (launches, synchronisation).
-  if [ "$(left)" -gt 120 ] && want gptprof && command -v ncu >/dev/null && [ -s .cache/corpus/train.tok ]; then
-    say "GPT kernel profile (ncu): edp against PyTorch, fp32 and bf16"
-    GPT_ARGS=(--layers 6 --dim 512 --heads 8 --context 256 --batch 32 --steps 5 --eval-windows 1)
-    NCU=(ncu --clock-control none --metrics gpu__time_duration.sum --csv)
+  # kernel of a 3-step run of each (bench/gpu/kernel_profile.py: per kernel and group, per step;
+  # caches left alone between kernels, as in training). Set against the step times of the stage
+  # above, the difference is time the GPU waits for the host (launches, synchronisation).
+  # EDP_GPTPROF_PRECISIONS (default fp32; "fp32 bf16" for both).
+  if [ "$(left)" -gt 150 ] && want gptprof && command -v ncu >/dev/null && [ -s .cache/corpus/train.tok ]; then
+    say "GPT kernel profile (ncu): edp against PyTorch"
+    PSTEPS=3
+    GPT_ARGS=(--layers 6 --dim 512 --heads 8 --context 256 --batch 32 --steps "$PSTEPS" --eval-windows 1)
+    NCU=(ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv)
     PROF=()
-    for prec in fp32 bf16; do
+    for prec in ${EDP_GPTPROF_PRECISIONS:-fp32}; do
       B16=(); [ "$prec" = bf16 ] && B16=(--bf16)
-      run_stage "$LOGS/gptprof_edp_$prec.txt" 90 mpirun --oversubscribe -np 1 "${NCU[@]}" \
+      run_stage "$LOGS/gptprof_edp_$prec.txt" 120 mpirun --oversubscribe -np 1 "${NCU[@]}" \
         --log-file "$LOGS/gptprof_edp_$prec.csv" "$BUILD/examples/gpt_text" --device cuda "${GPT_ARGS[@]}" "${B16[@]}" \
         --no-progress --sample-tokens 0 > /dev/null
-      run_stage "$LOGS/gptprof_torch_$prec.txt" 90 env PYTHONUNBUFFERED=1 "${NCU[@]}" \
+      run_stage "$LOGS/gptprof_torch_$prec.txt" 120 env PYTHONUNBUFFERED=1 "${NCU[@]}" \
         --log-file "$LOGS/gptprof_torch_$prec.csv" python3 bench/pytorch/train_gpt.py --device cuda "${GPT_ARGS[@]}" \
         "${B16[@]}" > /dev/null
       PROF+=(--label "edp-$prec" "$LOGS/gptprof_edp_$prec.csv" --label "pytorch-$prec" "$LOGS/gptprof_torch_$prec.csv")
     done
-    STATUS_GPTPROF=$(run_stage "$LOGS/gptprof.txt" 30 python3 bench/gpu/kernel_profile.py --steps 5 "${PROF[@]}")
+    STATUS_GPTPROF=$(run_stage "$LOGS/gptprof.txt" 30 python3 bench/gpu/kernel_profile.py --steps "$PSTEPS" "${PROF[@]}")
     cat "$LOGS/gptprof.txt" | tee -a "$OUT/run.log"
   fi
   # An in-place grow on the GPU: 1 -> 2 ranks sharing it under edprun's MPS daemon, the new rank
