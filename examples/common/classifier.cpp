@@ -251,8 +251,8 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
       .add("max-global-batch", "0", "largest global batch a rescale request may ask for (0: the first global "
            "batch x 8, at most the training set); the learning rate follows the batch, so this bounds it")
       .add("divergence-factor", "4", "stop when the mean loss of 3 windows of 10 steps in a row exceeds this "
-           "multiple of its running level (or came down from it but not to within 1.2x), resuming later from "
-           "the last good checkpoint (0: no guard)")
+           "multiple of its running level (or, after a window above its square, stays above 1.2x), resuming "
+           "later from the last good checkpoint (0: no guard)")
       .add_flag("accept-config-change", "resume from a checkpoint written with other settings (a deliberate "
                 "change, e.g. of --lr)")
       .add_flag("no-eval", "skip the per-epoch test-set evaluation (the final one still runs)");

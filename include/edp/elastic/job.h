@@ -66,7 +66,7 @@ namespace edp::elastic {
 constexpr int64_t kBatchRange = 8;     // min/max global batch: the first one / or x this
 constexpr int64_t kGuardWindow = 10;   // steps per window of the divergence guard
 constexpr int kGuardPatience = 3;      // windows in a row above the limit (or not back from it)
-constexpr double kGuardRecovered = 1.2;  // a window back within this multiple of the level ends a rise
+constexpr double kGuardRecovered = 1.2;  // a window back within this multiple of the level ends a blow-up
 
 struct JobOptions {
   std::string name = "job";  // in messages, and the checkpoints' "model"
@@ -118,9 +118,10 @@ struct JobOptions {
   // samples) is compared with its running level (a moving average of the earlier windows). More
   // than divergence_factor times that level for kGuardPatience windows in a row stops the job with
   // an error naming the steps, the losses and the last change of size. A window that comes down
-  // from such a rise but stays above kGuardRecovered times the level still counts toward the
-  // patience: a loss that spikes and then settles above where it was (a network the spike broke,
-  // e.g. stuck at chance) is stopped too, while one that comes back is not. The checkpoints committed
+  // from a blow-up (a window above divergence_factor² times the level) but stays above
+  // kGuardRecovered times the level still counts toward the patience: a loss that explodes and
+  // then settles above where it was (a network the explosion broke, e.g. stuck at chance) is
+  // stopped too, while one that comes back, or recovers slowly from a milder rise, is not. The checkpoints committed
   // since the last good window are set aside (renamed *.diverged), so the job, started again,
   // resumes from its last good state. 0: no guard.
   double divergence_factor = 4;
