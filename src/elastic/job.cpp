@@ -637,10 +637,10 @@ struct Job::Impl {
       guard_good_step = job.step_;
       return;
     }
-    const bool above = o.divergence_factor > 0 && mean > o.divergence_factor * guard_level;
+    const double f = o.divergence_factor;
+    const bool above = f > 0 && mean > f * guard_level;
     // Down from a blow-up (a window above factor² times the level) but not back to the level:
     // still in doubt. After a milder rise a slow recovery is normal (e.g. after a rescale).
-    const double f = o.divergence_factor;
     const bool not_back = guard_suspect > 0 && guard_peak > f * f * guard_level && mean > kGuardRecovered * guard_level;
     if (above || not_back) {
       if (guard_suspect++ == 0) {
