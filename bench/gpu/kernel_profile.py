@@ -5,8 +5,8 @@ kernel and per group of kernels, divided by the number of training steps of the 
 
   kernel_profile.py --steps N --label edp-fp32 edp.csv [--label torch-fp32 torch.csv ...]
 
-Prints, for each file, the GPU milliseconds per step by group (matrix products, attention's
-softmax and layout moves, normalisation, elementwise, optimizer, bf16 conversions, reductions,
+Prints, for each file, the GPU milliseconds per step by group (attention, loss, matrix
+products, normalisation, optimizer, copies and bf16 conversions, embedding, reductions, elementwise,
 other) and the 15 kernels that take the most, then one JSON line per file. Launches outside the
 steps (initialisation, the validation pass) are counted too: a kernel launched other than a
 multiple of N times shows its count, so they can be told apart.
@@ -19,13 +19,15 @@ import sys
 from collections import defaultdict
 
 GROUPS = [  # first match wins; names from edp's kernels/*.cu, cuBLAS(Lt)/CUTLASS and PyTorch
+    ("attention", r"flash|fmha|attention|regroup|causal_softmax"),
+    ("loss", r"xent|cross_entropy|nll_loss|softmax|correct_rows"),
     ("matmul", r"gemm|cutlass|sm90_|sm80_|xmma|cublas|ampere_|hopper|nvjet"),
-    ("attention", r"flash|fmha|attention|softmax|regroup|causal|efficient_attention"),
-    ("norm", r"layer_?norm|ln_|bn_|batch_?norm"),
-    ("optimizer", r"adam|sgd|optim|multi_tensor|foreach"),
-    ("bf16 convert", r"bf16|bfloat16|to_bf16|convert|copy_kernel"),
-    ("reduction", r"reduce|sum|norm_kernel|clip"),
-    ("elementwise", r"elementwise|vectorized|act|gelu|relu|dropout|axpy|scale|fill|bias|embedding|xent|cross"),
+    ("norm", r"layer_?norm|ln_|bn_|batch_?norm|gammabeta"),
+    ("optimizer", r"adam|sgd|optim|multi_tensor|foreach|scale_check|sumsq"),
+    ("copy, bf16", r"bf16|bfloat16|copy_kernel"),
+    ("embedding", r"embedding|index_?select"),
+    ("reduction", r"reduce|sum_partial|sum_finalize|column_sum|plane_sum|partial_accumulate|divide"),
+    ("elementwise", r"elementwise|vectorized|act_|gelu|relu|dropout|axpy|scale|fill|bias"),
 ]
 SCALE_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
 
