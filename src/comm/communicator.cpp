@@ -188,10 +188,16 @@ namespace {
 std::mutex g_mu;
 std::unique_ptr<Communicator> g_world;
 std::atomic<bool> g_aborting{false};
+std::atomic<int64_t> g_job_position{-1};  // set_job_position: rank << 32 | size; -1: none
 
 void position(int& rank, int& size) {
   rank = -1;
   size = -1;
+  if (const int64_t p = g_job_position.load(); p >= 0) {
+    rank = static_cast<int>(p >> 32);
+    size = static_cast<int>(p & 0xffffffff);
+    return;
+  }
 #if EDP_HAVE_MPI
   detail::mpi_world_position(rank, size);
 #endif
@@ -247,6 +253,12 @@ Environment::~Environment() {
 }
 
 Communicator& Environment::world() { return comm::world(); }
+
+void set_job_position(int rank, int size) {
+  EDP_CHECK(rank >= 0 && size > 0 && rank < size, "set_job_position: rank ", rank, " of ", size);
+  g_job_position = static_cast<int64_t>(rank) << 32 | static_cast<int64_t>(size);
+  log::set_rank(rank, size);
+}
 
 Communicator& world() {
   EDP_CHECK(g_world != nullptr,

@@ -345,6 +345,7 @@ struct Job::Impl {
       owned_world = std::move(nw);
       world = owned_world.get();
     }
+    comm::set_job_position(world->rank(), world->size());
     EDP_CHECK(global_batch % size() == 0, o.name, ": a global batch of ", global_batch, " cannot be split evenly over ",
               size(), " rank(s)");
     // The cores and compute threads follow the ranks now on this host (a grow adds ranks beside

@@ -202,6 +202,13 @@ int main(int argc, char** argv) {
         if (job.rank() != placed_rank || job.size() != placed_size) {
           placed_rank = job.rank();
           placed_size = job.size();
+          // Log lines name the rank in the job, not in MPI's world (which a grow or shrink leaves
+          // behind: the new ranks have a world of their own).
+          const std::string want = placed_size > 1 ? "edp[r" + std::to_string(placed_rank) + "/" +
+                                                         std::to_string(placed_size) + "]"
+                                                   : "edp";
+          EDP_CHECK(log::prefix() == want, "log prefix ", log::prefix(), " at rank ", placed_rank, " of ",
+                    placed_size);
           where << "size=" << placed_size << " rank=" << placed_rank << " host=" << host << std::endl;
         }
         for (int64_t i : b.indices) seen << job.epoch() << ' ' << i << '\n';

@@ -198,6 +198,12 @@ class Environment {
 Communicator& world();
 bool initialized();
 
+// This process's place in its job when that is not its place in MPI's world (after an elastic
+// rescale: a grow's new ranks have a world of their own, a shrink leaves gaps). elastic::Job sets
+// it whenever its communicator changes; abort_job's message and the log lines' prefix
+// ("edp[r2/4]") read it.
+void set_job_position(int rank, int size);
+
 // Ends the whole job now: prints "edp: rank R of N failed: <what>" to stderr and aborts every
 // rank (MPI_Abort) with exit code `code`. Safe to call from any thread; never returns.
 [[noreturn]] void abort_job(const std::string& what, int code = 1);
