@@ -3,7 +3,8 @@
 #            batch of 32 kept, so the global batch goes 64 -> 128 -> 32 -> 96): every sample of
 #            both epochs seen exactly once by the job (the program checks the records of all six
 #            processes), each change's first step logged, replicas checked bitwise after each
-#            change (the job throws otherwise); then one process with the same global-batch
+#            change (the job throws otherwise), log lines prefixed with the rank in the job (not
+#            in MPI's world); then one process with the same global-batch
 #            schedule: test accuracy within 0.01 (1 point) of the in-place run — not bitwise,
 #            since a sum over 4 ranks rounds differently from one over 1. Then a grow 2 -> 4 asked
 #            for in the last step of epoch 1, and one in the job's last step: coverage again.
