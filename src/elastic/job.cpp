@@ -105,7 +105,8 @@ struct Job::Impl {
   double guard_sum = 0, guard_n = 0, guard_level = -1;
   int guard_suspect = 0;
   int64_t guard_good_step = 0, guard_first_bad = 0;
-  double guard_peak = 0;  // the highest window mean of the rise in doubt
+  double guard_peak = 0;         // the highest window mean of the rise in doubt
+  bool guard_came_down = false;  // a window of it was under the limit but not back to the level
   std::string last_change = "none since the job started";
 
   // A grow under way in the background (comm::Grow): the ranks train on at their size until the
@@ -647,10 +648,12 @@ struct Job::Impl {
       if (guard_suspect++ == 0) {
         guard_first_bad = job.step_ - kGuardWindow + 1;
         guard_peak = 0;
+        guard_came_down = false;
         if (ckpt) ckpt->hold(guard_good_step);  // rotation must not remove the last good state
       }
       guard_peak = std::max(guard_peak, mean);
-      if (guard_suspect >= kGuardPatience) guard_diverged(mean, above);
+      guard_came_down = guard_came_down || !above;
+      if (guard_suspect >= kGuardPatience) guard_diverged(mean);
       return;
     }
     guard_suspect = 0;
@@ -679,10 +682,11 @@ struct Job::Impl {
     throw CollectiveError(m, world->rank(), world->size());
   }
 
-  void guard_diverged(double mean, bool above) {
+  // Every window in doubt above the limit, or (guard_came_down) some only not back from it.
+  void guard_diverged(double mean) {
     char m[600];
     const long long from = job.step_ - kGuardWindow + 1, to = job.step_;
-    if (above)
+    if (!guard_came_down)
       std::snprintf(m, sizeof m,
                     "the loss diverged: its mean over steps %lld-%lld was %.4g, more than %g times its running level "
                     "%.4g, in %d windows of %lld steps in a row (since step %lld).",

@@ -177,6 +177,19 @@ TEST(JobGuard, ASpikeThatDoesNotComeBackStops) {
         << m;
   }
   EXPECT_EQ(job.steps(), 70);
+
+  // Up, down but not back, up again: the account is still the one of a loss that did not come back.
+  Fixture g;
+  elastic::Job again(world, g.model, *g.opt, dataset(1000), o);
+  try {
+    run_steps(again, [](int64_t step) { return step <= 40 ? 1.0 : step <= 50 ? 100.0 : step <= 60 ? 1.5 : 50.0; });
+    FAIL() << "the guard did not stop the job";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("it rose to 100, more than 4 times its running level 1 (since step 41), and "
+                                         "did not come back: its mean over steps 61-70 was 50"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // A factor at or below kGuardRecovered would stop a job whose loss merely stays level: refused.

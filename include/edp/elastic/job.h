@@ -121,9 +121,9 @@ struct JobOptions {
   // from a blow-up (a window above divergence_factor² times the level) but stays above
   // kGuardRecovered times the level still counts toward the patience: a loss that explodes and
   // then settles above where it was (a network the explosion broke, e.g. stuck at chance) is
-  // stopped too, while one that comes back, or recovers slowly from a milder rise, is not. The checkpoints committed
-  // since the last good window are set aside (renamed *.diverged), so the job, started again,
-  // resumes from its last good state. 0: no guard.
+  // stopped too, while one that comes back, or recovers slowly from a milder rise, is not. The
+  // checkpoints committed since the last good window are set aside (renamed *.diverged), so the
+  // job, started again, resumes from its last good state. 0: no guard.
   double divergence_factor = 4;
   // Settings (names in `settings`) that a resume may change, e.g. how often checkpoints are
   // written. Every other setting, and the job's own (epochs, learning rate and its rule, warmup,
