@@ -1,6 +1,12 @@
 // The MPI backend of edp::comm::Communicator (Open MPI from Debian; any MPI-3 library works).
 // Compiled only when CMake finds MPI. Each collective maps to one MPI call per chunk of at most
 // INT_MAX elements (MPI counts are int); Avg is MPI_SUM followed by a division in place.
+//
+// Ranks that share a host move data through edp's shared memory (host_shm.h), not MPI's, whatever
+// started them: on one host allreduce, broadcast and barrier run there entirely; across hosts an
+// allreduce reduces within each host, then among one rank per host (MPI), then hands the result
+// back within the host. allgather and the non-blocking operations stay MPI's. docs/elastic.md,
+// "Which transport", says why and what each pair of ranks uses.
 #include "mpi_check.h"
 
 #include <unistd.h>
@@ -9,6 +15,8 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstring>
+#include <random>
 #include <csignal>
 #include <fstream>
 #include <sstream>
@@ -21,7 +29,10 @@
 #include "backend.h"
 #include "edp/comm/membership.h"
 #include "edp/core/knobs.h"
+#include "edp/core/log.h"
+#include "edp/core/process.h"
 #include "edp/core/stopwatch.h"
+#include "host_shm.h"
 #include "stall.h"
 
 namespace edp::comm::detail {
@@ -129,24 +140,27 @@ class MpiRequest final : public RequestImpl {
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Takes ownership of `comm` (freed on destruction) unless it is MPI_COMM_WORLD.
+  // Takes ownership of `comm` (freed on destruction) unless it is MPI_COMM_WORLD. Collective over
+  // `comm`: the ranks learn which of them share a host and set up their shared memory.
   explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
     EntryGuard g("Communicator construction");
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
-    MPI_Comm node = MPI_COMM_NULL;
-    MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-    MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
-    MPI_CHECK(MPI_Comm_size(node, &local_size_));
-    MPI_CHECK(MPI_Comm_free(&node));
     max_chunk_ = max_chunk_elements(INT_MAX);
+    place_ranks();
+    if (max_local_ > 1) setup_host_path();
+    transport_ = describe_transport();
   }
 
   // Forgets the handle (someone else disconnects or frees it).
-  void release() { comm_ = MPI_COMM_WORLD; }
+  void release() {
+    free_host_path(false);
+    comm_ = MPI_COMM_WORLD;
+  }
 
   ~MpiCommunicator() override {
+    free_host_path();
     if (comm_ == MPI_COMM_WORLD) return;
     int fin = 0;
     MPI_Finalized(&fin);
@@ -163,13 +177,20 @@ class MpiCommunicator final : public Communicator {
   void allreduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
     check_count(count, "allreduce");
     EntryGuard g("allreduce");
-    OpTicket t("allreduce", "mpi", count, dtype);
     const size_t es = dtype_size(dtype);
     const bool in_place = send == recv;
-    for (int64_t off = 0; off < count; off += max_chunk_) {
-      const int n = chunk(count, off);
-      MPI_CHECK(MPI_Allreduce(in_place ? MPI_IN_PLACE : at(send, off, es), at(recv, off, es), n,
-                              mpi_type(dtype), mpi_op(op), comm_));
+    (void)mpi_type(dtype);  // the same types on every path
+    if (host_path_) {
+      OpTicket t("allreduce", hosts_ == 1 ? "shm" : "shm+mpi", count, dtype);
+      if (!in_place && count > 0) std::memcpy(recv, send, static_cast<size_t>(count) * es);
+      host_allreduce(recv, count, dtype, op);
+    } else {
+      OpTicket t("allreduce", "mpi", count, dtype);
+      for (int64_t off = 0; off < count; off += max_chunk_) {
+        const int n = chunk(count, off);
+        MPI_CHECK(MPI_Allreduce(in_place ? MPI_IN_PLACE : at(send, off, es), at(recv, off, es), n,
+                                mpi_type(dtype), mpi_op(op), comm_));
+      }
     }
     if (op == ReduceOp::Avg) divide_inplace(recv, count, dtype, size_);
   }
@@ -178,8 +199,13 @@ class MpiCommunicator final : public Communicator {
     check_count(count, "broadcast");
     check_root(root, "broadcast");
     EntryGuard g("broadcast");
-    OpTicket t("broadcast", "mpi", count, dtype);
     const size_t es = dtype_size(dtype);
+    if (host_path_ && hosts_ == 1) {
+      OpTicket t("broadcast", "shm", count, dtype);
+      shm_->broadcast(buf, count * static_cast<int64_t>(es), root);
+      return;
+    }
+    OpTicket t("broadcast", "mpi", count, dtype);
     for (int64_t off = 0; off < count; off += max_chunk_)
       MPI_CHECK(MPI_Bcast(at(buf, off, es), chunk(count, off), mpi_type(dtype), root, comm_));
   }
@@ -200,9 +226,17 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override {
     EntryGuard g("barrier");
+    if (host_path_ && hosts_ == 1) {
+      OpTicket t("barrier", "shm", 0, DType::U8);
+      shm_->barrier();
+      return;
+    }
     OpTicket t("barrier", "mpi", 0, DType::U8);
     MPI_CHECK(MPI_Barrier(comm_));
   }
+
+  std::string transport() const override { return transport_; }
+  bool as_fast_as_one_launch() const override { return host_path_ || !apart_; }
 
   Request iallreduce(const void* send, void* recv, int64_t count, DType dtype,
                      ReduceOp op) override {
@@ -326,9 +360,147 @@ class MpiCommunicator final : public Communicator {
               " is not a rank of this communicator (size ", size_, ")");
   }
 
+  // Which ranks share a host, and from which launch each came (mpirun's, or a grow's spawn): every
+  // rank learns every rank's keys, so every decision below is the same on all of them.
+  void place_ranks() {
+    const char* ns = std::getenv("PMIX_NAMESPACE");  // one per launch: mpirun's job, each spawn
+    const uint64_t mine[2] = {host_key(), std::hash<std::string>{}(ns ? ns : "")};
+    std::vector<uint64_t> all(2 * static_cast<size_t>(size_));
+    MPI_CHECK(MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm_));
+    std::vector<uint64_t> hosts;
+    std::vector<int> per_host;
+    std::vector<std::vector<uint64_t>> launches;  // per host, the launches of its ranks
+    for (int r = 0; r < size_; ++r) {
+      const uint64_t h = all[2 * static_cast<size_t>(r)], l = all[2 * static_cast<size_t>(r) + 1];
+      const size_t i = static_cast<size_t>(std::find(hosts.begin(), hosts.end(), h) - hosts.begin());
+      if (i == hosts.size()) {
+        hosts.push_back(h);
+        per_host.push_back(0);
+        launches.emplace_back();
+      }
+      if (r == rank_) {
+        host_ = static_cast<int>(i);
+        local_rank_ = per_host[i];
+      }
+      ++per_host[i];
+      auto& ls = launches[i];
+      if (std::find(ls.begin(), ls.end(), l) == ls.end()) ls.push_back(l);
+    }
+    hosts_ = static_cast<int>(hosts.size());
+    local_size_ = per_host[static_cast<size_t>(host_)];
+    max_local_ = *std::max_element(per_host.begin(), per_host.end());
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      const int n = per_host[i], k = static_cast<int>(launches[i].size());
+      together_ = together_ || n > k;  // two ranks of one launch on this host
+      apart_ = apart_ || k > 1;        // two launches on this host
+    }
+  }
+
+  // Collective: the shared memory of each host's ranks, all or nothing over the communicator (a
+  // host whose ranks cannot share it, or a rank with EDP_HOST_SHM=off, sends every rank to MPI).
+  void setup_host_path() {
+    const bool wanted = knobs::get_string("EDP_HOST_SHM") != "off";
+    const int64_t slot = HostShm::slot_bytes_for(max_local_);
+    std::string why;
+    std::unique_ptr<HostShm> shm;
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split(comm_, host_, rank_, &node));
+    if (local_size_ > 1) {
+      uint64_t head[2] = {0, 0};  // the segment's stamp and the length of its name
+      std::string name;
+      if (local_rank_ == 0 && wanted) {
+        try {
+          head[0] = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+          shm = HostShm::create(local_size_, slot, head[0]);
+          name = shm->name();
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+      }
+      head[1] = name.size();
+      MPI_CHECK(MPI_Bcast(head, 2, MPI_UINT64_T, 0, node));
+      name.resize(static_cast<size_t>(head[1]));
+      MPI_CHECK(MPI_Bcast(name.data(), static_cast<int>(head[1]), MPI_CHAR, 0, node));
+      if (local_rank_ != 0 && !name.empty() && wanted) {
+        try {
+          shm = HostShm::attach(name, local_rank_, local_size_, slot, head[0]);
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+      }
+    }
+    int ok = wanted && (local_size_ == 1 || shm) ? 1 : 0;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_));
+    MPI_Comm_free(&node);
+    if (shm && local_rank_ == 0) shm->unlink_name();  // every member has mapped it, or given up
+    if (!ok) {
+      if (!why.empty()) log::warn("comm: ", why, "; the ranks of this communicator use MPI between ranks of a host");
+      return;
+    }
+    if (hosts_ > 1) MPI_CHECK(MPI_Comm_split(comm_, local_rank_ == 0 ? 0 : MPI_UNDEFINED, rank_, &leaders_));
+    shm_ = std::move(shm);
+    host_chunk_bytes_ = slot;
+    host_path_ = true;
+  }
+
+  void free_host_path(bool free_comms = true) {
+    shm_.reset();
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (leaders_ != MPI_COMM_NULL && free_comms && !fin) MPI_Comm_free(&leaders_);
+    leaders_ = MPI_COMM_NULL;
+    host_path_ = false;
+  }
+
+  // In place. Within the host through shared memory; across hosts the host's sum is reduced among
+  // one rank per host (MPI) chunk by chunk, with the same chunks on every host.
+  void host_allreduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
+    if (hosts_ == 1) {
+      shm_->allreduce(buf, count, dtype, op);
+      return;
+    }
+    const MPI_Datatype t = mpi_type(dtype);
+    const MPI_Op o = mpi_op(op);
+    auto cross = [&](void* p, int64_t n) {
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p, static_cast<int>(n), t, o, leaders_));
+    };
+    if (shm_) {
+      shm_->allreduce(buf, count, dtype, op, cross);
+      return;
+    }
+    const size_t es = dtype_size(dtype);  // alone on this host: the others' chunks
+    const int64_t per = host_chunk_bytes_ / static_cast<int64_t>(es);
+    for (int64_t off = 0; off < count; off += per) cross(at(buf, off, es), std::min(per, count - off));
+  }
+
+  // What moves data between which ranks (Communicator::transport).
+  std::string describe_transport() const {
+    std::vector<std::string> parts;
+    if (together_)
+      parts.emplace_back(std::string("same host, same launch: ") +
+                         (host_path_ ? "edp shared memory" : "MPI (Open MPI: its shared memory)"));
+    if (apart_)
+      parts.emplace_back(std::string("same host, separate launches (a grow's spawn): ") +
+                         (host_path_ ? "edp shared memory" : "MPI (Open MPI 4.1: TCP on loopback)"));
+    if (hosts_ > 1)
+      parts.emplace_back(std::string("other hosts: MPI (Open MPI's network transport") +
+                         (host_path_ && max_local_ > 1 ? ", one rank per host)" : ")"));
+    if (parts.empty()) return "one rank";
+    std::string out;
+    for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+    return out;
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   int64_t max_chunk_ = INT_MAX;
+  int host_ = 0, hosts_ = 1, max_local_ = 1;  // this rank's host (index), the hosts, the most ranks on one
+  bool together_ = false, apart_ = false;     // some host has two ranks of one launch / of two launches
+  bool host_path_ = false;                    // the collectives go through shm_ (and leaders_)
+  std::unique_ptr<HostShm> shm_;              // null when this rank is alone on its host
+  MPI_Comm leaders_ = MPI_COMM_NULL;          // across hosts: the first rank of each host
+  int64_t host_chunk_bytes_ = 0;
+  std::string transport_;
 
  public:
   MPI_Comm handle() const { return comm_; }
@@ -656,6 +828,10 @@ Grow::State Grow::poll(Communicator& current) {
       int expected = 0;
       if (m.stage.compare_exchange_strong(expected, 3)) v = 4;
     }
+  } else if (m.stage == 1) {
+    // The handshake progresses only inside MPI calls on every rank in it, and the job's own
+    // collectives may not enter MPI at all (ranks of one host share memory).
+    (void)m.ready.test();
   }
   current.broadcast(&v, 1, DType::I32, 0);
   if (v == 0) return State::kStarting;

@@ -11,6 +11,17 @@
 
 namespace edp {
 
+uint64_t host_key() {
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const char c : host_name() + '\n' + boot) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
 std::string host_name() {
   if (std::string h = knobs::get_string("EDP_HOSTNAME"); !h.empty()) return h;
   char buf[256] = {0};

@@ -2,21 +2,27 @@
 // inputs are small integers, so every sum/avg/max/min has one right answer in every dtype and
 // results are compared bit for bit (tolerance 0). Sizes 0, 1, a prime and a few MiB; in place and
 // out of place; blocking and non-blocking; also split, dup, Tensor overloads and CommThread.
-// The same binary runs again with EDP_COMM_MAX_CHUNK=1000 (chunked MPI calls) and with
-// EDP_COMM_THREAD_LEVEL=serialized (see tests/comm/CMakeLists.txt).
+// The same binary runs again with EDP_COMM_MAX_CHUNK=1000 (chunked MPI calls), with
+// EDP_COMM_THREAD_LEVEL=serialized, with EDP_HOST_SHM=off (MPI's own data path between ranks of a
+// host) and with the ranks split over two "hosts" by EDP_HOSTNAME (the hierarchical path: shared
+// memory within a host, MPI among one rank per host; see tests/comm/CMakeLists.txt). Sizes of a
+// few MiB span several shared-memory chunks (1 MiB each).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "edp/comm/agree.h"
 #include "edp/comm/comm_thread.h"
-#include "edp/core/error.h"
 #include "edp/comm/communicator.h"
+#include "edp/core/error.h"
+#include "edp/core/knobs.h"
+#include "edp/core/process.h"
 
 using edp::DType;
 using edp::comm::Communicator;
@@ -26,6 +32,14 @@ using edp::comm::Request;
 namespace {
 
 Communicator& W() { return edp::comm::world(); }
+
+// Every rank's host key, in rank order.
+std::vector<uint64_t> host_keys() {
+  const int64_t mine = static_cast<int64_t>(edp::host_key());
+  std::vector<int64_t> all(static_cast<size_t>(W().size()));
+  W().allgather(&mine, all.data(), 1, DType::I64);
+  return {all.begin(), all.end()};
+}
 
 // Rank r's i-th input: an integer in [-30, 30], different across ranks and positions.
 int64_t value(int rank, int64_t i) { return (i * 7 + rank * 13) % 61 - 30; }
@@ -177,15 +191,25 @@ TEST(Comm, RankSizeLocalAndLaunchInfo) {
   EXPECT_GE(rank, 0);
   EXPECT_LT(rank, size);
   EXPECT_EQ(W().backend(), "mpi");
-  // Every test runs on one host, so the node-local communicator is the world.
-  EXPECT_EQ(W().local_size(), size);
-  EXPECT_EQ(W().local_rank(), rank);
+  // The ranks of a host are those with its host name (EDP_HOSTNAME splits one machine into
+  // several "hosts"), counted in rank order.
+  const std::vector<uint64_t> hosts = host_keys();
+  int local_rank = 0, local_size = 0;
+  for (int r = 0; r < size; ++r) {
+    if (hosts[static_cast<size_t>(r)] != hosts[static_cast<size_t>(rank)]) continue;
+    if (r < rank) ++local_rank;
+    ++local_size;
+  }
+  EXPECT_EQ(W().local_size(), local_size);
+  EXPECT_EQ(W().local_rank(), local_rank);
   const auto li = edp::comm::launch_info();
   if (li.launched_by_mpirun) {
     EXPECT_EQ(li.rank, rank);
     EXPECT_EQ(li.size, size);
-    EXPECT_EQ(li.local_rank, W().local_rank());
-    EXPECT_EQ(li.local_size, W().local_size());
+    if (!edp::knobs::is_set("EDP_HOSTNAME")) {  // mpirun's own view: one machine, one host
+      EXPECT_EQ(li.local_rank, W().local_rank());
+      EXPECT_EQ(li.local_size, W().local_size());
+    }
   } else {
     EXPECT_EQ(size, 1) << "without mpirun the world is a singleton";
   }
@@ -195,6 +219,25 @@ TEST(Comm, RankSizeLocalAndLaunchInfo) {
   W().barrier();
   Request b = W().ibarrier();
   b.wait();
+}
+
+// The data path each pair of ranks uses, as the communicator names it: edp's shared memory
+// between ranks of one host unless EDP_HOST_SHM=off, MPI between hosts. (The stall test checks
+// that an allreduce of one host really runs there: its report names the path, "on shm".)
+TEST(Comm, TransportNamesEachPairOfRanks) {
+  const std::string t = W().transport();
+  SCOPED_TRACE("transport: " + t);
+  const std::vector<uint64_t> hosts = host_keys();
+  const size_t distinct = std::set<uint64_t>(hosts.begin(), hosts.end()).size();
+  const bool shared_host = distinct < hosts.size(), shm = edp::knobs::get_string("EDP_HOST_SHM") != "off";
+  if (W().size() == 1) {
+    EXPECT_EQ(t, "one rank");
+    return;
+  }
+  EXPECT_EQ(t.find("same host, same launch: edp shared memory") != std::string::npos, shared_host && shm);
+  EXPECT_EQ(t.find("same host, same launch: MPI") != std::string::npos, shared_host && !shm);
+  EXPECT_EQ(t.find("other hosts: MPI") != std::string::npos, distinct > 1);
+  EXPECT_EQ(t.find("separate launches") != std::string::npos, false) << "every rank came from one mpirun";
 }
 
 TEST(Comm, ThreadLevelIsWhatWasAsked) {

@@ -98,6 +98,15 @@ class Communicator {
   virtual int local_rank() const = 0;
   virtual int local_size() const = 0;
   virtual std::string backend() const = 0;  // "mpi", "self", "nccl", "colocated"
+  // What carries data between which ranks, for people: e.g. "same host, same launch: edp shared
+  // memory; other hosts: MPI (...)" (the MPI backend: docs/elastic.md, "Which transport").
+  virtual std::string transport() const { return backend(); }
+  // False when ranks that share a host but were started by separate launches (the processes an
+  // elastic grow spawned, and those started before) exchange data over a slower path than ranks
+  // started together do, so that a job started at this size would be faster: the MPI backend
+  // without edp's shared memory (EDP_HOST_SHM=off, or no room in /dev/shm), where Open MPI 4.1
+  // connects separate launches over TCP.
+  virtual bool as_fast_as_one_launch() const { return true; }
   // Whether the collectives take GPU (device) buffers: NCCL and colocated (edp/comm/nccl.h,
   // edp/comm/colocated.h). The MPI and self backends reduce host memory only.
   virtual bool device_buffers() const { return false; }

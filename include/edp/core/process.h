@@ -3,6 +3,7 @@
 // keepers). A (pid, start time) pair names one process; the host and the pid namespace say where
 // that pid means something.
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace edp {
@@ -10,6 +11,11 @@ namespace edp {
 // The host's name as launchers and hostfiles use it: EDP_HOSTNAME when set (containers often
 // have a hostname that no hostfile uses), else gethostname(2).
 std::string host_name();
+
+// A key naming this host for processes that may share memory: a hash of host_name() and the
+// kernel's boot id. Ranks with equal keys are on one host (comm: their shared-memory group;
+// layout: their cores).
+uint64_t host_key();
 
 // Start time of a live process in clock ticks since boot (/proc/<pid>/stat field 22); 0 when
 // there is no such process or it is a zombie (finished; only its parent's wait is missing).
