@@ -23,22 +23,19 @@ namespace {
 
 constexpr int kCpus = 16 * 64;
 
-uint64_t host_id() {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a of the host's name
-  for (const char c : host_name()) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 // What a rank tells the others.
 struct Placement {
   uint64_t host = 0;
-  uint64_t wants_rebind = 0;  // it passed the cores of before a change
-  CpuMask mask;               // its affinity now
-  CpuMask pool;               // its mask, and the host's cores before the change when given
+  uint64_t flags = 0;  // kRebind: it passed the cores of before a change; kLauncherBinds: see below
+  CpuMask mask;        // its affinity now
+  CpuMask pool;        // its mask, and the host's cores before the change when given
 };
+constexpr uint64_t kRebind = 1, kLauncherBinds = 2;
+
+// Whether the launcher binds this job's ranks to cores of their own (edprun's plan, which a rank
+// started by a grow inherits): then a rank alone on all of the host's cores is bound too, and
+// after a change the ranks are placed as the launcher would place a job of the new size.
+bool launcher_binds() { return knobs::get_string("EDP_LAUNCH_BIND") == "core"; }
 static_assert(sizeof(Placement) == 34 * sizeof(uint64_t));
 
 std::vector<Placement> gather(Communicator& world, const Placement& me) {
@@ -115,7 +112,7 @@ CpuMask affinity() {
 
 CpuMask host_cores(Communicator& world) {
   Placement me;
-  me.host = host_id();
+  me.host = host_key();
   me.mask = me.pool = affinity();
   CpuMask u;
   for (const Placement& p : gather(world, me))
@@ -132,8 +129,8 @@ int user_fixed_threads() {
 
 int follow_layout(Communicator& world, int fixed, const CpuMask* before) {
   Placement me;
-  me.host = host_id();
-  me.wants_rebind = before ? 1 : 0;
+  me.host = host_key();
+  me.flags = (before ? kRebind : 0) | (launcher_binds() ? kLauncherBinds : 0);
   me.mask = affinity();
   me.pool = before ? unite(me.mask, *before) : me.mask;
   std::vector<Placement> all = gather(world, me);
@@ -146,18 +143,23 @@ int follow_layout(Communicator& world, int fixed, const CpuMask* before) {
     if (p.host != me.host) continue;
     here.push_back(r);
     pool = unite(pool, p.pool);
-    rebind = rebind || p.wants_rebind;
+    rebind = rebind || (p.flags & kRebind);
+    bound = bound || (p.flags & kLauncherBinds);
   }
   for (int r : here) bound = bound || !(all[static_cast<size_t>(r)].mask == pool);
   if (rebind && bound) {
+    // As a start at this size would place them: a share of the cores each, or, with more ranks
+    // than cores, every rank on all of them (edprun's --bind-to auto binds no rank then).
+    const int n = static_cast<int>(here.size());
+    const bool fit = n <= pool.count();
     const int index = static_cast<int>(std::find(here.begin(), here.end(), world.rank()) - here.begin());
-    const CpuMask mine = slice(pool, index, static_cast<int>(here.size()));
+    const CpuMask mine = fit ? slice(pool, index, n) : pool;
     if (!(mine == me.mask)) {
       bind_process(mine);
       log::debug("bound to ", mine.count(), " of the host's ", pool.count(), " core(s) the job has after the change");
     }
     me.mask = mine;
-    for (size_t i = 0; i < here.size(); ++i) all[static_cast<size_t>(here[i])].mask = slice(pool, static_cast<int>(i), static_cast<int>(here.size()));
+    for (int i = 0; i < n; ++i) all[static_cast<size_t>(here[static_cast<size_t>(i)])].mask = fit ? slice(pool, i, n) : pool;
   }
   int sharing = 0;
   for (int r : here)

@@ -8,8 +8,12 @@
 //   - cores: ranks that a launcher bound to cores of their own (edprun --bind-to core, mpirun's
 //     default) are bound again after a change, the cores that the job's ranks on the host had
 //     before it divided among the ranks on it now, in rank order (a shrink hands the cores of the
-//     ranks that left to those that stay; a grow gives its new ranks a share). Unbound ranks stay
-//     unbound; at the start the launcher's binding is kept as it is.
+//     ranks that left to those that stay; a grow gives its new ranks a share). A job whose
+//     launcher binds its ranks (edprun's EDP_LAUNCH_BIND=core) counts as bound even while one rank
+//     has every core, and the ranks a grow started are bound with the others. With more ranks than
+//     cores on the host after a change, every rank gets all of them (what edprun does for a job
+//     started at that size). Unbound ranks stay unbound; at the start the launcher's binding is
+//     kept as it is.
 //   - threads: the cores this process may run on (its affinity mask), divided by the ranks of
 //     the job on this host whose masks overlap it, at least 1;
 // unless the user fixed the thread count: EDP_NUM_THREADS given by the user, or edprun's
