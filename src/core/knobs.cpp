@@ -80,6 +80,16 @@ const std::vector<Knob> kKnobs = {
      "Seconds a collective may wait for the other ranks before the stall inspector reports who has "
      "not arrived (the collective, bucket and step) and ends the job with exit code 76 (0: wait forever).",
      "comm", "", kNoMin, kNoMax},
+    {"EDP_HOST_SHM", Type::Enum, "auto",
+     "The MPI backend's data path between ranks on one host: edp's own shared memory (`auto`; the same for "
+     "ranks started together and for ranks an in-place grow started later), or MPI's (`off`: Open MPI 4.1 "
+     "then connects ranks of separate launches over TCP). Every rank must agree; a host whose /dev/shm cannot "
+     "hold the segment falls back to MPI with a warning (docs/elastic.md, \"Which transport\").",
+     "comm", "auto|off"},
+    {"EDP_HOST_SHM_SPIN_US", Type::Int, "50",
+     "Microseconds a rank waiting in a shared-memory collective spins before it sleeps (0: sleep at once, "
+     "which leaves the core to computing threads on an oversubscribed host).",
+     "comm", "", 0, 1000000},
     {"EDP_PMIX_GDS", Type::String, "hash",
      "The PMIx store of job data every process of the program asks for, as PMIX_MCA_gds before MPI starts "
      "(`auto`: PMIx's own choice; a PMIX_MCA_gds set by the user is kept). `hash` by default: with PMIx 4's "
@@ -162,8 +172,9 @@ const std::vector<Knob> kKnobs = {
      "elastic", "", 0, kNoMax, false},
     {"EDP_RESCALE_MODE", Type::Enum, "auto",
      "How an elastic job changes size: in-place (shrink by splitting the communicator, grow by MPI_Comm_spawn; "
-     "an error when that fails), restart (checkpoint, exit 75, edprun restarts the job), auto (in place, the "
-     "restart path when spawning new ranks fails).",
+     "an error when that fails), restart (checkpoint, exit 75, edprun restarts the job), auto (in place when that "
+     "gives the job the data path a restart would, else by restart when the rest of the run repays its pause; "
+     "the restart path too when spawning new ranks fails; docs/elastic.md, \"Which transport\").",
      "elastic", "auto|in-place|restart", kNoMin, kNoMax, false},
     {"EDP_SPAWN_TIMEOUT", Type::Double, "120",
      "Seconds an in-place grow waits for MPI_Comm_spawn to start and connect its new ranks (not for their "

@@ -35,6 +35,7 @@ void append_event(const MembershipEvent& e) {
   j["step"] = e.step;
   if (e.event == "rescale") j["requested_t"] = e.requested_t;
   j["t"] = e.t;
+  if (e.samples >= 0) j["samples"] = e.samples;
   if (e.event == "rescale") {
     j["pause_s"] = e.pause_s;
     if (e.visible_s >= 0) j["visible_s"] = e.visible_s;
@@ -86,6 +87,7 @@ std::vector<MembershipEvent> read_events(const std::string& path) {
           if (v.is_number_integer()) e.threads.push_back(v.get<int>());
       e.steps = j.value("steps", int64_t{0});
       e.samples_per_s = j.value("samples_per_s", 0.0);
+      e.samples = j.value("samples", int64_t{-1});
     } catch (const nlohmann::json::exception&) {
       continue;  // a field of the wrong type: not an event this reader understands
     }
@@ -121,6 +123,8 @@ std::optional<JobStatus> read_status(const std::string& path) {
         m.steps = c.value("steps", int64_t{0});
         m.step_s = c.value("step_s", 0.0);
         m.comm_s = c.value("comm_s", 0.0);
+        m.recent_step_s = c.value("recent_step_s", 0.0);
+        if (!(m.recent_step_s > 0) || !std::isfinite(m.recent_step_s)) m.recent_step_s = 0;
         if (m.workers >= 1 && m.global_batch >= 1 && m.steps >= 1 && m.step_s > 0 && std::isfinite(m.step_s))
           s.configs.push_back(m);
       }
@@ -145,7 +149,7 @@ void write_status(const std::string& path, const JobStatus& s) {
   nlohmann::ordered_json cs = nlohmann::ordered_json::array();
   for (const ConfigMeasure& m : s.configs)
     cs.push_back({{"workers", m.workers}, {"global_batch", m.global_batch}, {"steps", m.steps}, {"step_s", m.step_s},
-                  {"comm_s", m.comm_s}});
+                  {"recent_step_s", m.recent_step_s}, {"comm_s", m.comm_s}});
   j["configs"] = cs;
   const std::string text = j.dump() + "\n";
   std::string why;
@@ -212,9 +216,17 @@ void StatusReporter::write(double now) {
   for (const Window& w : windows_) {
     if (w.times.empty()) continue;
     ConfigMeasure m = w.m;
-    std::vector<double> t = w.times;
-    std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
-    m.step_s = t[t.size() / 2];
+    auto median = [](std::vector<double> t) {
+      std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+      return t[t.size() / 2];
+    };
+    m.step_s = median(w.times);
+    // The ring's newest kRecentSteps: the slots before `next` (the oldest is at `next` once full).
+    std::vector<double> recent;
+    const size_t n = w.times.size(), k = std::min<size_t>(n, kRecentSteps);
+    const size_t newest = n < 256 ? n : w.next + 256;  // one past the newest, unwrapped
+    for (size_t i = newest - k; i < newest; ++i) recent.push_back(w.times[i % n]);
+    m.recent_step_s = median(std::move(recent));
     m.comm_s = w.comm_sum / static_cast<double>(w.m.steps);
     status_.configs.push_back(m);
   }

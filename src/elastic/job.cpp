@@ -79,6 +79,8 @@ struct Job::Impl {
 
   // The epoch in progress.
   bool in_epoch = false, epoch_finished = false;
+  bool ended = false;  // the "end" event is written
+  bool slow_path = false;  // the communicator is slower than one launch's (leave_slow_path)
   std::unique_ptr<train::Progress> progress;
   int64_t progress_base = 0;     // steps taken since the current Progress began
   int64_t progress_samples = 0;  // the whole job's samples since then
@@ -368,6 +370,10 @@ struct Job::Impl {
     device_comm = comm::make_device_communicator(*world, o.device);
     ddp = std::make_unique<ddp::DistributedDataParallel>(job.model_, device_comm ? *device_comm : *world,
                                                          ddp::DDPOptions{.bucket_cap_bytes = o.bucket_cap_bytes});
+    if (root() && size() > 1)  // which path the gradients take between which ranks (docs/elastic.md)
+      log::info(o.name, ": ", size(), " ranks, gradients over ", (device_comm ? *device_comm : *world).transport());
+    // Alike on every rank: ranks of separate launches on a slower path than one launch gives them.
+    slow_path = !device_comm && !world->as_fast_as_one_launch();
     if (control) {
       ControlLimits limits = control->limits();
       control = std::make_unique<ElasticControl>(control->path(), size(), job.global_batch_, limits);
@@ -406,7 +412,13 @@ struct Job::Impl {
     if (root())
       log::info(o.name, ": rescale requested at step ", job.step_, ": ", W, " -> ", W2, " worker(s), global batch ",
                 job.global_batch_, " -> ", gb2);
-    if (mode != "restart") {
+    if (mode == "auto" && W2 > W && ckpt && !grow_is_fast(W, W2)) {
+      if (root())
+        log::info(o.name, ": growing by restart: ranks started by an in-place grow would exchange gradients with the "
+                          "running ranks of their host over a slower path than ranks started together "
+                          "(EDP_HOST_SHM=off; docs/elastic.md, \"Which transport\"), and the rest of the job (about ",
+                  std::lround(remaining_s()), " s) is long enough to repay a restart");
+    } else if (mode != "restart") {
       if (in_place(W2, gb2, requested_t)) return;
     }
     if (!ckpt) {
@@ -415,6 +427,35 @@ struct Job::Impl {
       return;
     }
     restart_at({W2, gb2}, requested_t);
+  }
+
+  // The rest of the training at the present speed, in seconds (0 when no step was timed yet).
+  double remaining_s() const {
+    const int64_t left = o.epochs * static_cast<int64_t>(train->size()) - std::max<int64_t>(0, samples_done());
+    const double step = std::max(typical_step(), change_typical_s);  // just after a change: the step before it
+    return static_cast<double>(std::max<int64_t>(0, left)) / static_cast<double>(job.global_batch_) * step;
+  }
+
+  static constexpr double kRestartPauseS = 1.0;  // a rescale by restart, measured 0.4-1.4 s (docs/performance.md)
+
+  // Whether it pays to rescale by restart rather than in place because a restart gives the job a
+  // faster data path for the rest of its run: a restart's pause (about a second) against a slower
+  // path's loss, taken as the least measured (10 %; 35-90 % were measured with TCP between the old
+  // and the new ranks of a host) over the remaining time.
+  bool restart_pays() const { return 0.1 * remaining_s() > kRestartPauseS; }
+
+  // Collective-free and alike on every rank: whether ranks a grow from W to W2 starts would exchange
+  // gradients as fast as ranks started together. Only the MPI data path can differ, and only where
+  // edp's shared memory is off and a new rank would share a host with running ones (on one host:
+  // always; several: as edprun's EDP_LAUNCH_HOSTS fills them).
+  bool grow_is_fast(int W, int W2) const {
+    if (o.device.is_cuda() || knobs::get_string("EDP_HOST_SHM") != "off" || !restart_pays()) return true;
+    const auto hosts = knobs::launch_hosts();
+    if (hosts.empty()) return false;
+    for (int r = W; r < W2; ++r)
+      for (int q = 0; q < W; ++q)
+        if (knobs::fill_slot(hosts, W2, r).host == knobs::fill_slot(hosts, W2, q).host) return false;
+    return true;
   }
 
   // By restart: a checkpoint naming the size to continue at, then every rank stops (edprun starts
@@ -575,6 +616,25 @@ struct Job::Impl {
     finish_change(std::move(nw), ev, cores, lr_before, begun);
   }
 
+  // At the step boundary after a change that left ranks of separate launches on a slower data path
+  // than a start at this size would give them (EDP_HOST_SHM=off, or no room in /dev/shm for the
+  // grown communicator): in auto mode the job restarts at its size when the rest of the run repays
+  // the restart (rank 0 decides; collective).
+  void leave_slow_path() {
+    slow_path = false;
+    int go = root() && mode == "auto" && ckpt && restart_pays() ? 1 : 0;
+    world->broadcast(&go, 1, DType::I32, 0);
+    if (go) {
+      if (root())
+        log::info(o.name, ": restarting at ", size(), " worker(s): its ranks of separate launches exchange gradients over ",
+                  "a slower path than a start at this size gives them (", world->transport(), ")");
+      restart_at({size(), job.global_batch_}, wall_time());
+    } else if (root()) {
+      log::warn(o.name, ": ranks of separate launches exchange gradients over a slower path than a start at this size ",
+                "would give them (", world->transport(), "); docs/elastic.md, \"Which transport\"");
+    }
+  }
+
   // Waits for a rescale under way (a grow) to complete or fail. Collective.
   void settle() { poll_grow(true); }
 
@@ -621,7 +681,14 @@ struct Job::Impl {
     ev.global_batch = job.global_batch_;
     ev.step = job.step_;
     ev.t = wall_time();
+    ev.samples = samples_done();
     return ev;
+  }
+
+  // Samples trained since the job began, over every epoch (the position in the current one).
+  int64_t samples_done() const {
+    const int64_t n = static_cast<int64_t>(train->size());
+    return loader ? job.epoch_ * n + loader->position() : -1;
   }
 
   // The divergence guard, at the end of every kGuardWindow-th step (collective: every rank decides
@@ -757,6 +824,7 @@ struct Job::Impl {
     if (!root()) return;
     ev.t = wall_time();
     ev.step = job.step_;
+    ev.samples = samples_done();
     ev.pause_s = ev.t - ev.requested_t;
     if (ev.mode == "in_place") {
       ev.phases.emplace_back("first_step_s", ev.t - entered_t);
@@ -920,7 +988,11 @@ bool Job::next_epoch() {
   if (epoch_ >= m.o.epochs) {
     // New ranks still starting: they join now and see that the training is over.
     m.settle();
-    if (m.root()) m.status.finish();
+    if (m.root()) {
+      if (!m.ended) append_event(m.event_now("end"));
+      m.ended = true;
+      m.status.finish();
+    }
     return false;
   }
   m.loader->start_epoch(epoch_);
@@ -1030,6 +1102,8 @@ void Job::step(double loss) {
                   m.o.epochs * n, ddp_stats().exposed_comm_s);
   }
   if (m.o.checkpoint_every > 0 && step_ % m.o.checkpoint_every == 0) m.commit(nullptr, 0);
+  if (m.slow_path && !m.grow) m.leave_slow_path();
+  if (exit_code_ != 0) return;
   if (m.grow) {
     m.poll_grow(false);  // new ranks starting in the background: join them once they are ready
   } else if (m.control && step_ % m.o.control_every == 0) {

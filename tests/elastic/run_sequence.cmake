@@ -23,6 +23,9 @@
 #            size (the request tried again is refused in place) and ends its work, every sample seen
 #            once; its processes then end with exit code 76, so that mpirun stops the stuck ones
 #            and ends, nothing left running.
+#   slowpath without edp's shared memory (EDP_HOST_SHM=off) under edprun, a grow 2 -> 4 at step 5:
+#            paced to last about 14 s, auto mode grows by restart (the rest of the run repays it);
+#            unpaced, it grows in place and warns that the new ranks are on a slower path.
 #   kill     rank 1 of 2 is killed (SIGKILL) before step 17 under edprun --max-restarts 1, with a
 #            checkpoint every 5 steps: the job restarts from step 15 and ends with parameters
 #            bitwise equal to an uninterrupted run that committed at the same steps.
@@ -79,7 +82,10 @@ if(MODE STREQUAL "inplace")
     --plan ${plan} --record ${WORK}/a)
   expect("${a}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(6 processes\\)"
     "first step at 4 worker\\(s\\) done[^\n]*\\(in place\\)" "first step at 1 worker\\(s\\) done[^\n]*\\(in place\\)"
-    "first step at 3 worker\\(s\\) done[^\n]*\\(in place\\)" "\"workers\": 3, \"global_batch\": 96")
+    "first step at 3 worker\\(s\\) done[^\n]*\\(in place\\)" "\"workers\": 3, \"global_batch\": 96"
+    # The ranks a grow spawned and those started by mpirun share edp's shared memory.
+    "4 ranks, gradients over same host, same launch: edp shared memory; same host, separate launches \\(a grow's spawn\\): edp shared memory"
+    "3 ranks, gradients over [^\n]*separate launches \\(a grow's spawn\\): edp shared memory")
   file(STRINGS ${WORK}/a/events.jsonl ev REGEX "\"mode\":\"in_place\"")
   list(LENGTH ev n)
   if(NOT n EQUAL 3)
@@ -155,6 +161,32 @@ elseif(MODE STREQUAL "restart")
   expect("${r}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once"
     "first step at 4 worker\\(s\\) done[^\n]*\\(by restart\\)" "first step at 1 worker\\(s\\) done[^\n]*\\(by restart\\)"
     "first step at 3 worker\\(s\\) done[^\n]*\\(by restart\\)" "\"workers\": 3, \"global_batch\": 96")
+elseif(MODE STREQUAL "slowpath")
+  # Without edp's shared memory (EDP_HOST_SHM=off) the ranks a grow spawns talk to the running ones
+  # over TCP, a slower path than a start at the grown size gives. Auto mode grows by restart when
+  # the rest of the run repays it (paced to about 14 s: EDP_MIN_STEP_MS), and a short job grows in
+  # place (waiting for its new ranks at the request: EDP_BACKGROUND_GROW=0) and says what it runs on.
+  file(MAKE_DIRECTORY ${WORK}/long ${WORK}/short)
+  foreach(case long short)
+    set(pace 0)
+    set(background 0)  # the short job would end before new ranks started in the background join it
+    if(case STREQUAL "long")
+      set(pace 150)
+      set(background 1)
+    endif()
+    run(r ${CMAKE_COMMAND} -E env EDP_HOST_SHM=off EDP_MIN_STEP_MS=${pace} EDP_BACKGROUND_GROW=${background}
+        ${EDPRUN} --allow-run-as-root --oversubscribe --cores-per-host 4 --bind-to none -np 2
+        --control-file ${WORK}/${case}/control.json -- ${EXE} --plan 5:4 --record ${WORK}/${case} --ckpt ${WORK}/${case}/ckpt)
+    expect("${r}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once" "\"workers\": 4, \"global_batch\": 128")
+    if(case STREQUAL "long")
+      expect("${r}" "growing by restart: ranks started by an in-place grow would exchange gradients"
+        "first step at 4 worker\\(s\\) done[^\n]*\\(by restart\\)")
+    else()
+      expect("${r}" "first step at 4 worker\\(s\\) done[^\n]*\\(in place\\)"
+        "separate launches \\(a grow's spawn\\): MPI \\(Open MPI 4.1: TCP on loopback\\)"
+        "exchange gradients over a slower path than a start at this size would give them")
+    endif()
+  endforeach()
 elseif(MODE STREQUAL "kill")
   file(MAKE_DIRECTORY ${WORK}/a ${WORK}/b)
   set(common --no-coverage --ckpt-every 5 --limit 2000)
@@ -191,5 +223,5 @@ elseif(MODE STREQUAL "gpt")
     message(STATUS "GPT killed and restarted: parameters bitwise equal (${db})")
   endif()
 else()
-  message(FATAL_ERROR "MODE must be inplace, background, restart, kill, gpt or gpu")
+  message(FATAL_ERROR "MODE must be inplace, background, restart, slowpath, kill, gpt or gpu")
 endif()

@@ -10,6 +10,11 @@
 //   {"event": "stop",    "workers": 2, "global_batch": 128, "step": 80, "t": ...}
 //   {"event": "rate",    "workers": 2, "global_batch": 128, "step": 58, "t": ..., "steps": 20,
 //    "samples_per_s": 10450.2}
+//   {"event": "end",     "workers": 2, "global_batch": 128, "step": 940, "t": ...}
+//
+// Every event also carries "samples": the samples trained since the job began (all epochs, all
+// sizes, across restarts) at "t"; the throughput over any stretch of the job, such as the rest of
+// the run after a rescale, follows from two events. "end" is written when the last epoch is done.
 //
 // A rescale's "visible_s" is what the training lost to it: from the moment the ranks stopped
 // training for the change to the end of the first step at the new size, less a typical step (the
@@ -40,7 +45,7 @@
 namespace edp::elastic {
 
 struct MembershipEvent {
-  std::string event;  // "start", "rescale", "stop" or "rate"
+  std::string event;  // "start", "rescale", "stop", "rate" or "end"
   std::string mode;   // rescale: "in_place" or "restart"
   int from_workers = 0, workers = 0;
   int64_t from_global_batch = 0, global_batch = 0;
@@ -51,6 +56,7 @@ struct MembershipEvent {
   std::vector<int> threads;                            // start, rescale: compute threads per rank
   int64_t steps = 0;                                   // rate: steps measured
   double samples_per_s = 0;                            // rate
+  int64_t samples = -1;                                // samples trained since the job began, at t (-1: unknown)
 };
 
 // Appends `e` as one line to EDP_EVENTS_FILE when it is set (one write(2) of the whole line with
@@ -76,15 +82,20 @@ double wall_time();
 //
 // configs: one entry per (workers, global batch) this process has trained at; step_s is the
 // median wall time of a step (from the end of one step to the end of the next, over the last 256
-// steps), comm_s the mean exposed communication per step. Steps that span something else are
+// steps), recent_step_s the median over the last kRecentSteps of them (what the job runs at now,
+// free of steps long past, such as a slow start at the size), comm_s the mean exposed
+// communication per step. Steps that span something else are
 // left out: the first two after a start or a change of size, and the first of each epoch
 // (evaluation runs between epochs). state: "running", "done", or "stopped" (its control file asked
 // it to stop; started again, it resumes).
+constexpr int64_t kRecentSteps = 32;
+
 struct ConfigMeasure {
   int workers = 0;
   int64_t global_batch = 0;
   int64_t steps = 0;  // steps measured (not counting the ones left out)
   double step_s = 0, comm_s = 0;
+  double recent_step_s = 0;  // 0: not reported (a status file of an older edp)
 };
 
 struct JobStatus {
