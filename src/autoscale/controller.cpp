@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 
 #include "core/json_fields.h"
@@ -44,7 +45,8 @@ json job_json(const Job& j) {
             {"keeper_pid", j.keeper_pid}, {"keeper_start", j.keeper_start}, {"keeper_lost", j.keeper_lost},
             {"starts", j.starts}, {"rescales", j.rescales}, {"restarts", j.restarts}, {"events_seen", j.events_seen},
             {"samples_done", j.samples_done}, {"samples_total", j.samples_total}, {"samples_per_s", j.samples_per_s},
-            {"measure_from", j.measure_from},
+            {"measure_from", j.measure_from}, {"change_gain", j.change_gain}, {"hold_until", j.hold_until},
+            {"judge_from", j.judge_from},
             {"measured", ms}, {"pauses", j.pauses}, {"cancel_requested", j.cancel_requested},
             {"preempt_requested", j.preempt_requested}, {"preempt_t", j.preempt_t},
             {"preempt_signalled", j.preempt_signalled}, {"preemptions", j.preemptions},
@@ -94,6 +96,9 @@ Job job_from_json(const json& x) {
   j.samples_done = count("samples_done");
   j.samples_total = count("samples_total");
   j.measure_from = count("measure_from");
+  j.change_gain = f.number("change_gain", -1, 1e9, 0.0);
+  j.hold_until = seconds("hold_until");
+  j.judge_from = f.integer("judge_from", -1, kBig, -1);
   j.exit_code = static_cast<int>(f.integer("exit_code", -1000, 1000, 0));
   j.keeper_lost = f.boolean("keeper_lost", false);
   j.cancel_requested = f.boolean("cancel_requested", false);
@@ -477,17 +482,28 @@ void Controller::take_status(Job& j, const elastic::JobStatus& st) {
     // measured_steps() steps counted since it came (the median then no longer is a warm-up step).
     const bool here = c.workers == j.workers && c.global_batch == j.batch;
     if (here && c.steps < j.measure_from + enough) continue;
+    double step_s = c.step_s;
+    bool judged = false;
+    if (here && j.hold_until > 0) {
+      // After a rescale of the controller's: only the steps after the hold count, the newest
+      // kRecentSteps of them (a slow start at the new size is not what the job runs at).
+      if (now_() < j.hold_until) continue;
+      if (j.judge_from < 0) j.judge_from = c.steps;
+      if (c.steps < j.judge_from + elastic::kRecentSteps) continue;
+      step_s = c.recent_step_s > 0 ? c.recent_step_s : c.step_s;
+      judged = true;
+    }
     // This process's window replaces what an earlier process measured once it has as many steps.
-    if (c.steps >= it->steps || fresh) {
+    if (c.steps >= it->steps || fresh || judged) {
       it->steps = c.steps;
-      it->step_s = c.step_s;
+      it->step_s = step_s;
       it->comm_s = c.comm_s;
     }
     if (here && j.samples_per_s == 0) {
       note("measured " + j.id + " at " + std::to_string(c.workers) + "x" + std::to_string(c.global_batch));
-      j.samples_per_s = static_cast<double>(c.global_batch) / c.step_s;
+      j.samples_per_s = static_cast<double>(c.global_batch) / step_s;
     } else if (here) {
-      j.samples_per_s = static_cast<double>(c.global_batch) / c.step_s;
+      j.samples_per_s = static_cast<double>(c.global_batch) / step_s;
     }
   }
 }
@@ -515,6 +531,10 @@ void Controller::take_events(Job& j) {
     }
     if (e.workers > 0) j.workers = e.workers;
     if (e.global_batch > 0) j.batch = e.global_batch;
+    if (e.event == "start" || e.event == "rescale") {  // a new stay: a change of the controller's is held below
+      j.hold_until = 0;
+      j.judge_from = -1;
+    }
     if (e.event == "start") j.measure_from = 0;  // a new process (a restart after a crash)
     if (e.event == "rescale") {  // a new stay: a restart's process counts from 0, an in-place one goes on
       j.measure_from = e.mode == "restart" ? 0 : steps_at(j);
@@ -525,6 +545,7 @@ void Controller::take_events(Job& j) {
       j.target_batch = 0;
       res_.landed(j);
       j.samples_per_s = 0;
+      hold(j, j.pauses.empty() ? cfg_.pause_s : j.pauses.back());
       note("rescaled " + j.id);
     }
     changed_ = true;
@@ -537,6 +558,27 @@ void Controller::take_events(Job& j) {
     n_restart_rescale += e.event == "rescale" && e.mode == "restart";
   }
   j.restarts = std::max(0, n_start - j.starts - n_restart_rescale);
+}
+
+static std::string fmt_seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f s", s);
+  return b;
+}
+
+// A rescale of the controller's has landed: the job stays at its new size until the change could
+// have paid for itself — its pause and that of undoing it, at the speedup predicted when it was
+// asked for — and for at least settle_s; then its speed there counts from the newest steps only.
+void Controller::hold(Job& j, double cost) {
+  const double gain = std::max(0.01, j.change_gain);
+  const double pays_off_s = 2 * std::max(0.0, cost) / gain;
+  const double hold_s = std::max(cfg_.settle_s, pays_off_s);
+  j.hold_until = now_() + hold_s;
+  j.judge_from = -1;
+  log("job " + j.id + ": keeps " + std::to_string(j.workers) + " worker(s) for " + fmt_seconds(hold_s) +
+      " before its speed there is judged (the change pays for its pause and an undo's after " + fmt_seconds(pays_off_s) +
+      " at the predicted speedup of " + std::to_string(static_cast<int>(std::lround(gain * 100))) + " %; settling time " +
+      fmt_seconds(cfg_.settle_s) + ")");
 }
 
 void Controller::check_timeouts(Job& j) {
@@ -789,6 +831,7 @@ json Controller::act(Job& j, const LiveChoice& c) {
     if (c.action == Action::Start) {
       start(j, c);
     } else if (c.action == Action::Grow || c.action == Action::Shrink || c.action == Action::Rebatch) {
+      j.change_gain = j.samples_per_s > 0 ? c.samples_per_s / j.samples_per_s - 1 : 0;
       request(j, c.workers, c.batch);
       log("job " + j.id + ": " + action_name(c.action) + ": " + c.reason);
     } else if (c.action == Action::Stop) {

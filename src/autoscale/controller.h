@@ -80,6 +80,13 @@ struct Job {
   // a reading of that configuration counts once it has LivePolicy::measured_steps() more (the
   // process's window for a configuration it comes back to also holds the new warm-up steps).
   int64_t measure_from = 0;
+  // A rescale the controller asked for is kept until it could have paid for itself and its speed
+  // has settled (docs/autoscaler.md §8, "Keeping a change"): the speedup predicted when it was
+  // asked for, the time before which the job stays at its new size, and the step at its size from
+  // which its speed there counts (-1: the hold has not ended yet).
+  double change_gain = 0;
+  double hold_until = 0;  // 0: no change being judged
+  int64_t judge_from = -1;
   std::vector<Measured> measured;
   std::vector<double> pauses;
   bool cancel_requested = false, preempt_requested = false;
@@ -189,6 +196,9 @@ class JobRunner {
 struct ControllerConfig {
   std::string policy = "goodput";  // goodput | dp | static
   double replan_s = 30, hysteresis = 0.15, pause_s = -1, start_s = 3, rescale_timeout_s = 120, preempt_grace_s = 60;
+  // The least time a job stays at the size a rescale gave it before its speed there is judged
+  // (docs/autoscaler.md §8, "Keeping a change").
+  double settle_s = 30;
   int max_ranks_per_gpu = 1;
   int warmup_steps = 3;
 };
@@ -228,6 +238,7 @@ class Controller {
   void follow_grant(Job& j);
   void move_off_leaving(Job& j);
   void check_timeouts(Job& j);
+  void hold(Job& j, double cost);
   void give_up_rescale(Job& j, const std::string& why);
   void check_end(Job& j);
   void finish(Job& j, const ExitRecord& ex);

@@ -61,7 +61,7 @@ class FakeRunner : public JobRunner {
 
   // Test helpers.
   void report(const std::string& id, int workers, int64_t batch, int64_t steps, double step_s, int64_t done = 0,
-              int64_t total = 1'000'000, const std::string& state = "running") {
+              int64_t total = 1'000'000, const std::string& state = "running", double recent_step_s = 0) {
     FakeJob& f = jobs[id];
     elastic::JobStatus st;
     st.state = state;
@@ -72,8 +72,8 @@ class FakeRunner : public JobRunner {
     if (f.status) st.configs = f.status->configs;
     auto it = std::find_if(st.configs.begin(), st.configs.end(),
                            [&](const auto& c) { return c.workers == workers && c.global_batch == batch; });
-    if (it == st.configs.end()) st.configs.push_back({workers, batch, steps, step_s, 0.0});
-    else *it = {workers, batch, steps, step_s, 0.0};
+    if (it == st.configs.end()) st.configs.push_back({workers, batch, steps, step_s, 0.0, recent_step_s});
+    else *it = {workers, batch, steps, step_s, 0.0, recent_step_s};
     f.status = st;
     f.status_changed = true;
   }
@@ -456,11 +456,15 @@ struct World {
       ++since_change;
       done += 64;
     }
+    auto median = [](std::vector<double> t) {
+      std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+      return t[t.size() / 2];
+    };
     for (const auto& [w, v] : times) {
       if (v.empty()) continue;
-      std::vector<double> sorted = v;
-      std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
-      r.report("j", w, 64, static_cast<int64_t>(v.size()), sorted[sorted.size() / 2], static_cast<int64_t>(done), total);
+      const size_t k = std::min<size_t>(v.size(), elastic::kRecentSteps);
+      r.report("j", w, 64, static_cast<int64_t>(v.size()), median(v), static_cast<int64_t>(done), total, "running",
+               median(std::vector<double>(v.end() - static_cast<std::ptrdiff_t>(k), v.end())));
     }
   }
   void rescale(int to, FakeRunner& r) {
@@ -534,4 +538,61 @@ TEST(FlipFlop, AWorseSizeIsTriedAtMostOnce) {
   const std::vector<int> sizes = run_world(w, cfg, 120);
   EXPECT_LE(sizes.size(), 3u) << show(sizes);
   EXPECT_EQ(sizes.back(), 1) << show(sizes);
+}
+
+// A grow that really pays (1.8x at 2 workers) whose first 40 steps (43 s) at the new size are 3x
+// slower (new ranks warming up; or, before edp's shared memory, TCP between the old and the new
+// ranks). The controller keeps the job at 2 workers for its settling time (30 s), then judges the
+// newest 32 steps after it: it grows once and stays. Without the settling time (settle_s 0: the
+// hold is only the 2.4 s in which the change pays for its pause and an undo's) the newest steps at
+// the first judgement are all slow, and the job goes back.
+TEST(FlipFlop, AGrowThatIsSlowAtFirstIsKept) {
+  ControllerConfig cfg;
+  cfg.pause_s = 0.5;
+  {
+    World w;
+    w.sps2 = 180;
+    w.warmup = 40;
+    w.slow = 3;
+    w.since_change = w.warmup;  // its start was not slow
+    const std::vector<int> sizes = run_world(w, cfg, 200);
+    EXPECT_FALSE(flip_flops(sizes)) << show(sizes);
+    EXPECT_EQ(sizes, (std::vector<int>{1, 2})) << show(sizes);
+  }
+  {
+    World w;
+    w.sps2 = 180;
+    w.warmup = 40;
+    w.slow = 3;
+    w.since_change = w.warmup;  // its start was not slow
+    cfg.settle_s = 0;
+    const std::vector<int> sizes = run_world(w, cfg, 200);
+    EXPECT_TRUE(flip_flops(sizes)) << "the test world no longer needs the rule: " << show(sizes);
+  }
+}
+
+// The hold is at least the time in which the change pays for its own pause and an undo's at the
+// predicted speedup: a rescale that costs 20 s and is predicted to gain 10 % stays 400 s.
+TEST(FlipFlop, AChangeIsKeptUntilItCouldHavePaidForItself) {
+  ControllerConfig cfg;
+  cfg.pause_s = 20;
+  cfg.settle_s = 5;
+  Fixture f(cpu_slots(2), cfg);
+  f.ctl->submit("a", spec());
+  f.ctl->tick();
+  f.runner.report("a", 1, 64, 50, 0.064);  // 1000 samples/s measured at 1 worker
+  f.ctl->tick();
+  ASSERT_EQ(f.last_action("a"), "grow");
+  const double gain = f.job("a").change_gain;
+  ASSERT_GT(gain, 0);
+  f.runner.event("a", "rescale", 1, 2, 64, 20);
+  f.ctl->tick();
+  const double hold = f.job("a").hold_until - f.t;
+  EXPECT_NEAR(hold, 2 * 20 / gain, 1e-6) << "settle 5 s, pays off after " << 2 * 20 / gain << " s";
+  // Until then nothing it reports at 2 workers counts, however slow.
+  f.runner.report("a", 2, 64, 500, 1.0, 0, 1'000'000, "running", 1.0);
+  f.t += hold - 1;
+  f.ctl->tick();
+  EXPECT_EQ(f.job("a").samples_per_s, 0);
+  EXPECT_EQ(f.job("a").workers, 2);
 }

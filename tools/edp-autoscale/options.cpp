@@ -122,6 +122,8 @@ const std::vector<cli::OptionDef>& table() {
       num("rescale-timeout", "120", "serve: seconds after which a rescale that did not land is given up", 1, 86400),
       num("preempt-grace", "60", "serve: seconds a preempted job has to checkpoint and stop before it gets SIGTERM",
           0, 86400),
+      num("settle", "30", "serve: seconds a job stays at the size a rescale gave it before its speed there is judged "
+                          "(longer when the change needs longer to pay for its pause and an undo's)", 0, 86400),
       num("warmup-steps", "3", "serve: steps at a new size that do not count as its measurement (a size is measured "
                                "after 2 x N + 1 steps)", 0, 1000, true),
       num("tick", "0.05", "serve: seconds between looks at the jobs", 0.01, 10),
