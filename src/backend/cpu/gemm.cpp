@@ -9,6 +9,7 @@
 #include "gemm.h"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -135,9 +136,12 @@ void round_to_bf16(MatF m, bfloat16* out) {
 }
 
 // A primitive per (element type, sizes, transposes, leading dimensions, alpha, accumulate).
-// Batched products add the batch count and the three batch strides.
+// Batched products add the batch count and the three batch strides. And per thread count: a
+// primitive runs as many OpenMP threads as there were when it was made, so one made before an
+// elastic rescale took a core away would run two threads on one core, each spinning at its barriers
+// while the other waits for the core (a GPT step 30x slower, measured).
 using Key = std::tuple<bool, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, float, bool, int64_t,
-                       int64_t, int64_t, int64_t>;
+                       int64_t, int64_t, int64_t, int>;
 struct Prim {
   dnnl::memory::desc a, b, c;
   dnnl::matmul mm;
@@ -148,7 +152,7 @@ Prim& prim_for(bool bf16, int64_t M, int64_t N, int64_t K, bool ta, bool tb, int
                float alpha, bool acc, int64_t batch, int64_t sa, int64_t sb, int64_t sc) {
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Prim>> cache;
-  const Key key{bf16, M, N, K, ta, tb, lda, ldb, ldc, alpha, acc, batch, sa, sb, sc};
+  const Key key{bf16, M, N, K, ta, tb, lda, ldb, ldc, alpha, acc, batch, sa, sb, sc, omp_get_max_threads()};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return *it->second;
