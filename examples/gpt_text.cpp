@@ -130,6 +130,7 @@ int train_gpt(comm::Communicator& world, const train::Options& o) {
         return 3;
       }
       if (max_steps > 0 && job.steps() >= max_steps) {
+        job.end();
         done = true;
         break;
       }

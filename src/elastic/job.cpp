@@ -79,7 +79,7 @@ struct Job::Impl {
 
   // The epoch in progress.
   bool in_epoch = false, epoch_finished = false;
-  bool ended = false;  // the "end" event is written
+  bool ended = false;  // the training is over and its end recorded (Job::end)
   bool slow_path = false;  // the communicator is slower than one launch's (leave_slow_path)
   std::unique_ptr<train::Progress> progress;
   int64_t progress_base = 0;     // steps taken since the current Progress began
@@ -985,14 +985,8 @@ bool Job::next_epoch() {
     ++epoch_;
     m.epoch_finished = false;
   }
-  if (epoch_ >= m.o.epochs) {
-    // New ranks still starting: they join now and see that the training is over.
-    m.settle();
-    if (m.root()) {
-      if (!m.ended) append_event(m.event_now("end"));
-      m.ended = true;
-      m.status.finish();
-    }
+  if (epoch_ >= m.o.epochs || m.ended) {
+    end();
     return false;
   }
   m.loader->start_epoch(epoch_);
@@ -1005,6 +999,19 @@ bool Job::next_epoch() {
   m.epoch_sw.reset();
   m.progress = std::make_unique<train::Progress>(m.epoch_label(), m.loader->steps_remaining(), m.root() && m.o.progress);
   return true;
+}
+
+void Job::end() {
+  Impl& m = *impl_;
+  if (left_ || exit_code_ != 0 || m.ended) return;
+  // New ranks still starting: they join now and see that the training is over.
+  m.settle();
+  if (m.in_epoch && m.progress) m.progress->finish();
+  m.in_epoch = false;
+  m.ended = true;
+  if (!m.root()) return;
+  append_event(m.event_now("end"));
+  m.status.finish();
 }
 
 bool Job::next_batch(data::Batch& b) {

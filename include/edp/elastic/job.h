@@ -173,6 +173,10 @@ class Job {
   // the job (a shrink), or the job stops (for a restart at another size, or as asked: see
   // exit_code()).
   bool next_epoch();
+  // Ends the training before its last epoch (a step limit the program keeps): new ranks still
+  // starting join and leave, and the end is recorded as after the last epoch (the "end" event,
+  // the status file's "done"). Collective; next_epoch() returns false afterwards.
+  void end();
   // This rank's next batch of the epoch (on the job's device); false at the end of the epoch or
   // when next_epoch() would return false. A step in which this rank has no sample (the uneven
   // last step) is taken inside, without the caller.
