@@ -16,6 +16,7 @@
 #include "backend.h"
 #include "edp/core/knobs.h"
 #include "edp/core/log.h"
+#include "edp/core/threads.h"
 
 namespace edp::comm {
 
@@ -230,6 +231,7 @@ Environment::Environment(int* argc, char*** argv, EnvironmentOptions options) {
   if (knobs::is_set("EDP_COMM_THREAD_LEVEL"))
     options.requested = detail::parse_thread_level(knobs::get_string("EDP_COMM_THREAD_LEVEL"));
   if (options.install_terminate_handler) std::set_terminate(terminate_handler);
+  apply_launch_binding();  // before MPI starts its threads
 #if EDP_HAVE_MPI
   detail::BackendInit init = detail::mpi_init(argc, argv, options);
   g_world = std::move(init.world);

@@ -1,9 +1,7 @@
 // Compute threads and cores that follow where a job's ranks are (edp/comm/layout.h).
 #include "edp/comm/layout.h"
 
-#include <dirent.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,21 +70,12 @@ CpuMask slice(const CpuMask& pool, int index, int parts) {
   return m;
 }
 
-// Every thread of this process onto `m` (sched_setaffinity binds one thread).
+// Every thread of this process onto `m`.
 void bind_process(const CpuMask& m) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int c = 0; c < kCpus && c < CPU_SETSIZE; ++c)
-    if (m.bits[static_cast<size_t>(c / 64)] >> (c % 64) & 1) CPU_SET(c, &set);
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (const dirent* e = readdir(d)) {
-      const long tid = std::strtol(e->d_name, nullptr, 10);
-      if (tid > 0) sched_setaffinity(static_cast<pid_t>(tid), sizeof set, &set);
-    }
-    closedir(d);
-  } else {
-    sched_setaffinity(0, sizeof set, &set);
-  }
+  std::vector<int> cpus;
+  for (int c = 0; c < kCpus; ++c)
+    if (m.bits[static_cast<size_t>(c / 64)] >> (c % 64) & 1) cpus.push_back(c);
+  ::edp::bind_process(cpus);
 }
 
 }  // namespace

@@ -219,6 +219,11 @@ const std::vector<Knob> kKnobs = {
      1, 4096, true},
     {"EDP_LAUNCH_BIND", Type::Enum, "none", "edprun's rank shim: bind ranks to cores.", "launch", "none|core",
      kNoMin, kNoMax, true},
+    {"EDP_LAUNCH_CPUS", Type::String, "",
+     "edprun's rank shim: the CPUs mpirun bound this rank to (a list, \"2,3\"); the rank starts on all of the "
+     "job's cores of its host and edp binds it to these once it runs (edp/core/threads.h: the OpenMP runtime "
+     "counts a process's cores once, when it starts).",
+     "launch", "", kNoMin, kNoMax, true},
     {"EDP_LAUNCH_MPS", Type::Bool, "0", "edprun's rank shim: the GPUs are shared through MPS.", "launch", "",
      kNoMin, kNoMax, true},
     {"EDP_LAUNCH_MPS_PIPE_DIRECTORY", Type::String, "",

@@ -1,11 +1,14 @@
 // Thread-count control shared by OpenMP loops and Eigen's GEMM.
 #include "edp/core/threads.h"
 
+#include <dirent.h>
 #include <omp.h>
 #include <sched.h>
 
 #include <Eigen/Core>
 #include <cstdlib>
+#include <mutex>
+#include <sstream>
 #include <string>
 
 #include "edp/core/error.h"
@@ -32,6 +35,7 @@ int initial_threads() {
 
 int& current() {
   static int n = [] {
+    apply_launch_binding();
     int t = initial_threads();
     omp_set_num_threads(t);
     Eigen::setNbThreads(t);
@@ -49,6 +53,40 @@ int available_cores() {
     if (n > 0) return n;
   }
   return 1;
+}
+
+void bind_process(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus)
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (const dirent* e = readdir(d)) {
+      const long tid = std::strtol(e->d_name, nullptr, 10);
+      if (tid > 0) sched_setaffinity(static_cast<pid_t>(tid), sizeof set, &set);
+    }
+    closedir(d);
+  } else {
+    sched_setaffinity(0, sizeof set, &set);
+  }
+}
+
+void apply_launch_binding() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const std::string list = knobs::get_string("EDP_LAUNCH_CPUS");
+    if (list.empty()) return;
+    std::vector<int> cpus;
+    std::stringstream ss(list);
+    for (std::string item; std::getline(ss, item, ',');) {
+      char* end = nullptr;
+      const long c = std::strtol(item.c_str(), &end, 10);
+      EDP_CHECK(!item.empty() && *end == '\0' && c >= 0 && c < CPU_SETSIZE, "EDP_LAUNCH_CPUS='", list,
+                "': expected CPU numbers separated by commas");
+      cpus.push_back(static_cast<int>(c));
+    }
+    bind_process(cpus);
+  });
 }
 
 void set_num_threads(int n) {

@@ -11,6 +11,7 @@
 // after every mpirun exit, and a job directory whose edprun died is removed by the next edprun.
 #include "edp/launch/edprun.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -144,6 +145,21 @@ pid_t spawn_mpirun(const std::vector<std::string>& argv) {
 
 // ---- the per-rank shim ---------------------------------------------------------------------------
 
+// The shim's part of a bound rank's binding (rank_exec): the cores mpirun bound it to go to edp in
+// EDP_LAUNCH_CPUS, and the process widens to its parent's cores (mpirun's or orted's) before it
+// becomes the program.
+void hand_binding_to_edp() {
+  cpu_set_t mine, all;
+  CPU_ZERO(&mine);
+  CPU_ZERO(&all);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0 || sched_getaffinity(getppid(), sizeof all, &all) != 0) return;
+  std::string list;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mine)) list += (list.empty() ? "" : ",") + std::to_string(c);
+  if (list.empty() || setenv("EDP_LAUNCH_CPUS", list.c_str(), 1) != 0) return;
+  sched_setaffinity(0, sizeof all, &all);
+}
+
 int rank_exec(int argc, char** argv) {
   int first = 2;
   if (first < argc && std::string(argv[first]) == "--") ++first;
@@ -225,6 +241,9 @@ int rank_exec(int argc, char** argv) {
         pidf << getpid() << "\n";
       }
     }
+    // Bound by mpirun: the rank starts on all the cores its parent may use here, and edp binds it
+    // back to these once its runtime has started (EDP_LAUNCH_CPUS; edp/core/threads.h says why).
+    if (c.bound) hand_binding_to_edp();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "edprun --rank-exec (rank %d): %s\n", rank, e.what());
     return kUsageError;

@@ -34,6 +34,7 @@
 #include <thread>
 
 #include "edp/comm/communicator.h"
+#include "edp/core/threads.h"
 #include "edp/elastic/events.h"
 #include "edp/launch/placement.h"
 
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "ok";
   const char* out_env = std::getenv("PROBE_OUT");
   const std::string out = out_env ? out_env : "";
+  edp::apply_launch_binding();  // what an edp program does when it starts (edp/core/threads.h)
   const edp::launch::Placement p = edp::launch::placement_from_env();
   if (!out.empty()) {
     std::ofstream f(out + "/rank." + std::to_string(p.rank));
