@@ -1,116 +1,182 @@
 #!/usr/bin/env bash
-# Rescale of an elastic job (elastic::Job): what it costs and what it is for, in one run.
-#   in place   edprun -np 2 runs a Fashion-MNIST example with a control file; the script asks for 1
-#              worker (a shrink: the communicator is split, rank 1 leaves, rank 0 takes its cores),
-#              waits for the job's settled speed at 1, then asks for 2 again (a grow: MPI_Comm_spawn
-#              starts a rank, which loads the data, builds the model and receives the state).
-#   fresh      the same job started at 1 and at 2 workers: the speed a rescale should reach.
-#   by restart edprun -np 2 with EDP_RESCALE_MODE=restart, the control file asking for 1 worker:
-#              checkpoint, exit 75, edprun starts the job again on 1 rank, which resumes.
-# The pause is the wall time from rank 0 reading the request to the end of the first optimizer
-# step at the new size (the job's membership events, EDP_EVENTS_FILE); in-place pauses are split
-# into the job's phases (split / background / state / rebuild / first step). The visible pause is
-# what the training lost: a grow starts its new ranks in the background while the job trains on,
-# so only its join (state, rebuild) and first step count, less a typical step. The speed after a change
-# is the job's "rate" event: samples/s over the 20 steps after the first one at the new size; it is
-# compared with the rate of a job started at that size (after_vs_fresh). Compute threads follow the
-# ranks on the host (no --threads), as a user runs it. Prints a table and one JSON line per row.
-#   bench/rescale.sh [--reps N] [--models "cnn mlp"]
-# Needs the build of scripts/build.sh (build/examples, build/tools/edprun) and python3.
+# What a rescale of an elastic job is for: the job's speed over the rest of its run after the
+# change, against the same job started at the new size, in one run, pair by pair.
+#
+#   bench/rescale.sh [--reps N] [--models "cnn mlp gpt"] [--cases "grow1-2 grow2-4 shrink2-1 restart1-2"]
+#                    [--load quiet|busy] [--hosts] [--out FILE.jsonl]
+#
+# A case FROM-TO starts the job under edprun at FROM workers with its control file asking for TO
+# (so the change is asked for at its first step and the job runs the rest at TO); growN-M and
+# shrinkN-M change in place (the default rescale mode, auto), restartN-M by restart
+# (EDP_RESCALE_MODE=restart: a checkpoint, edprun starts the job again at TO). Its pair is the
+# same job started at TO. Both run to their end; the rate is samples/s (the GPT: tokens/s) from the
+# end of the first step at TO to the end of the training, from the job's events (EDP_EVENTS_FILE:
+# the rescale and end events, and for the job started at TO its first rate window, which begins at
+# the end of its first step). The two jobs of a pair run one after the other, in alternating order
+# from repetition to repetition, and the ratio is taken pair by pair; the table gives every
+# ratio and the median. Also the change's pause (request to the end of the first step at TO) and
+# visible pause (what the training lost: a grow's new ranks start while the job trains on).
+#
+#   --load busy   runs stress-ng --cpu <cores> beside the jobs (Debian's stress-ng)
+#   --hosts       one more case on the namespace test cluster (scripts/testcluster.sh, root): the
+#                 job on a hostfile of 3 hosts x 1 slot grows 1 -> 3 in place (its new ranks on
+#                 the other two hosts), against a job started on the 3 hosts; one thread per rank
+#                 (the hosts share this machine's cores). Brings the cluster up if it is not, and
+#                 down again at the end if it did.
+#   --out FILE    appends one JSON line per pair to FILE
+# Compute threads follow the ranks on a host (no --threads), as a user runs the examples. Needs the
+# build of scripts/build.sh, python3, and for the GPT the corpus (scripts/prepare_text_corpus.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPS=3 MODELS="cnn mlp"
+REPS=5 MODELS="cnn mlp gpt" CASES="grow1-2 grow2-4 shrink2-1 restart1-2" LOAD=quiet HOSTS=0 OUT=""
+usage() { echo "usage: $0 [--reps N] [--models \"cnn mlp gpt\"] [--cases \"grow1-2 ...\"] [--load quiet|busy] [--hosts] [--out FILE]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) REPS=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
-    *) echo "usage: $0 [--reps N] [--models \"cnn mlp\"]" >&2; exit 2 ;;
+    --cases) CASES=$2; shift 2 ;;
+    --load) LOAD=$2; shift 2 ;;
+    --hosts) HOSTS=1; shift ;;
+    --out) OUT=$2; shift 2 ;;
+    *) usage ;;
   esac
 done
-EDPRUN=build/tools/edprun/edprun
+case "$LOAD" in quiet|busy) ;; *) usage ;; esac
+[[ "$REPS" =~ ^[1-9][0-9]*$ ]] || usage
+EDPRUN=$PWD/build/tools/edprun/edprun
+TC=$PWD/scripts/testcluster.sh
+[ -x "$EDPRUN" ] || { echo "$0: no $EDPRUN: run scripts/build.sh first" >&2; exit 1; }
 ROOT=(); [ "$(id -u)" = 0 ] && ROOT=(--allow-run-as-root)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-W=$(mktemp -d /tmp/edp-rescale.XXXXXX)
-PID=""
-trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-
-ask() {  # ask WORKERS: replace the control file atomically
-  echo "{\"workers\": $1}" > "$W/control.tmp" && mv "$W/control.tmp" "$W/control.json"
+# The hosts of the test cluster see the source tree but not this machine's /tmp.
+if [ "$HOSTS" = 1 ]; then mkdir -p build; W=$(mktemp -d "$PWD/build/rescale-bench.XXXXXX"); else W=$(mktemp -d /tmp/edp-rescale.XXXXXX); fi
+STRESS="" CLUSTER_UP=0
+cleanup() {
+  [ -n "$STRESS" ] && kill "$STRESS" 2>/dev/null && wait "$STRESS" 2>/dev/null
+  [ "$CLUSTER_UP" = 1 ] && "$TC" down >/dev/null 2>&1
+  rm -rf "$W"
 }
-report() {  # report MODEL KIND EVENTS_FILE N FRESH_RATE: the N-th rescale of the file and the rate after it
-  python3 - "$@" <<'PY'
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+model_args() {  # the program and its arguments: about 5 s of training at 2 workers on 2 quiet cores
+  case "$1" in
+    mlp) echo "$PWD/build/examples/fashion_mnist_mlp --limit 30000 --epochs 20 --no-eval" ;;
+    cnn) echo "$PWD/build/examples/fashion_mnist_cnn --limit 10000 --epochs 4 --no-eval" ;;
+    gpt) echo "$PWD/build/examples/gpt_text --data $PWD/.cache/corpus --layers 2 --dim 128 --heads 4 --context 64 --batch 8 --steps 400 --no-progress --sample-tokens 0 --eval-windows 16" ;;
+    *) echo "$0: unknown model '$1' (cnn, mlp, gpt)" >&2; exit 2 ;;
+  esac
+}
+[[ " $MODELS " == *" gpt "* ]] && [ ! -f .cache/corpus/train.tok ] && { echo "$0: the GPT needs scripts/prepare_text_corpus.sh first" >&2; exit 1; }
+
+# run_job DIR FROM TO HOSTFILE [VAR=VALUE...] -- MODEL ARGS: one job started at FROM whose control
+# file asks for TO, run to its end.
+run_job() {
+  local d=$1 from=$2 to=$3 hostfile=$4; shift 4
+  local envs=() place=(--oversubscribe) pre=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  rm -rf "$d"; mkdir -p "$d"
+  echo "{\"workers\": $to}" > "$d/control.json"
+  if [ -n "$hostfile" ]; then place=(--hostfile "$hostfile"); pre=("$TC" exec edp-h1 --); fi
+  if ! "${pre[@]}" env "${envs[@]}" "$EDPRUN" "${ROOT[@]}" "${place[@]}" -np "$from" --control-file "$d/control.json" -- \
+       env EDP_EVENTS_FILE="$d/events.jsonl" "$@" --checkpoint-dir "$d/ck" > "$d/out.txt" 2> "$d/err.txt"; then
+    echo "$0: the job failed:" >&2; tail -n 30 "$d/err.txt" >&2; exit 1
+  fi
+}
+
+# report MODEL CASE FROM TO CHANGED_DIR FRESH_DIR UNIT_SCALE: one pair's line (and its JSON).
+report() {
+  python3 - "$@" "$LOAD" "$OUT" <<'PY'
 import json, sys
-model, kind, path, n, fresh = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
-ev = [json.loads(l) for l in open(path)]
-idx = [i for i, e in enumerate(ev) if e["event"] == "rescale"][n - 1]
-e = ev[idx]
-after = next((x["samples_per_s"] for x in ev[idx + 1:] if x["event"] == "rate"), float("nan"))
-ph = e.get("phases", {})
-cols = " ".join(f"{k[:-2]}={v:.3f}" for k, v in ph.items())
-ratio = after / fresh if fresh > 0 else float("nan")
-print(f"{'fashion_mnist_' + model:<18} {kind:<9} {e['from_workers']}->{e['workers']:<3} {e['pause_s']:8.3f} {e.get('visible_s', float('nan')):9.3f} "
-      f"{after:10.0f} {fresh:10.0f} {ratio:6.2f}  threads={e.get('threads')}  {cols}")
-print("JSON " + json.dumps({"bench": "rescale", "model": "fashion_mnist_" + model, "kind": kind,
-                            "from": e["from_workers"], "to": e["workers"], "pause_s": round(e["pause_s"], 4),
-                            "visible_s": round(e.get("visible_s", float("nan")), 4),
-                            "rate_after": round(after, 1), "rate_fresh": round(fresh, 1),
-                            "after_vs_fresh": round(ratio, 3), "threads": e.get("threads"),
-                            "phases": {k: round(v, 4) for k, v in ph.items()}}))
+model, case, frm, to, a, b, scale, load, out = sys.argv[1:10]
+frm, to, scale = int(frm), int(to), float(scale)
+def events(d):
+    return [json.loads(l) for l in open(f"{d}/events.jsonl") if l.strip()]
+def end(ev):
+    e = [x for x in ev if x["event"] == "end"]
+    if not e: sys.exit(f"rescale.sh: no end event in {ev}")
+    return e[-1]
+ea, eb = events(a), events(b)
+resc = [x for x in ea if x["event"] == "rescale"]
+if not resc or resc[0]["workers"] != to: sys.exit(f"rescale.sh: {model} {case}: no rescale to {to} in {a}/events.jsonl")
+r, ena = resc[0], end(ea)
+after = (ena["samples"] - r["samples"]) / (ena["t"] - r["t"])
+rate = next(x for x in eb if x["event"] == "rate")   # the window from the end of the first step
+t0 = rate["t"] - rate["steps"] * rate["global_batch"] / rate["samples_per_s"]
+s0 = rate["samples"] - rate["steps"] * rate["global_batch"]
+enb = end(eb)
+fresh = (enb["samples"] - s0) / (enb["t"] - t0)
+row = {"bench": "rescale", "model": model, "case": case, "mode": r["mode"], "from": frm, "to": to, "load": load,
+       "pause_s": round(r["pause_s"], 4), "visible_s": round(r.get("visible_s", r["pause_s"]), 4),
+       "rate_after": round(after * scale, 1), "rate_fresh": round(fresh * scale, 1),
+       "after_vs_fresh": round(after / fresh, 3), "threads": r.get("threads"),
+       "rest_s": round(ena["t"] - r["t"], 2)}
+print(f"{model:<5} {case:<11} {r['mode']:<9} {row['pause_s']:8.3f} {row['visible_s']:9.3f} {row['rate_after']:11.0f} "
+      f"{row['rate_fresh']:11.0f} {row['after_vs_fresh']:6.3f}  rest {row['rest_s']:.1f} s, threads {row.get('threads')}")
+if out:
+    with open(out, "a") as f: f.write(json.dumps(row) + "\n")
+print("JSON " + json.dumps(row))
 PY
 }
-first_rate() {  # first_rate EVENTS_FILE: samples/s of the first "rate" event
-  python3 -c 'import json,sys; print(next(json.loads(l)["samples_per_s"] for l in open(sys.argv[1]) if "\"rate\"" in l))' "$1"
-}
-count() { local n; n=$(grep -c "\"$2\"" "$1" 2>/dev/null); echo "${n:-0}"; }
-wait_count() {  # wait_count FILE EVENT N: until the events file has N such lines (or the job ended)
-  for _ in $(seq 1 1200); do
-    [ "$(count "$1" "$2")" -ge "$3" ] && return 0
-    kill -0 "$PID" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
-start_job() {  # start_job MODEL WORKERS EVENTS_FILE [edprun/env args...]: a long job, in the background
-  local m=$1 np=$2 ev=$3; shift 3
-  rm -rf "$W/ckpt"
-  "$EDPRUN" "${ROOT[@]}" --oversubscribe -np "$np" --control-file "$W/control.json" -- \
-    env EDP_EVENTS_FILE="$ev" "$@" "build/examples/fashion_mnist_$m" --epochs 20 --limit 12000 --no-eval \
-    --checkpoint-dir "$W/ckpt" \
-    > "$W/out.txt" 2> "$W/err.txt" &
-  PID=$!
-}
-stop_job() { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; PID=""; }
 
-printf "%-18s %-9s %-6s %8s %9s %10s %10s %6s  %s\n" model kind "from->to" pause_s visible_s rate_after rate_fresh ratio "threads, phases (s)"
+if [ "$LOAD" = busy ]; then
+  command -v stress-ng >/dev/null || { echo "$0: --load busy needs stress-ng (apt-get install stress-ng)" >&2; exit 1; }
+  stress-ng --cpu "$(nproc)" --timeout 0 >/dev/null 2>&1 &
+  STRESS=$!
+fi
+HOSTFILE=""
+if [ "$HOSTS" = 1 ]; then
+  if ! "$TC" status >/dev/null 2>&1; then "$TC" up 3 >/dev/null; CLUSTER_UP=1; fi
+  HOSTFILE=$W/hosts1x3
+  "$TC" hostfile 1 3 > "$HOSTFILE"
+fi
+
+echo "# bench/rescale.sh: $(nproc) cores, $(python3 -c 'import platform; print(platform.processor() or platform.machine())'), load $LOAD, $(mpirun --version 2>/dev/null | head -1), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+printf "%-5s %-11s %-9s %8s %9s %11s %11s %6s\n" model case mode pause_s visible_s rate_after rate_fresh ratio
+SUMMARY=$W/summary.jsonl
 for m in $MODELS; do
-  for r in $(seq 1 "$REPS"); do
-    # The speed of a job started at 1 and at 2 workers.
-    declare -A fresh=()
-    for np in 1 2; do
-      rm -f "$W/ev.jsonl"; ask "$np"
-      start_job "$m" "$np" "$W/ev.jsonl"
-      wait_count "$W/ev.jsonl" rate 1 || { cat "$W/err.txt" >&2; exit 1; }
-      fresh[$np]=$(first_rate "$W/ev.jsonl")
-      stop_job
+  read -r -a args <<<"$(model_args "$m")"
+  scale=1; [ "$m" = gpt ] && scale=64  # tokens per window
+  cases=$CASES
+  [ "$HOSTS" = 1 ] && cases="$cases hosts1-3"
+  for c in $cases; do
+    kind=${c%%[0-9]*}
+    fromto=${c#"$kind"}
+    from=${fromto%-*} to=${fromto#*-}
+    envs=() hf="" targs=()
+    [ "$kind" = restart ] && envs+=(EDP_RESCALE_MODE=restart)
+    [ "$kind" = hosts ] && hf=$HOSTFILE && targs=(--threads 1)
+    for r in $(seq 1 "$REPS"); do
+      # Alternate the order from repetition to repetition (a drifting machine favours neither).
+      for which in $([ $((r % 2)) = 1 ] && echo "a b" || echo "b a"); do
+        if [ "$which" = a ]; then
+          run_job "$W/a" "$from" "$to" "$hf" "${envs[@]}" -- "${args[@]}" "${targs[@]}"
+        else
+          run_job "$W/b" "$to" "$to" "$hf" -- "${args[@]}" "${targs[@]}"
+        fi
+      done
+      report "$m" "$c" "$from" "$to" "$W/a" "$W/b" "$scale" | tee -a "$W/lines" | grep -v '^JSON '
+      grep '^JSON ' "$W/lines" | tail -n 1 | cut -c6- >> "$SUMMARY"
     done
-    # In place: shrink 2 -> 1, then grow 1 -> 2, in one job, each once the speed has settled.
-    rm -f "$W/ev.jsonl"; ask 2
-    start_job "$m" 2 "$W/ev.jsonl"
-    wait_count "$W/ev.jsonl" rate 1 || { cat "$W/err.txt" >&2; exit 1; }
-    ask 1
-    wait_count "$W/ev.jsonl" rate 2 || { cat "$W/err.txt" >&2; exit 1; }
-    ask 2
-    wait_count "$W/ev.jsonl" rate 3 || { cat "$W/err.txt" >&2; exit 1; }
-    stop_job
-    report "$m" in_place "$W/ev.jsonl" 1 "${fresh[1]}"
-    report "$m" in_place "$W/ev.jsonl" 2 "${fresh[2]}"
-    # By restart: 2 -> 1 through edprun.
-    rm -f "$W/ev.jsonl"; ask 2
-    start_job "$m" 2 "$W/ev.jsonl" EDP_RESCALE_MODE=restart
-    wait_count "$W/ev.jsonl" rate 1 || { cat "$W/err.txt" >&2; exit 1; }
-    ask 1
-    wait_count "$W/ev.jsonl" rate 2 || { cat "$W/err.txt" >&2; exit 1; }
-    stop_job
-    report "$m" restart "$W/ev.jsonl" 1 "${fresh[1]}"
   done
 done
+echo
+echo "# median after/fresh per model and case (every pair's ratio in order), $REPS run(s) each"
+python3 - "$SUMMARY" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+keys = []
+for r in rows:
+    k = (r["model"], r["case"])
+    if k not in keys: keys.append(k)
+for k in keys:
+    rs = [r for r in rows if (r["model"], r["case"]) == k]
+    ratios = [r["after_vs_fresh"] for r in rs]
+    vis = [r["visible_s"] for r in rs]
+    print(f"{k[0]:<5} {k[1]:<11} median {statistics.median(ratios):.3f}  ({', '.join(f'{x:.2f}' for x in ratios)})  "
+          f"visible pause median {statistics.median(vis):.3f} s")
+    print("JSON " + json.dumps({"bench": "rescale_summary", "model": k[0], "case": k[1], "load": rs[0]["load"],
+                                "median_after_vs_fresh": statistics.median(ratios), "ratios": ratios,
+                                "median_visible_s": statistics.median(vis)}))
+PY
