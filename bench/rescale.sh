@@ -24,7 +24,9 @@
 #                 (the hosts share this machine's cores). Brings the cluster up if it is not, and
 #                 down again at the end if it did.
 #   --out FILE    appends one JSON line per pair to FILE
-# Compute threads follow the ranks on a host (no --threads), as a user runs the examples. Needs the
+# Compute threads follow the ranks on a host (no --threads), as a user runs the examples; where a
+# case has more ranks than the host has cores (grow2-4 on 2 cores), both jobs of the pair run
+# under edprun --cores-per-host <ranks> --bind-to none (edprun allows no more ranks than cores). Needs the
 # build of scripts/build.sh, python3, and for the GPT the corpus (scripts/prepare_text_corpus.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,6 +76,9 @@ model_args() {  # the program and its arguments: about 5 s of training at 2 work
 run_job() {
   local d=$1 from=$2 to=$3 hostfile=$4; shift 4
   local envs=() place=(--oversubscribe) pre=()
+  # More ranks than cores (grow2-4 on 2 cores): edprun plans with as many cores as ranks, unbound.
+  local most=$((from > to ? from : to))
+  [ "$most" -gt "$(nproc)" ] && place+=(--cores-per-host "$most" --bind-to none)
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
   rm -rf "$d"; mkdir -p "$d"

@@ -267,9 +267,13 @@ struct Job::Impl {
       std::vector<int64_t> dims{n};
       const Shape sample = train->sample_shape();  // by value: keep it alive for the loop
       for (int64_t d : sample.dims()) dims.push_back(d);
-      Tensor x(Shape(dims), DType::F32);
+      // The samples as the loader reads them (token windows: int32 features, a label per position).
+      Tensor x(Shape(dims), train->feature_dtype());
       const int64_t row = x.numel() / n;
-      for (int64_t i = 0; i < n; ++i) train->get(i, x.data<float>() + i * row);
+      std::vector<int32_t> labels(static_cast<size_t>(std::max<int64_t>(1, train->label_shape().numel())));
+      char* xs = static_cast<char*>(x.raw());
+      for (int64_t i = 0; i < n; ++i)
+        train->get_sample(i, xs + static_cast<size_t>(i * row) * dtype_size(x.dtype()), labels.data());
       if (uploader) x = uploader->upload(x);
       Tensor y = job.model_->forward(x);
       job.model_->backward(Tensor::full(y.shape(), 1.0, y.dtype(), y.device()));

@@ -30,7 +30,7 @@
 #            checkpoint every 5 steps: the job restarts from step 15 and ends with parameters
 #            bitwise equal to an uninterrupted run that committed at the same steps.
 #   gpt      the tiny GPT on token windows (--model gpt): 2 -> 4 -> 1 -> 3 workers in place, every
-#            window of both epochs seen exactly once; then, under edprun with bfloat16 products
+#            window of both epochs seen exactly once, every new rank warmed up before it joined; then, under edprun with bfloat16 products
 #            where the CPU has them (EDP_BF16=1), rank 1 of 2 killed before step 17 and the job
 #            restarted from its step-15 checkpoint ends bitwise equal to an uninterrupted run.
 #   gpu      the inplace sequence with every rank on the GPU (--device cuda; ranks share it: the
@@ -204,7 +204,12 @@ elseif(MODE STREQUAL "kill")
 elseif(MODE STREQUAL "gpt")
   file(MAKE_DIRECTORY ${WORK}/a ${WORK}/b ${WORK}/c)
   set(gpt --model gpt --limit 400 --batch 8)
-  run(a ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} ${gpt} --plan ${plan} --record ${WORK}/a)
+  run(a ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 -x EDP_LOG_LEVEL=debug ${EXE} ${gpt} --plan ${plan}
+    --record ${WORK}/a)
+  # The new ranks warm up on token windows too (int32 features), before they join.
+  if(a MATCHES "no warm-up for this new rank: ([^\n]*)")
+    message(FATAL_ERROR "a new rank of the GPT did not warm up: ${CMAKE_MATCH_1}")
+  endif()
   expect("${a}" "coverage: 2 epoch\\(s\\) x 400 samples, each seen once \\(6 processes\\)"
     "first step at 4 worker\\(s\\) done[^\n]*\\(in place\\)" "first step at 1 worker\\(s\\) done[^\n]*\\(in place\\)"
     "\"workers\": 3, \"global_batch\": 24")
