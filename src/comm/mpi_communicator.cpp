@@ -388,6 +388,11 @@ class MpiCommunicator final : public Communicator {
     }
     hosts_ = static_cast<int>(hosts.size());
     local_size_ = per_host[static_cast<size_t>(host_)];
+    for (int r = 0; r < size_; ++r)
+      if (all[2 * static_cast<size_t>(r)] == mine[0]) {
+        leader_ = r;
+        break;
+      }
     max_local_ = *std::max_element(per_host.begin(), per_host.end());
     for (size_t i = 0; i < hosts.size(); ++i) {
       const int n = per_host[i], k = static_cast<int>(launches[i].size());
@@ -398,40 +403,42 @@ class MpiCommunicator final : public Communicator {
 
   // Collective: the shared memory of each host's ranks, all or nothing over the communicator (a
   // host whose ranks cannot share it, or a rank with EDP_HOST_SHM=off, sends every rank to MPI).
+  // Two collectives: the first rank of each host creates the segment and every rank learns its
+  // host's name and stamp from one allgather; the others map it and all agree.
   void setup_host_path() {
     const bool wanted = knobs::get_string("EDP_HOST_SHM") != "off";
     const int64_t slot = HostShm::slot_bytes_for(max_local_);
     std::string why;
     std::unique_ptr<HostShm> shm;
-    MPI_Comm node = MPI_COMM_NULL;
-    MPI_CHECK(MPI_Comm_split(comm_, host_, rank_, &node));
-    if (local_size_ > 1) {
-      uint64_t head[2] = {0, 0};  // the segment's stamp and the length of its name
-      std::string name;
-      if (local_rank_ == 0 && wanted) {
-        try {
-          head[0] = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-          shm = HostShm::create(local_size_, slot, head[0]);
-          name = shm->name();
-        } catch (const std::exception& e) {
-          why = e.what();
-        }
+    struct Record {
+      uint64_t nonce = 0;  // 0: no segment
+      char name[56] = {};
+    };
+    static_assert(sizeof(Record) == 64);
+    Record mine;
+    if (local_size_ > 1 && local_rank_ == 0 && wanted) {
+      try {
+        mine.nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}() ^ 1;
+        shm = HostShm::create(local_size_, slot, mine.nonce);
+        std::snprintf(mine.name, sizeof mine.name, "%s", shm->name().c_str());
+      } catch (const std::exception& e) {
+        why = e.what();
+        mine.nonce = 0;
       }
-      head[1] = name.size();
-      MPI_CHECK(MPI_Bcast(head, 2, MPI_UINT64_T, 0, node));
-      name.resize(static_cast<size_t>(head[1]));
-      MPI_CHECK(MPI_Bcast(name.data(), static_cast<int>(head[1]), MPI_CHAR, 0, node));
-      if (local_rank_ != 0 && !name.empty() && wanted) {
-        try {
-          shm = HostShm::attach(name, local_rank_, local_size_, slot, head[0]);
-        } catch (const std::exception& e) {
-          why = e.what();
-        }
+    }
+    std::vector<Record> all(static_cast<size_t>(size_));
+    MPI_CHECK(MPI_Allgather(&mine, sizeof(Record), MPI_BYTE, all.data(), sizeof(Record), MPI_BYTE, comm_));
+    const Record& head = all[static_cast<size_t>(leader_)];
+    if (local_size_ > 1 && local_rank_ != 0 && wanted && head.nonce != 0) {
+      try {
+        shm = HostShm::attach(std::string(head.name, strnlen(head.name, sizeof head.name)), local_rank_, local_size_,
+                              slot, head.nonce);
+      } catch (const std::exception& e) {
+        why = e.what();
       }
     }
     int ok = wanted && (local_size_ == 1 || shm) ? 1 : 0;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_));
-    MPI_Comm_free(&node);
     if (shm && local_rank_ == 0) shm->unlink_name();  // every member has mapped it, or given up
     if (!ok) {
       if (!why.empty()) log::warn("comm: ", why, "; the ranks of this communicator use MPI between ranks of a host");
@@ -495,6 +502,7 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   int64_t max_chunk_ = INT_MAX;
   int host_ = 0, hosts_ = 1, max_local_ = 1;  // this rank's host (index), the hosts, the most ranks on one
+  int leader_ = 0;                            // the first rank of this rank's host
   bool together_ = false, apart_ = false;     // some host has two ranks of one launch / of two launches
   bool host_path_ = false;                    // the collectives go through shm_ (and leaders_)
   std::unique_ptr<HostShm> shm_;              // null when this rank is alone on its host
