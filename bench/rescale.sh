@@ -3,7 +3,7 @@
 # change, against the same job started at the new size, in one run, pair by pair.
 #
 #   bench/rescale.sh [--reps N] [--models "cnn mlp gpt"] [--cases "grow1-2 grow2-4 shrink2-1 restart1-2"]
-#                    [--load quiet|busy] [--hosts] [--out FILE.jsonl]
+#                    [--load quiet|busy] [--hosts] [--gpu] [--out FILE.jsonl]
 #
 # A case FROM-TO starts the job under edprun at FROM workers with its control file asking for TO
 # (so the change is asked for at its first step and the job runs the rest at TO); growN-M and
@@ -23,15 +23,19 @@
 #                 the other two hosts), against a job started on the 3 hosts; one thread per rank
 #                 (the hosts share this machine's cores). Brings the cluster up if it is not, and
 #                 down again at the end if it did.
+#   --gpu         every rank on GPU 0 (--device cuda), the ranks sharing it under edprun's MPS daemon
+#                 (--ranks-per-gpu, --mps on): a spawned rank joins the running daemon and the
+#                 device communicator (the colocated one) is rebuilt for the grown job
 #   --out FILE    appends one JSON line per pair to FILE
+# The build: scripts/build.sh's build/, or EDP_BUILD_DIR.
 # Compute threads follow the ranks on a host (no --threads), as a user runs the examples; where a
 # case has more ranks than the host has cores (grow2-4 on 2 cores), both jobs of the pair run
 # under edprun --cores-per-host <ranks> --bind-to none (edprun allows no more ranks than cores). Needs the
 # build of scripts/build.sh, python3, and for the GPT the corpus (scripts/prepare_text_corpus.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPS=5 MODELS="cnn mlp gpt" CASES="grow1-2 grow2-4 shrink2-1 restart1-2" LOAD=quiet HOSTS=0 OUT=""
-usage() { echo "usage: $0 [--reps N] [--models \"cnn mlp gpt\"] [--cases \"grow1-2 ...\"] [--load quiet|busy] [--hosts] [--out FILE]" >&2; exit 2; }
+REPS=5 MODELS="cnn mlp gpt" CASES="grow1-2 grow2-4 shrink2-1 restart1-2" LOAD=quiet HOSTS=0 GPU=0 OUT=""
+usage() { echo "usage: $0 [--reps N] [--models \"cnn mlp gpt\"] [--cases \"grow1-2 ...\"] [--load quiet|busy] [--hosts] [--gpu] [--out FILE]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) REPS=$2; shift 2 ;;
@@ -39,19 +43,21 @@ while [ $# -gt 0 ]; do
     --cases) CASES=$2; shift 2 ;;
     --load) LOAD=$2; shift 2 ;;
     --hosts) HOSTS=1; shift ;;
+    --gpu) GPU=1; shift ;;
     --out) OUT=$2; shift 2 ;;
     *) usage ;;
   esac
 done
 case "$LOAD" in quiet|busy) ;; *) usage ;; esac
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || usage
-EDPRUN=$PWD/build/tools/edprun/edprun
+BUILD=$(cd "${EDP_BUILD_DIR:-build}" 2>/dev/null && pwd) || { echo "$0: no build directory ${EDP_BUILD_DIR:-build}: run scripts/build.sh first" >&2; exit 1; }
+EDPRUN=$BUILD/tools/edprun/edprun
 TC=$PWD/scripts/testcluster.sh
 [ -x "$EDPRUN" ] || { echo "$0: no $EDPRUN: run scripts/build.sh first" >&2; exit 1; }
 ROOT=(); [ "$(id -u)" = 0 ] && ROOT=(--allow-run-as-root)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The hosts of the test cluster see the source tree but not this machine's /tmp.
-if [ "$HOSTS" = 1 ]; then mkdir -p build; W=$(mktemp -d "$PWD/build/rescale-bench.XXXXXX"); else W=$(mktemp -d /tmp/edp-rescale.XXXXXX); fi
+if [ "$HOSTS" = 1 ]; then W=$(mktemp -d "$BUILD/rescale-bench.XXXXXX"); else W=$(mktemp -d /tmp/edp-rescale.XXXXXX); fi
 STRESS="" CLUSTER_UP=0
 cleanup() {
   [ -n "$STRESS" ] && kill "$STRESS" 2>/dev/null && wait "$STRESS" 2>/dev/null
@@ -63,9 +69,9 @@ trap 'exit 130' INT TERM
 
 model_args() {  # the program and its arguments: about 5 s of training at 2 workers on 2 quiet cores
   case "$1" in
-    mlp) echo "$PWD/build/examples/fashion_mnist_mlp --limit 30000 --epochs 20 --no-eval" ;;
-    cnn) echo "$PWD/build/examples/fashion_mnist_cnn --limit 10000 --epochs 4 --no-eval" ;;
-    gpt) echo "$PWD/build/examples/gpt_text --data $PWD/.cache/corpus --layers 2 --dim 128 --heads 4 --context 64 --batch 8 --steps 400 --no-progress --sample-tokens 0 --eval-windows 16" ;;
+    mlp) echo "$BUILD/examples/fashion_mnist_mlp --limit 30000 --epochs 20 --no-eval" ;;
+    cnn) echo "$BUILD/examples/fashion_mnist_cnn --limit 10000 --epochs 4 --no-eval" ;;
+    gpt) echo "$BUILD/examples/gpt_text --data $PWD/.cache/corpus --layers 2 --dim 128 --heads 4 --context 64 --batch 8 --steps 400 --no-progress --sample-tokens 0 --eval-windows 16" ;;
     *) echo "$0: unknown model '$1' (cnn, mlp, gpt)" >&2; exit 2 ;;
   esac
 }
@@ -78,7 +84,12 @@ run_job() {
   local envs=() place=(--oversubscribe) pre=()
   # More ranks than cores (grow2-4 on 2 cores): edprun plans with as many cores as ranks, unbound.
   local most=$((from > to ? from : to))
-  [ "$most" -gt "$(nproc)" ] && place+=(--cores-per-host "$most" --bind-to none)
+  if [ "$GPU" = 1 ]; then
+    place+=(--gpus 0 --ranks-per-gpu "$most" --mps on)
+    set -- "$@" --device cuda
+  elif [ "$most" -gt "$(nproc)" ]; then
+    place+=(--cores-per-host "$most" --bind-to none)
+  fi
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
   rm -rf "$d"; mkdir -p "$d"
@@ -137,7 +148,9 @@ if [ "$HOSTS" = 1 ]; then
   "$TC" hostfile 1 3 > "$HOSTFILE"
 fi
 
-echo "# bench/rescale.sh: $(nproc) cores, $(python3 -c 'import platform; print(platform.processor() or platform.machine())'), load $LOAD, $(mpirun --version 2>/dev/null | head -1), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+DEVICE=cpu
+[ "$GPU" = 1 ] && DEVICE="gpu: $( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo none) | head -1)"
+echo "# bench/rescale.sh: $(nproc) cores, $(python3 -c 'import platform; print(platform.processor() or platform.machine())'), $DEVICE, load $LOAD, $(mpirun --version 2>/dev/null | head -1), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 printf "%-5s %-11s %-9s %8s %9s %11s %11s %6s\n" model case mode pause_s visible_s rate_after rate_fresh ratio
 SUMMARY=$W/summary.jsonl
 for m in $MODELS; do

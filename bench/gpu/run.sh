@@ -58,6 +58,7 @@ say() { echo "[$(( SECONDS - START ))s] $*" | tee -a "$OUT/run.log"; }
 STATUS_CONFIGURE=skipped STATUS_BUILD=skipped STATUS_TESTS=skipped STATUS_BENCH=skipped STATUS_TORCH=skipped
 STATUS_RESNET=skipped STATUS_RESNET_TORCH=skipped STATUS_ACCURACY=skipped STATUS_SANITIZER=skipped
 STATUS_COLOCATED=skipped STATUS_COLLOCATION=skipped STATUS_GPT=skipped STATUS_ELASTIC=skipped STATUS_GPTPROF=skipped
+STATUS_RESCALE=skipped
 # run_stage LOG WANT CMD...: runs CMD under stage_timeout WANT, stdout+stderr to LOG; prints ok,
 # timeout (it ran out of its share of the budget) or failed.
 run_stage() {
@@ -283,6 +284,15 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
       --checkpoint-dir "$EL/ck")
     grep -E "rescale|worker|edprun:|test acc|^\{" "$LOGS/elastic.txt" | tail -n 12 | tee -a "$OUT/run.log"
     pgrep -a nvidia-cuda-mps >> "$LOGS/elastic.txt" 2>&1 && echo "an MPS daemon is left running" | tee -a "$OUT/run.log"
+    # What the grow is for: the speed over the rest of the run against a job started at 2 ranks on
+    # the GPU, pair by pair (bench/rescale.sh --gpu; the CNN, and the GPT where the corpus is there).
+    if [ "$(left)" -gt 90 ]; then
+      say "elastic: the speed after a grow on the GPU against a job started at its size"
+      GM="cnn"; [ -f .cache/corpus/train.tok ] && GM="cnn gpt"
+      STATUS_RESCALE=$(run_stage "$LOGS/rescale_gpu.txt" 150 bash bench/rescale.sh --gpu --models "$GM" \
+        --cases grow1-2 --reps "${EDP_RESCALE_REPS:-2}" --out "$OUT/rescale_gpu.jsonl")
+      grep -v '^JSON' "$LOGS/rescale_gpu.txt" | tail -n 8 | tee -a "$OUT/run.log"
+    fi
   fi
   if [ "$(left)" -gt 60 ] && want sanitizer && command -v compute-sanitizer >/dev/null; then
     say "compute-sanitizer memcheck on test_cuda_runtime (without the two training runs)"
@@ -300,11 +310,12 @@ fi
 # ---- results -------------------------------------------------------------------------------------------
 python3 - "$LOGS" "$OUT" "$STATUS_CONFIGURE" "$STATUS_BUILD" "$STATUS_TESTS" "$STATUS_BENCH" "$STATUS_TORCH" \
   "$STATUS_RESNET" "$STATUS_RESNET_TORCH" "$STATUS_ACCURACY" "$STATUS_SANITIZER" "$STATUS_COLOCATED" \
-  "$STATUS_COLLOCATION" "$STATUS_GPT" "$STATUS_ELASTIC" "$STATUS_GPTPROF" <<'PY'
+  "$STATUS_COLLOCATION" "$STATUS_GPT" "$STATUS_ELASTIC" "$STATUS_GPTPROF" "$STATUS_RESCALE" <<'PY'
 import json, os, sys
 logs, out = sys.argv[1], sys.argv[2]
 st = dict(zip(["configure", "build", "tests", "bench", "pytorch", "resnet18_bench", "resnet18_pytorch",
-              "accuracy", "sanitizer", "colocated", "collocation", "gpt", "elastic", "gptprof"], sys.argv[3:]))
+              "accuracy", "sanitizer", "colocated", "collocation", "gpt", "elastic", "gptprof", "rescale_gpu"],
+              sys.argv[3:]))
 def read(name):
     p = os.path.join(logs, name)
     return open(p, errors="replace").read() if os.path.exists(p) else ""
@@ -380,6 +391,10 @@ if prof:
 el = [l for l in read("elastic.txt").splitlines() if "rescale" in l or l.startswith("{") or "test acc" in l]
 if el:
     lines += ["", "## elastic grow on the GPU", "", "```"] + el[-8:] + ["```"]
+rg = [l for l in read("rescale_gpu.txt").splitlines() if l and not l.startswith("JSON")]
+if rg:
+    lines += ["", "## the speed after a grow on the GPU (bench/rescale.sh --gpu)", "", "```"] + rg[-10:] + ["```"]
+    res["rescale_gpu"] = [json.loads(l[5:]) for l in read("rescale_gpu.txt").splitlines() if l.startswith("JSON ")]
 open(os.path.join(out, "results.md"), "w").write("\n".join(lines) + "\n")
 open(os.path.join(out, "results.json"), "w").write(json.dumps(res) + "\n")
 print("\n".join(lines))
