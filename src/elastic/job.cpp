@@ -416,7 +416,12 @@ struct Job::Impl {
     if (root())
       log::info(o.name, ": rescale requested at step ", job.step_, ": ", W, " -> ", W2, " worker(s), global batch ",
                 job.global_batch_, " -> ", gb2);
-    if (mode == "auto" && W2 > W && ckpt && !grow_is_fast(W, W2)) {
+    int fast = 1;
+    if (mode == "auto" && W2 > W && ckpt) {  // rank 0's judgement (its step times) on every rank
+      fast = grow_is_fast(W, W2) ? 1 : 0;
+      world->broadcast(&fast, 1, DType::I32, 0);
+    }
+    if (!fast) {
       if (root())
         log::info(o.name, ": growing by restart: ranks started by an in-place grow would exchange gradients with the "
                           "running ranks of their host over a slower path than ranks started together "
@@ -448,10 +453,11 @@ struct Job::Impl {
   // and the new ranks of a host) over the remaining time.
   bool restart_pays() const { return 0.1 * remaining_s() > kRestartPauseS; }
 
-  // Collective-free and alike on every rank: whether ranks a grow from W to W2 starts would exchange
-  // gradients as fast as ranks started together. Only the MPI data path can differ, and only where
-  // edp's shared memory is off and a new rank would share a host with running ones (on one host:
-  // always; several: as edprun's EDP_LAUNCH_HOSTS fills them).
+  // Whether ranks a grow from W to W2 starts would exchange gradients as fast as ranks started
+  // together, or else the rest of the run is too short to repay a restart (rescale() takes rank 0's
+  // answer). Only the MPI data path can differ, and only where edp's shared memory is off and a new
+  // rank would share a host with running ones (on one host: always; several: as edprun's
+  // EDP_LAUNCH_HOSTS fills them).
   bool grow_is_fast(int W, int W2) const {
     if (o.device.is_cuda() || knobs::get_string("EDP_HOST_SHM") != "off" || !restart_pays()) return true;
     const auto hosts = knobs::launch_hosts();
