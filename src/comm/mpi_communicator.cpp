@@ -441,7 +441,9 @@ class MpiCommunicator final : public Communicator {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_));
     if (shm && local_rank_ == 0) shm->unlink_name();  // every member has mapped it, or given up
     if (!ok) {
-      if (!why.empty()) log::warn("comm: ", why, "; the ranks of this communicator use MPI between ranks of a host");
+      static std::atomic<bool> said{false};  // once per process, not per communicator
+      if (!why.empty() && !said.exchange(true))
+        log::warn(why, "; MPI carries the collectives between ranks of a host (docs/elastic.md, \"Which transport\")");
       return;
     }
     if (hosts_ > 1) MPI_CHECK(MPI_Comm_split(comm_, local_rank_ == 0 ? 0 : MPI_UNDEFINED, rank_, &leaders_));
