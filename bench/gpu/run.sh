@@ -289,7 +289,7 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
     if [ "$(left)" -gt 90 ]; then
       say "elastic: the speed after a grow on the GPU against a job started at its size"
       GM="cnn"; [ -f .cache/corpus/train.tok ] && GM="cnn gpt"
-      STATUS_RESCALE=$(run_stage "$LOGS/rescale_gpu.txt" 150 bash bench/rescale.sh --gpu --models "$GM" \
+      STATUS_RESCALE=$(run_stage "$LOGS/rescale_gpu.txt" 150 env EDP_BUILD_DIR="$BUILD" bash bench/rescale.sh --gpu --models "$GM" \
         --cases grow1-2 --reps "${EDP_RESCALE_REPS:-2}" --out "$OUT/rescale_gpu.jsonl")
       grep -v '^JSON' "$LOGS/rescale_gpu.txt" | tail -n 8 | tee -a "$OUT/run.log"
     fi
