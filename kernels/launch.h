@@ -42,6 +42,18 @@ inline int64_t channel_splits(int64_t channels, int64_t per_channel, int sm_coun
   const int64_t most = std::max<int64_t>(1, per_channel / min_per_block);
   return std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 1024));
 }
+// The same for column sums of a row-major [rows, columns] matrix (a Linear's bias gradient): there
+// one thread sums one column over its split, so a split takes ceil(columns / block) blocks, not
+// one per channel; the rows are split until the device is full, each split at least min_rows.
+constexpr int kColumnBlock = 256;  // threads per block of the column-sum kernel
+inline int64_t column_splits(int64_t columns, int64_t rows, int sm_count, int block = kColumnBlock,
+                             int64_t min_rows = 32, int blocks_per_sm = 4) {
+  if (columns <= 0 || rows <= 0) return 1;
+  const int64_t blocks = (columns + block - 1) / block;
+  const int64_t want = (static_cast<int64_t>(std::max(1, sm_count)) * blocks_per_sm + blocks - 1) / blocks;
+  const int64_t most = std::max<int64_t>(1, rows / min_rows);
+  return std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 65535));
+}
 // The [begin, end) share of split s of `splits` over n values.
 EDP_HD inline void split_range(int64_t n, int64_t s, int64_t splits, int64_t& begin, int64_t& end) {
   begin = n * s / splits;

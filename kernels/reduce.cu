@@ -181,8 +181,8 @@ void channel_sum_accumulate(const float* x, float* out, int64_t outer, int64_t C
   if (outer <= 0 || inner <= 0) return;  // nothing to add
   EDP_CHECK(splits >= 1 && splits <= 65535, "channel_sum_accumulate: bad split count ", splits);
   if (inner == 1) {
-    const dim3 grid(static_cast<unsigned>((C + kBlock - 1) / kBlock), static_cast<unsigned>(splits));
-    column_sum_partial_kernel<<<grid, kBlock, 0, s>>>(x, outer, C, splits, partial);
+    const dim3 grid(static_cast<unsigned>((C + kColumnBlock - 1) / kColumnBlock), static_cast<unsigned>(splits));
+    column_sum_partial_kernel<<<grid, kColumnBlock, 0, s>>>(x, outer, C, splits, partial);
     CUDA_CHECK_LAUNCH("column_sum_partial_kernel");
   } else {
     EDP_CHECK(splits <= outer, "channel_sum_accumulate: ", splits, " splits over ", outer, " planes");

@@ -70,7 +70,7 @@ def main():
     ap.add_argument("--steps", type=int, required=True, help="training steps in each profiled run")
     ap.add_argument("--label", action="append", required=True, help="a name for the next file")
     ap.add_argument("files", nargs="+")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()
     if len(a.label) != len(a.files):
         ap.error("one --label per file")
     if a.steps < 1:

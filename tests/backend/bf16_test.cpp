@@ -109,9 +109,13 @@ TEST_F(CudaBf16, AttentionIsWithinBfloat16OfFloat32AndDeterministic) {
     const Tensor gd2 = ops::attention_backward(G(qkv), gy2, G(dy), glse2, H);
     ops::set_matmul_bf16(false);
 
-    EXPECT_TRUE(close(gy, y, Tol{2e-2, 2e-2 * rms(y)}, "y"));
+    // A bfloat16 logit q·k is off by about |q||k|·2^-9, which moves the probabilities by a few
+    // percent where the logits are large (hd 64: |q·k| ~ 8): on an H200, 786k elements of dqkv
+    // were at most 0.07 of its rms away from float32 (B 2, T 256, H 8, hd 64). Allowed: 0.15 of
+    // the rms (a wrong index or a missed term is off by the rms itself) and 2 % of the value.
+    EXPECT_TRUE(close(gy, y, Tol{2e-2, 0.15 * rms(y)}, "y"));
     EXPECT_TRUE(close(glse, lse, Tol{2e-2, 2e-2 * rms(lse)}, "lse"));
-    EXPECT_TRUE(close(gd, dqkv, Tol{2e-2, 2e-2 * rms(dqkv)}, "dqkv"));
+    EXPECT_TRUE(close(gd, dqkv, Tol{2e-2, 0.15 * rms(dqkv)}, "dqkv"));
     EXPECT_TRUE(same(gy2, gy.to(Device::cpu()), "y, second call"));
     EXPECT_TRUE(same(gd2, gd.to(Device::cpu()), "dqkv, second call"));
     if (T >= 64 && hd >= 8)  // products long enough that bfloat16 rounding shows

@@ -42,6 +42,19 @@ TEST(LaunchMath, ChannelSplitsFillTheDeviceWithinBounds) {
   EXPECT_LE(channel_splits(1, int64_t{1} << 40, 132), 1024);
 }
 
+TEST(LaunchMath, ColumnSplitsFillTheDeviceWithinBounds) {
+  // A GPT Linear's bias gradient, [8192 tokens, 512 outputs] on 132 SMs: 2 column blocks per
+  // split, so the rows are split until about 4 blocks per SM run, each split >= 32 rows.
+  const int64_t s = column_splits(512, 8192, 132);
+  EXPECT_GE(s * ((512 + kColumnBlock - 1) / kColumnBlock), 132);
+  EXPECT_LE(s, 8192 / 32);
+  EXPECT_EQ(column_splits(1 << 20, 8192, 132), 1);  // enough column blocks already
+  EXPECT_EQ(column_splits(10, 40, 132), 1);         // too few rows to split
+  EXPECT_EQ(column_splits(0, 10, 132), 1);
+  EXPECT_EQ(column_splits(10, 0, 132), 1);
+  EXPECT_LE(column_splits(1, int64_t{1} << 40, 132), 65535);  // the grid's y limit
+}
+
 TEST(LaunchMath, SplitRangesPartitionExactly) {
   for (int64_t n : {0, 1, 7, 100, 1001})
     for (int64_t splits : {1, 2, 3, 7, 64}) {

@@ -81,8 +81,8 @@ Tensor bias_act_backward(const Tensor& z_or_y, const Tensor& dy, Tensor* db, Act
     channel_layout(dy, *db, op, C, inner);
     Ctx c(d);
     const int64_t outer = dy.dim(0);
-    int64_t splits = channel_splits(C, outer * inner, sm_count(d));
-    if (inner > 1) splits = std::min(splits, std::max<int64_t>(outer, 1));
+    const int64_t splits = inner == 1 ? column_splits(C, outer, sm_count(d))
+                                      : std::min(channel_splits(C, outer * inner, sm_count(d)), std::max<int64_t>(outer, 1));
     Tensor partial = scratch(c, splits * C, DType::F64);
     kern::channel_sum_accumulate(cf32(dz), f32(*db), outer, C, inner, ptr<double>(partial), splits,
                                  c.stream);

@@ -237,7 +237,7 @@ Tensor linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tenso
   const Operands in(c, x, w, &dy);
   gemm(c, gw, pick(gw.a, in.x, in.w, in.dy), pick(gw.b, in.x, in.w, in.dy), f32(dw), nullptr, in.bf16);
   if (db) {
-    const int64_t splits = std::min<int64_t>(channel_splits(O, N, sm_count(d), 64), 65535);
+    const int64_t splits = column_splits(O, N, sm_count(d));
     Tensor partial = scratch(c, splits * O, DType::F64);
     kern::channel_sum_accumulate(cf32(dy), f32(*db), N, O, 1, ptr<double>(partial), splits, c.stream);
   }
