@@ -6,7 +6,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = edp_fuzz::as_file(data, size);
   try {
-    const auto ds = edp::data::load_cifar10_files({path});
+    const auto ds = edp::data::load_cifar10_files({path}, edp::data::cifar10_normalize());
     if (ds->size() * 3073 != static_cast<int64_t>(size)) std::abort();
     float x[3 * 32 * 32];
     for (int64_t i = 0; i < ds->size(); ++i)
