@@ -547,4 +547,10 @@ uint32_t crc32(const void* data, size_t n, uint32_t crc) {
   return static_cast<uint32_t>(c);
 }
 
+uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
 }  // namespace edp::files

@@ -223,32 +223,34 @@ namespace {
 // A decoded copy of a gzip IDX image file in EDP_DATA_CACHE (edprun points it at its job
 // directory, which lives as long as the job): a restart, or the new ranks of a grow, read the
 // bytes there instead of decompressing the file again (0.4-0.5 s for Fashion-MNIST's training
-// images, most of a rank's start). The copy is named by the source's content — its CRC-32 and
-// size — so a source replaced by another one (whatever its modification time) is decoded again,
-// and it carries the CRC-32 of its pixels: a copy that does not read back whole and unchanged is
-// never used; it is decoded again, with a warning.
+// images, most of a rank's start). The copy is named by the source's content — a 64-bit hash of
+// its bytes (files::fnv1a64) and its size — so a source replaced by another one (whatever its
+// modification time) is decoded again, and it carries the CRC-32 of its pixels: a copy that does
+// not read back whole and unchanged is never used; it is decoded again, with a warning. (Not the
+// CRC-32 of the source for its name: CRC-32 is linear, and a gzip file ends with the CRC-32 of what
+// it holds, so two stored-block gzip files of one length have the same CRC-32.)
 //
-// Format (little-endian): "EDPIDXC2", i64 count, i64 rows, i64 cols, u32 source CRC-32,
-// u64 source size, u32 CRC-32 of the pixels, then count*rows*cols pixel bytes.
+// Format (little-endian): "EDPIDXC2", i64 count, i64 rows, i64 cols, u64 source hash, u64 source
+// size, u32 CRC-32 of the pixels, u32 0, then count*rows*cols pixel bytes.
 constexpr char kCacheMagic[8] = {'E', 'D', 'P', 'I', 'D', 'X', 'C', '2'};
-constexpr size_t kCacheHeader = 48;
+constexpr size_t kCacheHeader = 56;
 
-// The source's content key: its CRC-32 and size, read through (a regular file only).
-bool source_key(const std::string& path, uint32_t& crc, uint64_t& size) {
+// The source's content key: its hash and size, read through (a regular file only).
+bool source_key(const std::string& path, uint64_t& hash, uint64_t& size) {
   int fd = -1;
   try {
     fd = files::open_regular(path, "", &size);
   } catch (const DataError&) {
     return false;  // read_idx_images reports it
   }
-  crc = 0;
+  hash = files::fnv1a64(nullptr, 0);
   std::vector<char> buf(size_t{1} << 20);
   uint64_t total = 0;
   for (;;) {
     const ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    crc = files::crc32(buf.data(), static_cast<size_t>(n), crc);
+    hash = files::fnv1a64(buf.data(), static_cast<size_t>(n), hash);
     total += static_cast<uint64_t>(n);
   }
   ::close(fd);
@@ -259,7 +261,7 @@ bool source_key(const std::string& path, uint32_t& crc, uint64_t& size) {
 
 namespace detail {
 
-std::optional<IdxImages> read_decoded_cache(const std::string& copy, uint32_t src_crc, uint64_t src_size,
+std::optional<IdxImages> read_decoded_cache(const std::string& copy, uint64_t src_hash, uint64_t src_size,
                                             std::string& why) {
   uint64_t size = 0;
   int fd = -1;
@@ -288,15 +290,17 @@ std::optional<IdxImages> read_decoded_cache(const std::string& copy, uint32_t sr
   if (size < kCacheHeader || !read_all(h, kCacheHeader)) return fail(concat(size, " bytes, shorter than its header"));
   if (std::memcmp(h, kCacheMagic, 8) != 0) return fail("not a decoded copy of this format (no EDPIDXC2 magic)");
   IdxImages img;
-  uint32_t crc_src = 0, crc_px = 0;
-  uint64_t len_src = 0;
+  uint64_t hash_src = 0, len_src = 0;
+  uint32_t crc_px = 0, reserved = 0;
   std::memcpy(&img.count, h + 8, 8);
   std::memcpy(&img.rows, h + 16, 8);
   std::memcpy(&img.cols, h + 24, 8);
-  std::memcpy(&crc_src, h + 32, 4);
-  std::memcpy(&len_src, h + 36, 8);
-  std::memcpy(&crc_px, h + 44, 4);
-  if (crc_src != src_crc || len_src != src_size) return fail("made from another version of the source");
+  std::memcpy(&hash_src, h + 32, 8);
+  std::memcpy(&len_src, h + 40, 8);
+  std::memcpy(&crc_px, h + 48, 4);
+  std::memcpy(&reserved, h + 52, 4);
+  if (hash_src != src_hash || len_src != src_size) return fail("made from another version of the source");
+  if (reserved != 0) return fail("not a decoded copy of this format (bytes 52-55 are not 0)");
   if (img.count < 0 || img.rows < 1 || img.rows > kMaxSide || img.cols < 1 || img.cols > kMaxSide ||
       img.count > kMaxPayload / (img.rows * img.cols))
     return fail(concat("implausible sizes ", img.count, " x ", img.rows, " x ", img.cols, " in its header"));
@@ -316,16 +320,16 @@ std::optional<IdxImages> read_decoded_cache(const std::string& copy, uint32_t sr
   return img;
 }
 
-std::string encode_decoded_cache(const IdxImages& img, uint32_t src_crc, uint64_t src_size) {
+std::string encode_decoded_cache(const IdxImages& img, uint64_t src_hash, uint64_t src_size) {
   std::string out(kCacheHeader + img.pixels.size(), '\0');
   const uint32_t crc_px = files::crc32(img.pixels.data(), img.pixels.size());
   std::memcpy(out.data(), kCacheMagic, 8);
   std::memcpy(out.data() + 8, &img.count, 8);
   std::memcpy(out.data() + 16, &img.rows, 8);
   std::memcpy(out.data() + 24, &img.cols, 8);
-  std::memcpy(out.data() + 32, &src_crc, 4);
-  std::memcpy(out.data() + 36, &src_size, 8);
-  std::memcpy(out.data() + 44, &crc_px, 4);
+  std::memcpy(out.data() + 32, &src_hash, 8);
+  std::memcpy(out.data() + 40, &src_size, 8);
+  std::memcpy(out.data() + 48, &crc_px, 4);
   if (!img.pixels.empty()) std::memcpy(out.data() + kCacheHeader, img.pixels.data(), img.pixels.size());
   return out;
 }
@@ -337,23 +341,23 @@ namespace {
 IdxImages read_idx_images_cached(const std::string& path) {
   const std::string dir = knobs::get_string("EDP_DATA_CACHE");
   std::error_code ec;
-  uint32_t crc = 0;
-  uint64_t size = 0;
+  uint64_t hash = 0, size = 0;
   if (dir.empty() || path.size() < 3 || path.substr(path.size() - 3) != ".gz" ||
       !std::filesystem::is_directory(dir, ec) ||  // absent (e.g. on a host other than edprun's): no copy
-      !source_key(path, crc, size))
+      !source_key(path, hash, size))
     return read_idx_images(path);
-  char name[48];
-  std::snprintf(name, sizeof name, "idx-%08x-%llx.u8", crc, static_cast<unsigned long long>(size));
+  char name[56];
+  std::snprintf(name, sizeof name, "idx-%016llx-%llx.u8", static_cast<unsigned long long>(hash),
+                static_cast<unsigned long long>(size));
   const std::string copy = dir + "/" + name;
   std::string why;
-  if (std::optional<IdxImages> img = detail::read_decoded_cache(copy, crc, size, why)) return std::move(*img);
+  if (std::optional<IdxImages> img = detail::read_decoded_cache(copy, hash, size, why)) return std::move(*img);
   if (::access(copy.c_str(), F_OK) == 0)
     log::warn("the decoded copy ", copy, " of ", path, " is not used: ", why, "; decoding the source again");
   IdxImages img = read_idx_images(path);
   // A cache: a copy that cannot be written is simply not used (the checksum catches a torn one).
   std::string werr;
-  if (!files::try_write_atomic(copy, detail::encode_decoded_cache(img, crc, size), &werr))
+  if (!files::try_write_atomic(copy, detail::encode_decoded_cache(img, hash, size), &werr))
     log::debug("no decoded copy of ", path, ": ", werr);
   return img;
 }

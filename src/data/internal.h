@@ -24,10 +24,11 @@ void bytes_to_features(const uint8_t* src, int64_t samples, int64_t channels, in
 void check_input_file(const std::string& path, const std::string& hint);
 
 // The decoded-data cache of IDX images (idx.cpp): the copy at `copy` if it was made from a source
-// with this CRC-32 and size and its pixels' checksum holds; nullopt with the reason otherwise.
-std::optional<IdxImages> read_decoded_cache(const std::string& copy, uint32_t src_crc, uint64_t src_size,
+// with this content hash (files::fnv1a64) and size and its pixels' checksum holds; nullopt with
+// the reason otherwise.
+std::optional<IdxImages> read_decoded_cache(const std::string& copy, uint64_t src_hash, uint64_t src_size,
                                             std::string& why);
-std::string encode_decoded_cache(const IdxImages& img, uint32_t src_crc, uint64_t src_size);
+std::string encode_decoded_cache(const IdxImages& img, uint64_t src_hash, uint64_t src_size);
 
 // The hint for IDX files: apt-get for the Debian Fashion-MNIST folder, else the dataset's site.
 std::string idx_missing_hint(const std::string& path);

@@ -96,7 +96,8 @@ TEST(Idx, DecodedCopiesInTheDataCache) {
 // A decoded copy is never trained on unless it is the source's, whole and unchanged: a copy with
 // damaged pixels (size and header intact) is decoded again with a warning naming the checksum, and
 // a source replaced by another of the same size with its modification time kept (the key once was
-// path, size and mtime) gets its own copy, keyed by its content.
+// path, size and mtime) gets its own copy, keyed by its content. (Stored gzip files of one length
+// also have one CRC-32 — a gzip file ends with the CRC-32 of its data — so the key is not a CRC.)
 TEST(Idx, DamagedOrStaleCopiesAreNeverUsed) {
   TempDir dir, cache;
   std::vector<uint8_t> px(6 * 12), lab(6, 1);

@@ -79,10 +79,10 @@ put("checkpoint", "whole_file", b"\x00" + body + struct.pack("<I", zlib.crc32(bo
 put("checkpoint", "empty", b"\x01" + ckpt_body([], []))
 
 
-# The decoded-data cache: "EDPIDXC2", count, rows, cols, source CRC-32 and size, pixels' CRC-32, pixels.
+# The decoded-data cache: "EDPIDXC2", count, rows, cols, source hash and size, pixels' CRC-32, 0, pixels.
 def cache(n, r, c):
     px = bytes((i * 7) % 256 for i in range(n * r * c))
-    return b"EDPIDXC2" + struct.pack("<qqqIQI", n, r, c, 0x1234ABCD, 4242, zlib.crc32(px)) + px
+    return b"EDPIDXC2" + struct.pack("<qqqQQII", n, r, c, 0x1234ABCD5678EF01, 4242, zlib.crc32(px), 0) + px
 
 
 put("data_cache", "3x4x4", cache(3, 4, 4))

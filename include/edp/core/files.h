@@ -125,5 +125,8 @@ class FileLock {
 // The CRC-32 (zlib's) of `n` bytes, continuing from `crc` (0 to start): the checksum of edp's
 // checkpoints and decoded-data caches.
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
+// The 64-bit FNV-1a hash of `n` bytes, continuing from `h` (fnv1a64(nullptr, 0) to start): a
+// content key that, unlike a CRC, is not linear in the data (the decoded-data cache's names).
+uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 1469598103934665603ull);
 
 }  // namespace edp::files
