@@ -975,9 +975,9 @@ bool Job::next_epoch() {
     m.epoch_finished = false;
   }
   if (epoch_ >= m.o.epochs) {
-    m.guard_end();
     // New ranks still starting: they join now and see that the training is over.
     m.settle();
+    m.guard_end();  // on every rank of the final world (the new ones judge along)
     if (m.root()) m.status.finish();
     return false;
   }
@@ -1109,7 +1109,9 @@ std::string Job::commit() { return impl_->commit(nullptr, 0); }
 
 void Job::finish() {
   EDP_CHECK(!impl_->mid_step, impl_->o.name, ": finish() between next_batch() and step(): call it at a step boundary");
-  if (active()) impl_->guard_end();
+  if (!active()) return;
+  impl_->settle();  // a grow under way joins first: the judgement is collective over the final world
+  impl_->guard_end();
 }
 
 void Job::sync() { impl_->send_state(1, global_batch_, Impl::Meet::kSync); }

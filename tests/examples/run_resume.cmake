@@ -58,10 +58,10 @@ if(NOT same EQUAL 0)
 endif()
 # A change of the training itself (the learning rate) is another training run: refused, naming
 # the setting and the flag that accepts it.
-run(${NP2} ${WORK}/b "--epochs;2;--lr;0.05" rc3)
+run(${NP2} ${WORK}/b "--epochs;2;--lr;0.2" rc3)
 string(FIND "${rc3}" "|" bar)
 string(SUBSTRING "${rc3}" 0 ${bar} rc3_code)
-if(rc3_code EQUAL 0 OR NOT rc3 MATCHES "written by a job with another configuration:[^|]*--lr: '[^']*' in the checkpoint, '0.05' now[^|]*--accept-config-change")
+if(rc3_code EQUAL 0 OR NOT rc3 MATCHES "written by a job with another configuration:[^|]*--lr: '[^']*' in the checkpoint, '0.2' now[^|]*--accept-config-change")
   message(FATAL_ERROR "a resume with another --lr was not refused naming it:\n${rc3}")
 endif()
 # Training longer (one more epoch) is a setting of the run, not of the training so far: the job
