@@ -11,7 +11,9 @@ using namespace edp;
 
 int main(int argc, char** argv) {
   train::Options opts("elastic_mnist", "An elastic MLP on Fashion-MNIST: 2 epochs at global batch 128.");
-  opts.add("checkpoint-dir", "", "commit checkpoints here; resume from the newest one at any world size");
+  opts.add("checkpoint-dir", "", "commit checkpoints here; resume from the newest one at any world size")
+      .run_setting()  // a resume may change it: not part of the job's identity
+      .add_accept_config_change();
   opts.parse(argc, argv);  // --help lists the options; an unknown one is an error (exit 2)
   return comm::run_main(argc, argv, [&](comm::Communicator& world) {
     const auto train = data::load_fashion_mnist(data::kFashionMnistDir, "train");
@@ -31,6 +33,8 @@ int main(int argc, char** argv) {
     o.lr = 0.1;
     o.warmup_steps = 50;
     o.checkpoint_dir = opts.str("checkpoint-dir");
+    o.resume_may_change = opts.run_settings();
+    o.accept_config_change = opts.flag("accept-config-change");
     elastic::Job job(world, model, opt, train, o);
 
     nn::SoftmaxCrossEntropy loss_fn;

@@ -96,7 +96,13 @@ int train_gpt(comm::Communicator& world, const train::Options& o) {
   jo.device = device;
   jo.max_grad_norm = o.f64("clip");
   jo.progress = !o.flag("no-progress");
+  // --threads given: that count, kept after a rescale; otherwise the threads follow the ranks on the host.
+  jo.threads = o.given("threads") ? static_cast<int>(o.i64("threads")) : 0;
   jo.settings = settings;
+  // How long, how often, what to print (the options marked run_setting()): a resume may change
+  // them; every other flag is the training run's identity, recorded in each checkpoint.
+  jo.resume_may_change = o.run_settings();
+  jo.accept_config_change = o.flag("accept-config-change");
   elastic::Job job(world, model, opt, train_set, jo);
   if (job.is_root())
     std::fprintf(stderr,
@@ -144,6 +150,7 @@ int train_gpt(comm::Communicator& world, const train::Options& o) {
     }
   }
   if (!job.active()) return job.exit_code();
+  if (done) job.finish();  // stopped at --steps: the divergence guard judges the last steps
   timed_s = clock.seconds();
   const double val_loss = validation_loss(*model, val_set, o.i64("eval-windows"), o.i64("batch"), job.world(), device);
   const double rss = job.world().allreduce_value<double>(train::peak_rss_bytes() / 1048576.0, comm::ReduceOp::Max);
@@ -178,8 +185,8 @@ int main(int argc, char** argv) {
       .add("heads", "4", "attention heads (dim must be a multiple)")
       .add("context", "128", "tokens per training window")
       .add("batch", "16", "windows per rank per step")
-      .add("epochs", "1", "passes over the training windows")
-      .add("steps", "0", "stop after N optimizer steps (0: train every epoch)")
+      .add("epochs", "1", "passes over the training windows").run_setting()
+      .add("steps", "0", "stop after N optimizer steps (0: train every epoch)").run_setting()
       .add("lr", "1e-3", "peak learning rate (AdamW)")
       .add("beta2", "0.99", "AdamW's second-moment decay")
       .add("weight-decay", "0.1", "AdamW's decoupled weight decay (not on biases and LayerNorms)")
@@ -187,18 +194,19 @@ int main(int argc, char** argv) {
       .add("clip", "1.0", "clip the gradients' global norm to this (0: no clipping)")
       .add("threads", std::to_string(default_threads), "CPU threads per rank")
       .add("seed", "1337", "seed for initialisation, data order and sampling")
-      .add("eval-windows", "256", "validation windows to evaluate (0: all)")
-      .add("sample-tokens", "200", "bytes of text to generate at the end")
-      .add("prompt", "The ", "the generated sample's beginning")
+      .add("eval-windows", "256", "validation windows to evaluate (0: all)").run_setting()
+      .add("sample-tokens", "200", "bytes of text to generate at the end").run_setting()
+      .add("prompt", "The ", "the generated sample's beginning").run_setting()
       .add("device", "cpu", "cpu, cuda or cuda:N")
-      .add("checkpoint-dir", "", "keep checkpoints here and resume from the newest one (empty: none)")
-      .add("checkpoint-every", "0", "commit a checkpoint every N steps (0: at the end of every epoch)")
-      .add("stop-after-steps", "0", "stop with exit code 3 after N steps, as a preempted job would (testing)")
+      .add("checkpoint-dir", "", "keep checkpoints here and resume from the newest one (empty: none)").run_setting()
+      .add("checkpoint-every", "0", "commit a checkpoint every N steps (0: at the end of every epoch)").run_setting()
+      .add("stop-after-steps", "0", "stop with exit code 3 after N steps, as a preempted job would (testing)").run_setting()
       .add("control-file", "", "elastic control file (default: EDP_CONTROL_FILE, set by edprun --control-file)")
-      .add("control-every", "1", "look at the control file every N steps")
+      .add("control-every", "1", "look at the control file every N steps").run_setting()
       .add("comm-timeout", knobs::find("EDP_COMM_TIMEOUT").def, "seconds a collective may wait (0: forever)")
       .add_flag("bf16", "matrix products in bfloat16 (fp32 master weights); float32 with a notice where the CPU lacks it")
-      .add_flag("no-progress", "no progress line");
+      .add_flag("no-progress", "no progress line").run_setting()
+      .add_accept_config_change();
   o.parse(argc, argv);
   return comm::run_main(argc, argv, [&](comm::Communicator& world) { return train_gpt(world, o); });
 }

@@ -127,12 +127,10 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
                     .min_global_batch = o.i64("min-global-batch"),
                     .max_global_batch = o.i64("max-global-batch"),
                     .divergence_factor = o.f64("divergence-factor"),
-                    // How often checkpoints are written and looked at, evaluation, the guards: a
-                    // resume may change them; every other flag is the training run's identity.
-                    .resume_may_change = {"--checkpoint-every", "--keep-checkpoints", "--control-every",
-                                          "--stop-after-steps", "--no-eval", "--checkpoint-dir", "--on-nonfinite",
-                                          "--bucket-cap-mb", "--min-global-batch", "--max-global-batch",
-                                          "--divergence-factor", "--accept-config-change"},
+                    // How long, how often checkpoints are written and looked at, evaluation, the
+                    // guards (the options marked run_setting() below): a resume may change them;
+                    // every other flag is the training run's identity.
+                    .resume_may_change = o.run_settings(),
                     .accept_config_change = o.flag("accept-config-change")});
   if (job.is_root())
     std::fprintf(stderr,
@@ -221,7 +219,7 @@ int default_threads_per_rank() {
 int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
   const int default_threads = default_threads_per_rank();
   train::Options o(spec.name, spec.description);
-  o.add("epochs", std::to_string(spec.default_epochs), "training epochs")
+  o.add("epochs", std::to_string(spec.default_epochs), "training epochs").run_setting()
       .add("batch", "64", "batch size per rank (global batch = batch x ranks)")
       .add("lr", std::to_string(spec.default_lr), "learning rate for a global batch of 64 (SGD, Nesterov)")
       .add("lr-scaling", "linear", "how the LR follows the global batch: none, linear or sqrt")
@@ -233,29 +231,28 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
       .add("seed", "42", "seed for initialisation and shuffling")
       .add("limit", "0", "use only the first N training samples (0 = all)")
       .add("workers", "1", "data-loader threads per rank")
-      .add("bucket-cap-mb", knobs::find("EDP_BUCKET_CAP_MB").def, "DDP gradient bucket cap in MiB")
+      .add("bucket-cap-mb", knobs::find("EDP_BUCKET_CAP_MB").def, "DDP gradient bucket cap in MiB").run_setting()
       .add("device", "auto", "auto (cuda when a GPU is visible, else cpu), cpu, cuda or cuda:N")
-      .add("checkpoint-dir", "", "keep checkpoints here and resume from the newest one (empty: none)")
-      .add("checkpoint-every", "0", "commit a checkpoint every N optimizer steps (0: at the end of every epoch)")
-      .add("keep-checkpoints", "2", "how many checkpoints to keep")
-      .add("stop-after-steps", "0", "stop with exit code 3 after N steps, as a preempted job would (testing)")
+      .add("checkpoint-dir", "", "keep checkpoints here and resume from the newest one (empty: none)").run_setting()
+      .add("checkpoint-every", "0", "commit a checkpoint every N optimizer steps (0: at the end of every epoch)").run_setting()
+      .add("keep-checkpoints", "2", "how many checkpoints to keep").run_setting()
+      .add("stop-after-steps", "0", "stop with exit code 3 after N steps, as a preempted job would (testing)").run_setting()
       .add("control-file", "", "elastic control file: {\"workers\": W, \"global_batch\": B} asks for that size (default: EDP_CONTROL_FILE, set by edprun --control-file)")
-      .add("control-every", "1", "look at the control file every N steps")
+      .add("control-every", "1", "look at the control file every N steps").run_setting()
       .add("comm-timeout", knobs::find("EDP_COMM_TIMEOUT").def,
            "seconds a collective may wait for the other ranks before the job ends with exit code 76 naming "
            "them (0: forever)")
       .add("on-nonfinite", "stop", "a NaN/inf loss or gradient: stop (an error naming the step and parameter) or "
-           "skip (the update; gives up after max(10, 10% of the steps))")
+           "skip (the update; gives up after max(10, 10% of the steps))").run_setting()
       .add("min-global-batch", "0", "smallest global batch a rescale request may ask for (0: the first global "
-           "batch / 8)")
+           "batch / 8)").run_setting()
       .add("max-global-batch", "0", "largest global batch a rescale request may ask for (0: the first global "
-           "batch x 8, at most the training set); the learning rate follows the batch, so this bounds it")
+           "batch x 8, at most the training set); the learning rate follows the batch, so this bounds it").run_setting()
       .add("divergence-factor", "4", "stop when the mean loss of 3 windows of 10 steps in a row exceeds this "
            "multiple of its running level (or, after a window above its square, stays above 1.2x), resuming "
-           "later from the last good checkpoint (0: no guard)")
-      .add_flag("accept-config-change", "resume from a checkpoint written with other settings (a deliberate "
-                "change, e.g. of --lr)")
-      .add_flag("no-eval", "skip the per-epoch test-set evaluation (the final one still runs)");
+           "later from the last good checkpoint (0: no guard)").run_setting()
+      .add_accept_config_change()
+      .add_flag("no-eval", "skip the per-epoch test-set evaluation (the final one still runs)").run_setting();
   o.parse(argc, argv);
   return comm::run_main(argc, argv, [&](comm::Communicator& world) { return train(world, o, spec); });
 }

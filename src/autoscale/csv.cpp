@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 
 namespace edp::autoscale::detail {
 namespace {
@@ -54,8 +55,8 @@ void split(const std::string& line, const std::string& path, int lineno, std::ve
 }  // namespace
 
 CsvFile::CsvFile(const std::string& path) : path_(path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(path + ": cannot open file (" + std::strerror(errno) + ")");
+  // A regular file only (a FIFO would block), at most files::kRequestLimit bytes.
+  std::istringstream in(files::read_file(path, files::kRequestLimit));
   std::string line;
   int lineno = 0;
   std::vector<std::string> fields;

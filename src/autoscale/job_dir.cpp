@@ -1,10 +1,15 @@
 // A job's directory as the live controller reads and writes it (job_dir.h).
 #include "autoscale/job_dir.h"
 
+#include <unistd.h>
+
 #include <algorithm>
-#include <fstream>
+#include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "core/json_fields.h"
+#include "edp/core/error.h"
 #include "edp/core/files.h"
 #include "edp/elastic/elastic.h"
 
@@ -26,7 +31,7 @@ bool JobDirRunner::changed(const fs::path& p, FileStamp& s) {
 void JobDirRunner::write_control(const Job& j, int workers, int64_t batch, bool stop) {
   json c = {{"workers", workers}, {"global_batch", batch}};
   if (stop) c["stop"] = true;
-  fs::create_directories(dir(j));  // before its first start
+  files::make_dir(dir(j), "job directory");  // before its first start
   files::write_atomic(dir(j) + "/control.json", c.dump() + "\n");
 }
 
@@ -50,11 +55,16 @@ const std::vector<elastic::MembershipEvent>& JobDirRunner::events(const Job& j) 
 }
 
 std::optional<ExitRecord> JobDirRunner::exit_file(const Job& j) const {
-  const auto text = files::read_file_if_exists(dir(j) + "/exit.json");
+  std::optional<std::string> text;
+  try {
+    text = files::read_file_if_exists(dir(j) + "/exit.json", files::kRecordLimit);
+  } catch (const DataError&) {
+    text = "";  // there, but not a record the keeper wrote: an unknown exit
+  }
   if (!text) return std::nullopt;
-  const json e = json::parse(*text, nullptr, false);
+  const auto e = json_fields::try_parse(*text);
   ExitRecord r;
-  r.code = e.is_object() ? e.value("code", -1) : -1;
+  r.code = e && e->is_object() && (*e)["code"].is_number_integer() ? (*e)["code"].get<int>() : -1;
   return r;
 }
 
@@ -77,16 +87,45 @@ std::vector<std::string> JobDirRunner::edprun_command(const Job& j, const std::v
 std::string JobDirRunner::last_error(const Job& j) { return last_error_in(fs::path(dir(j)) / "log"); }
 FinalMetrics JobDirRunner::final_metrics(const Job& j) { return metrics_in(fs::path(dir(j)) / "log"); }
 
+namespace {
+
+// Calls `fn` with each line of a job's log, read as a regular file only (a FIFO put in its place
+// would block the controller).
+template <typename Fn>
+void for_each_line(const fs::path& log, Fn&& fn) {
+  int fd = -1;
+  try {
+    fd = files::open_regular(log.string(), "job log");
+  } catch (const DataError&) {
+    return;
+  }
+  std::FILE* f = ::fdopen(fd, "r");
+  if (!f) {
+    ::close(fd);
+    return;
+  }
+  char* buf = nullptr;
+  size_t cap = 0;
+  for (ssize_t n; (n = ::getline(&buf, &cap, f)) >= 0;) {
+    std::string line(buf, static_cast<size_t>(n));
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    fn(line);
+  }
+  std::free(buf);
+  std::fclose(f);
+}
+
+}  // namespace
+
 std::string last_error_in(const fs::path& log) {
-  std::ifstream f(log);
-  std::string line, last, err, launcher_err;
+  std::string last, err, launcher_err;
   bool banner = false;
-  while (std::getline(f, line)) {
+  for_each_line(log, [&](const std::string& line) {
     if (line.rfind("-----", 0) == 0) {
       banner = !banner;
-      continue;
+      return;
     }
-    if (banner || line.empty()) continue;
+    if (banner || line.empty()) return;
     std::string low = line;
     std::transform(low.begin(), low.end(), low.begin(), [](unsigned char c) { return std::tolower(c); });
     bool complaint = false;
@@ -95,22 +134,22 @@ std::string last_error_in(const fs::path& log) {
     const bool launcher = line.rfind("edprun", 0) == 0;
     if (!launcher) last = line;
     if (complaint) (launcher ? launcher_err : err) = line;
-  }
+  });
   const std::string s = !err.empty() ? err : !launcher_err.empty() ? launcher_err : last;
   return s.size() > 400 ? s.substr(0, 400) + "..." : s;
 }
 
 FinalMetrics metrics_in(const fs::path& log) {
-  std::ifstream f(log);
   FinalMetrics m;
-  for (std::string line; std::getline(f, line);) {
-    if (line.empty() || line[0] != '{') continue;
-    const json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;
-    if (!j.contains("test_acc") && !j.contains("final_loss") && !j.contains("samples_per_s")) continue;
+  for_each_line(log, [&](const std::string& line) {
+    if (line.empty() || line[0] != '{') return;
+    const auto parsed = json_fields::try_parse(line);
+    if (!parsed || !parsed->is_object()) return;
+    const json& j = *parsed;
+    if (!j.contains("test_acc") && !j.contains("final_loss") && !j.contains("samples_per_s")) return;
     auto num = [&](const char* k) { return j.contains(k) && j.at(k).is_number() ? j.at(k).get<double>() : -1.0; };
     m = FinalMetrics{true, num("test_acc"), num("final_loss"), num("samples_per_s")};
-  }
+  });
   return m;
 }
 

@@ -22,6 +22,42 @@ namespace {
 constexpr int64_t kMaxWorkers = 4096;
 constexpr int64_t kMaxBatch = int64_t{1} << 31;
 
+// What exec(2) can pass on: one argument or "NAME=value" string of at most MAX_ARG_STRLEN (32
+// pages, 128 KiB) bytes, and all of them together well inside ARG_MAX (2 MiB with the default 8 MiB
+// stack), which the job's command shares with the environment it inherits and with edprun's and
+// mpirun's own arguments: half of it for the spec's. A spec beyond these can never start; it is
+// refused when submitted instead of failing in the job's log.
+constexpr size_t kMaxExecString = 131072;
+constexpr size_t kMaxExecTotal = size_t{1} << 20;
+constexpr size_t kMaxExecWords = 4096;
+
+void check_launchable(const json_fields::Fields& f, const JobSpec& s) {
+  if (s.command.size() > kMaxExecWords)
+    f.fail("command", std::to_string(s.command.size()) + " arguments, more than the " + std::to_string(kMaxExecWords) +
+                          " a job's command may have (it could never start)");
+  if (s.env.size() > kMaxExecWords)
+    f.fail("env", std::to_string(s.env.size()) + " variables, more than the " + std::to_string(kMaxExecWords) +
+                      " a job may set (it could never start)");
+  size_t total = 0;
+  for (size_t i = 0; i < s.command.size(); ++i) {
+    const size_t n = s.command[i].size() + 1;
+    if (n > kMaxExecString)
+      f.fail("command", "argument " + std::to_string(i) + " is " + std::to_string(n - 1) + " bytes, more than the " +
+                            std::to_string(kMaxExecString - 1) + " exec(2) passes on (the job could never start)");
+    total += n + sizeof(char*);
+  }
+  for (const auto& [k, v] : s.env) {
+    const size_t n = k.size() + 1 + v.size() + 1;
+    if (n > kMaxExecString)
+      f.fail("env", "'" + k.substr(0, 40) + "' is " + std::to_string(n - 1) + " bytes as NAME=value, more than the " +
+                        std::to_string(kMaxExecString - 1) + " exec(2) passes on (the job could never start)");
+    total += n + sizeof(char*);
+  }
+  if (total > kMaxExecTotal)
+    f.fail("command", "the command and env take " + std::to_string(total) + " bytes, more than the " +
+                          std::to_string(kMaxExecTotal) + " a job's exec(2) can be given (it could never start)");
+}
+
 }  // namespace
 
 JobSpec parse_job_spec(const std::string& text, const std::string& where) {
@@ -51,6 +87,7 @@ JobSpec parse_job_spec(const std::string& text, const std::string& where) {
       s.env[it.key()] = it.value().get<std::string>();
     }
   }
+  check_launchable(f, s);
   s.min_workers = static_cast<int>(f.integer("min_workers", 1, kMaxWorkers, 1));
   s.max_workers = static_cast<int>(f.integer("max_workers", 1, kMaxWorkers, s.min_workers));
   if (s.max_workers < s.min_workers) f.fail("max_workers", "must be >= min_workers (" + std::to_string(s.min_workers) + ")");

@@ -69,6 +69,58 @@ std::vector<Kept> envelope(const JobOptions& job, int capacity) {
   return kept;
 }
 
+// One DP step: out[c] = max over the job's kept options k of in[c - k.gpus] + k.value, for c in
+// [0, h], where `in` holds the previous table over [0, hp]. `padded` is scratch of at least
+// maxg + h + 2 kTile doubles. The same inputs always give the same bits (the backward pass relies
+// on it when it recomputes a segment).
+void dp_step(const double* in, int hp, const std::vector<Kept>& opts, double* out, int h, int maxg,
+             std::vector<double>& padded) {
+  const int h_end = (h / kTile + 1) * kTile;  // tiles cover [0, h_end)
+  double* pad0 = padded.data() + maxg;        // pad0[x] == in[x] for 0 <= x <= hp
+  // The previous table, padded so that every read in[c - g] is in range without a branch:
+  // below 0 it is -inf (no capacity left), above its last cell it is flat (see reduction 3).
+  std::fill(padded.data(), pad0, kNegInf);
+  std::copy(in, in + hp + 1, pad0);
+  std::fill(pad0 + hp + 1, pad0 + h_end, in[hp]);
+  // Tiled max-plus: a tile of kTile capacities is kept in registers while every option is
+  // applied to it, so each option costs one load per cell instead of load + load + store.
+  for (int c0 = 0; c0 < h_end; c0 += kTile) {
+    double acc[kTile];
+#if defined(__AVX2__)
+    // Same arithmetic as the portable loop below (IEEE add, then max), so the backward pass
+    // reproduces these values bit for bit.
+    __m256d a0 = _mm256_set1_pd(kNegInf), a1 = a0, a2 = a0, a3 = a0;
+    for (const Kept& k : opts) {
+      const double* src = pad0 + (c0 - k.gpus);
+      const __m256d v = _mm256_set1_pd(k.value);
+      a0 = _mm256_max_pd(a0, _mm256_add_pd(_mm256_loadu_pd(src), v));
+      a1 = _mm256_max_pd(a1, _mm256_add_pd(_mm256_loadu_pd(src + 4), v));
+      a2 = _mm256_max_pd(a2, _mm256_add_pd(_mm256_loadu_pd(src + 8), v));
+      a3 = _mm256_max_pd(a3, _mm256_add_pd(_mm256_loadu_pd(src + 12), v));
+    }
+    _mm256_storeu_pd(acc, a0);
+    _mm256_storeu_pd(acc + 4, a1);
+    _mm256_storeu_pd(acc + 8, a2);
+    _mm256_storeu_pd(acc + 12, a3);
+#else
+    for (int t = 0; t < kTile; ++t) acc[t] = kNegInf;
+    for (const Kept& k : opts) {
+      const double* src = pad0 + (c0 - k.gpus);
+      const double v = k.value;
+      for (int t = 0; t < kTile; ++t) acc[t] = std::max(acc[t], src[t] + v);
+    }
+#endif
+    const int n = std::min(kTile, h + 1 - c0);
+    for (int t = 0; t < n; ++t) out[c0 + t] = acc[t];
+  }
+}
+
+// Tables of at most this many cells in all are kept whole for the backward pass; beyond it (many
+// jobs on a large cluster: 10^5 jobs x 4096 GPUs would be 3.3 GB) only every K-th table is kept
+// (K ~ sqrt(jobs)) and the tables between two of them are recomputed, segment by segment, as the
+// backward pass reaches them: memory ~ 2 sqrt(jobs) tables, at the price of a second forward pass.
+constexpr size_t kWholeTableCells = size_t{8} << 20;  // 64 MiB of doubles
+
 }  // namespace
 
 Solution solve(const std::vector<JobOptions>& jobs, int capacity) {
@@ -76,86 +128,68 @@ Solution solve(const std::vector<JobOptions>& jobs, int capacity) {
   const size_t J = jobs.size();
   std::vector<std::vector<Kept>> kept(J);
   std::vector<int> hi(J + 1, 0);
-  std::vector<size_t> offset(J + 1, 0);
   size_t total = 1;  // F_0 is the single cell [0]
+  int maxg_all = 0;
   for (size_t j = 0; j < J; ++j) {
     kept[j] = envelope(jobs[j], capacity);
     int maxg = 0;
     for (const Kept& k : kept[j]) maxg = std::max(maxg, k.gpus);
+    maxg_all = std::max(maxg_all, maxg);
     hi[j + 1] = static_cast<int>(std::min<int64_t>(capacity, int64_t{hi[j]} + maxg));
-    offset[j + 1] = total;
     total += static_cast<size_t>(hi[j + 1]) + 1;
   }
-
-  // The tables of all jobs are kept for the backward pass. The buffer is reused across calls of
-  // the same thread (the simulator re-plans thousands of times) and never zero-filled: every
-  // cell that is read is written first. Fresh pages would cost a fault each on first touch.
-  thread_local std::unique_ptr<double[]> buf;
-  thread_local size_t buf_size = 0;
-  if (buf_size < total) {
-    buf.reset(new double[total]);
-    buf_size = total;
-  }
-  struct View {
-    double* p;
-    double* data() const { return p; }
-    double& operator[](size_t i) const { return p[i]; }
-  } F{buf.get()};
-  F[0] = 0.0;
-  Solution sol;
-  // The previous table, padded so that every read in[c - g] is in range without a branch:
-  // below 0 it is -inf (no capacity left), above its last cell it is flat (see reduction 3).
-  thread_local std::vector<double> padded;
-  int maxg_all = 0;
-  for (const auto& kj : kept)
-    for (const Kept& k : kj) maxg_all = std::max(maxg_all, k.gpus);
+  // Segments of `seg` jobs: the table before each segment is kept (a checkpoint); the tables inside
+  // one segment are (re)computed into `buf` when the backward pass needs them.
+  const size_t seg = total <= kWholeTableCells
+                         ? std::max<size_t>(J, 1)
+                         : std::max<size_t>(1, static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(J)))));
+  const size_t nseg = (J + seg - 1) / seg;
+  // The buffers are reused across calls of the same thread (the simulator re-plans thousands of
+  // times) and never zero-filled: every cell that is read is written first. Fresh pages would cost
+  // a fault each on first touch.
+  thread_local std::vector<double> buf, marks, padded;
+  thread_local std::vector<size_t> mark_at;
   padded.resize(static_cast<size_t>(maxg_all) + static_cast<size_t>(capacity) + 2 * kTile);
-  for (size_t j = 0; j < J; ++j) {
-    const double* in = F.data() + offset[j];
-    double* out = F.data() + offset[j + 1];
-    const int hp = hi[j], h = hi[j + 1];
-    const int h_end = (h / kTile + 1) * kTile;  // tiles cover [0, h_end)
-    double* pad0 = padded.data() + maxg_all;    // pad0[x] == F_{j-1}[x] for 0 <= x <= hp
-    std::fill(padded.data(), pad0, kNegInf);
-    std::copy(in, in + hp + 1, pad0);
-    std::fill(pad0 + hp + 1, pad0 + h_end, in[hp]);
-    const std::vector<Kept>& opts = kept[j];
-    // Tiled max-plus: a tile of kTile capacities is kept in registers while every option is
-    // applied to it, so each option costs one load per cell instead of load + load + store.
-    for (int c0 = 0; c0 < h_end; c0 += kTile) {
-      double acc[kTile];
-#if defined(__AVX2__)
-      // Same arithmetic as the portable loop below (IEEE add, then max), so the backward pass
-      // reproduces these values bit for bit.
-      __m256d a0 = _mm256_set1_pd(kNegInf), a1 = a0, a2 = a0, a3 = a0;
-      for (const Kept& k : opts) {
-        const double* src = pad0 + (c0 - k.gpus);
-        const __m256d v = _mm256_set1_pd(k.value);
-        a0 = _mm256_max_pd(a0, _mm256_add_pd(_mm256_loadu_pd(src), v));
-        a1 = _mm256_max_pd(a1, _mm256_add_pd(_mm256_loadu_pd(src + 4), v));
-        a2 = _mm256_max_pd(a2, _mm256_add_pd(_mm256_loadu_pd(src + 8), v));
-        a3 = _mm256_max_pd(a3, _mm256_add_pd(_mm256_loadu_pd(src + 12), v));
-      }
-      _mm256_storeu_pd(acc, a0);
-      _mm256_storeu_pd(acc + 4, a1);
-      _mm256_storeu_pd(acc + 8, a2);
-      _mm256_storeu_pd(acc + 12, a3);
-#else
-      for (int t = 0; t < kTile; ++t) acc[t] = kNegInf;
-      for (const Kept& k : opts) {
-        const double* src = pad0 + (c0 - k.gpus);
-        const double v = k.value;
-        for (int t = 0; t < kTile; ++t) acc[t] = std::max(acc[t], src[t] + v);
-      }
-#endif
-      const int n = std::min(kTile, h + 1 - c0);
-      for (int t = 0; t < n; ++t) out[c0 + t] = acc[t];
-    }
-    sol.cells += static_cast<int64_t>(opts.size()) * (h + 1);
+  size_t seg_cells = 1;
+  for (size_t s = 0; s < nseg; ++s) {
+    size_t cells = 0;
+    for (size_t j = s * seg; j < std::min(J, (s + 1) * seg); ++j) cells += static_cast<size_t>(hi[j + 1]) + 1;
+    seg_cells = std::max(seg_cells, cells);
   }
+  if (buf.size() < seg_cells + static_cast<size_t>(capacity) + 1) buf.resize(seg_cells + static_cast<size_t>(capacity) + 1);
+  mark_at.assign(nseg + 1, 0);
+  size_t mark_cells = 0;
+  for (size_t s = 0; s <= nseg; ++s) {
+    mark_at[s] = mark_cells;
+    mark_cells += static_cast<size_t>(hi[std::min(J, s * seg)]) + 1;
+  }
+  if (nseg > 1 && marks.size() < mark_cells) marks.resize(mark_cells);
+  Solution sol;
 
+  // The tables of segment s, from its checkpoint: table j (s*seg <= j <= end) at buf + at[j - s*seg].
+  std::vector<size_t> at(seg + 1);
+  auto run_segment = [&](size_t s, const double* start, bool keep_marks) {
+    const size_t j0 = s * seg, j1 = std::min(J, (s + 1) * seg);
+    at[0] = 0;
+    std::copy(start, start + hi[j0] + 1, buf.data());
+    for (size_t j = j0; j < j1; ++j) {
+      at[j - j0 + 1] = at[j - j0] + static_cast<size_t>(hi[j]) + 1;
+      dp_step(buf.data() + at[j - j0], hi[j], kept[j], buf.data() + at[j - j0 + 1], hi[j + 1], maxg_all, padded);
+    }
+    if (keep_marks && nseg > 1)
+      std::copy(buf.data() + at[j1 - j0], buf.data() + at[j1 - j0] + hi[j1] + 1, marks.data() + mark_at[s + 1]);
+  };
+  const double zero = 0.0;
+  if (nseg > 1) marks[0] = 0.0;
+  for (size_t s = 0; s < nseg; ++s) {
+    run_segment(s, nseg > 1 ? marks.data() + mark_at[s] : &zero, true);
+    for (size_t j = s * seg; j < std::min(J, (s + 1) * seg); ++j)
+      sol.cells += static_cast<int64_t>(kept[j].size()) * (hi[j + 1] + 1);
+  }
+  // The last segment's tables are in buf now.
+  const size_t last_seg = nseg == 0 ? 0 : nseg - 1;
   int c = hi[J];
-  const double best = F[offset[J] + static_cast<size_t>(c)];
+  const double best = J == 0 ? 0.0 : buf[at[J - last_seg * seg] + static_cast<size_t>(c)];
   if (best == kNegInf) {
     std::ostringstream os;
     os << "the jobs that must run cannot all fit in " << capacity << " GPUs:";
@@ -172,31 +206,35 @@ Solution solve(const std::vector<JobOptions>& jobs, int capacity) {
   }
   sol.objective = best;
   sol.choices.assign(J, Choice{});
-  for (size_t j = J; j-- > 0;) {
-    c = std::min(c, hi[j + 1]);
-    const double target = F[offset[j + 1] + static_cast<size_t>(c)];
-    const double* in = F.data() + offset[j];
-    const int hp = hi[j];
-    const Kept* pick = nullptr;
-    auto reaches = [&](const Kept& k) {
-      return k.gpus <= c && in[std::min(c - k.gpus, hp)] + k.value == target;
-    };
-    for (const Kept& k : kept[j])
-      if (k.gpus == jobs[j].current_gpus && (k.gpus == 0 || k.batch == jobs[j].current_batch) &&
-          reaches(k)) {
-        pick = &k;
-        break;
-      }
-    if (!pick)
+  for (size_t s = nseg; s-- > 0;) {
+    if (s != last_seg) run_segment(s, marks.data() + mark_at[s], false);
+    const size_t j0 = s * seg;
+    for (size_t j = std::min(J, (s + 1) * seg); j-- > j0;) {
+      c = std::min(c, hi[j + 1]);
+      const double target = buf[at[j - j0 + 1] + static_cast<size_t>(c)];
+      const double* in = buf.data() + at[j - j0];
+      const int hp = hi[j];
+      const Kept* pick = nullptr;
+      auto reaches = [&](const Kept& k) {
+        return k.gpus <= c && in[std::min(c - k.gpus, hp)] + k.value == target;
+      };
       for (const Kept& k : kept[j])
-        if (reaches(k)) {
+        if (k.gpus == jobs[j].current_gpus && (k.gpus == 0 || k.batch == jobs[j].current_batch) &&
+            reaches(k)) {
           pick = &k;
           break;
         }
-    EDP_CHECK(pick != nullptr, "solve: internal error, no option reproduces the DP value of job #", j);
-    sol.choices[j] = Choice{pick->gpus, pick->batch, pick->value, pick->tag};
-    c -= pick->gpus;
-    sol.gpus_used += pick->gpus;
+      if (!pick)
+        for (const Kept& k : kept[j])
+          if (reaches(k)) {
+            pick = &k;
+            break;
+          }
+      EDP_CHECK(pick != nullptr, "solve: internal error, no option reproduces the DP value of job #", j);
+      sol.choices[j] = Choice{pick->gpus, pick->batch, pick->value, pick->tag};
+      c -= pick->gpus;
+      sol.gpus_used += pick->gpus;
+    }
   }
   return sol;
 }

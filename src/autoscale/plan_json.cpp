@@ -1,6 +1,9 @@
 // The `plan` contract as JSON (docs/plan.md): requests of version 1 (throughput tables) and 2
 // (the cluster state of plan.h), the answer, and the example request.
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -40,41 +43,42 @@ double rate(const Fields& f, std::string_view key, double hi, double def) {
 
 // ---- version 1: throughput tables ----
 
-TableRequest parse_v1(const Json& in, const std::string& where) {
+TableRequest parse_v1_header(const Json& in, const std::string& where) {
   const Fields req(in, where);
   req.allow({"gpus", "jobs", "rescale_penalty"});
   TableRequest r;
   r.gpus = static_cast<int>(req.integer("gpus", 0, kMaxGpus));
   r.rescale_penalty = req.number("rescale_penalty", 0, 0.999999, 0.05);
-  const Json& jobs = req.array("jobs");
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Fields j(jobs[i], where + ": " + job_where(jobs[i], i));
-    j.allow({"id", "min_gpus", "max_gpus", "max_batch_per_gpu", "weight", "ref", "throughput", "current"});
-    TableJob t;
-    t.id = j.text("id");
-    t.min_gpus = static_cast<int>(j.integer("min_gpus", 0, kMaxGpus));
-    t.max_gpus = static_cast<int>(j.integer("max_gpus", 0, kMaxGpus));
-    t.max_batch_per_gpu = static_cast<int>(j.integer("max_batch_per_gpu", 0, kMaxBatch));
-    t.weight = j.number("weight", 0, 1e6, 1.0);
-    const Fields ref = j.object("ref");
-    ref.allow({"gpus", "batch"});
-    t.ref_gpus = static_cast<int>(ref.integer("gpus", 0, kMaxGpus));
-    t.ref_batch = static_cast<int>(ref.integer("batch", 0, kMaxBatch));
-    if (const auto cur = j.object_if("current")) {
-      cur->allow({"gpus", "batch"});
-      t.current_gpus = static_cast<int>(cur->integer("gpus", 0, kMaxGpus));
-      t.current_batch = static_cast<int>(cur->integer("batch", 0, kMaxBatch));
-    }
-    const Json& tp = j.array("throughput");
-    for (size_t k = 0; k < tp.size(); ++k) {
-      const Fields p = j.element("throughput", k);
-      p.allow({"gpus", "batch", "samples_per_s"});
-      t.throughput.push_back({static_cast<int>(p.integer("gpus", 0, kMaxGpus)),
-                              static_cast<int>(p.integer("batch", 0, kMaxBatch)), rate(p, "samples_per_s", kMaxRate, std::nan(""))});
-    }
-    r.jobs.push_back(std::move(t));
-  }
+  (void)req.array("jobs");  // the elements come one by one (parse_v1_job)
   return r;
+}
+
+void parse_v1_job(TableRequest& r, const Json& job, size_t i, const std::string& where) {
+  const Fields j(job, where + ": " + job_where(job, i));
+  j.allow({"id", "min_gpus", "max_gpus", "max_batch_per_gpu", "weight", "ref", "throughput", "current"});
+  TableJob t;
+  t.id = j.text("id");
+  t.min_gpus = static_cast<int>(j.integer("min_gpus", 0, kMaxGpus));
+  t.max_gpus = static_cast<int>(j.integer("max_gpus", 0, kMaxGpus));
+  t.max_batch_per_gpu = static_cast<int>(j.integer("max_batch_per_gpu", 0, kMaxBatch));
+  t.weight = j.number("weight", 0, 1e6, 1.0);
+  const Fields ref = j.object("ref");
+  ref.allow({"gpus", "batch"});
+  t.ref_gpus = static_cast<int>(ref.integer("gpus", 0, kMaxGpus));
+  t.ref_batch = static_cast<int>(ref.integer("batch", 0, kMaxBatch));
+  if (const auto cur = j.object_if("current")) {
+    cur->allow({"gpus", "batch"});
+    t.current_gpus = static_cast<int>(cur->integer("gpus", 0, kMaxGpus));
+    t.current_batch = static_cast<int>(cur->integer("batch", 0, kMaxBatch));
+  }
+  const Json& tp = j.array("throughput");
+  for (size_t k = 0; k < tp.size(); ++k) {
+    const Fields p = j.element("throughput", k);
+    p.allow({"gpus", "batch", "samples_per_s"});
+    t.throughput.push_back({static_cast<int>(p.integer("gpus", 0, kMaxGpus)),
+                            static_cast<int>(p.integer("batch", 0, kMaxBatch)), rate(p, "samples_per_s", kMaxRate, std::nan(""))});
+  }
+  r.jobs.push_back(std::move(t));
 }
 
 // ---- version 2: the cluster state ----
@@ -197,7 +201,7 @@ PlanJob parse_job(const Fields& j, const PlanRequest& r) {
   return p;
 }
 
-PlanRequest parse_v2(const Json& in, const std::string& where, int gpus_override) {
+PlanRequest parse_v2_header(const Json& in, const std::string& where, int gpus_override) {
   const Fields req(in, where);
   req.allow({"version", "gpus", "policy", "hysteresis", "pause_s", "start_s", "margin_s", "pause_per_gpu", "nodes",
              "jobs"});
@@ -228,14 +232,14 @@ PlanRequest parse_v2(const Json& in, const std::string& where, int gpus_override
   r.start_s = req.number("start_s", 0, kMaxPause, r.pause_s);
   r.margin_s = req.number("margin_s", 0, kMaxPause, 0);
   r.pause_per_gpu = req.number("pause_per_gpu", 0, 1e3, 0);
-  const Json& jobs = req.array("jobs");
-  std::set<std::string> ids;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Fields j(jobs[i], where + ": " + job_where(jobs[i], i));
-    r.jobs.push_back(parse_job(j, r));
-    if (!ids.insert(r.jobs.back().id).second) j.fail("id", "duplicate id");
-  }
+  (void)req.array("jobs");  // the elements come one by one (parse_v2_job)
   return r;
+}
+
+void parse_v2_job(PlanRequest& r, const Json& job, size_t i, const std::string& where, std::set<std::string>& ids) {
+  const Fields j(job, where + ": " + job_where(job, i));
+  r.jobs.push_back(parse_job(j, r));
+  if (!ids.insert(r.jobs.back().id).second) j.fail("id", "duplicate id");
 }
 
 ojson learn_json(const LearnSpec& l) {
@@ -272,13 +276,32 @@ const char* action(const PlanJob& j, const PlanChoice& c) {
 }  // namespace
 
 PlanRequest parse_plan_request(const std::string& text, const std::string& where, int gpus_override) {
-  const Json in = json_fields::parse(text, where);
-  const Fields top(in, where);
-  const int64_t version = top.integer("version", 1, 2, 1);
-  if (version == 2) return parse_v2(in, where, gpus_override);
-  Json v1 = in;
-  v1.erase("version");
-  TableRequest t = parse_v1(v1, where);
+  // The jobs are read one at a time (json_fields::parse_each): a request of 10^5 jobs is never a
+  // whole JSON tree in memory, only the PlanRequest it becomes.
+  PlanRequest r;
+  TableRequest t;
+  bool v2 = false;
+  std::set<std::string> ids;
+  json_fields::parse_each(
+      text, where, "jobs",
+      [&](const Json& in) {
+        const Fields top(in, where);
+        v2 = top.integer("version", 1, 2, 1) == 2;
+        if (v2) {
+          r = parse_v2_header(in, where, gpus_override);
+        } else {
+          Json v1 = in;
+          v1.erase("version");
+          t = parse_v1_header(v1, where);
+        }
+      },
+      [&](size_t i, const Json& job) {
+        if (v2)
+          parse_v2_job(r, job, i, where, ids);
+        else
+          parse_v1_job(t, job, i, where);
+      });
+  if (v2) return r;
   if (gpus_override >= 0) t.gpus = gpus_override;
   return from_v1(t);
 }
@@ -313,23 +336,12 @@ std::string plan_request_json(const PlanRequest& r) {
   return out.dump(2) + "\n";
 }
 
-std::string plan_json(const PlanRequest& req, const Plan& plan, double solve_ms, int version) {
-  ojson allocs = ojson::array();
-  for (size_t i = 0; i < req.jobs.size(); ++i) {
-    const PlanJob& j = req.jobs[i];
-    const PlanChoice& c = plan.choices[i];
-    if (version == 1) {
-      allocs.push_back({{"id", j.id}, {"gpus", c.config.gpus}, {"batch", c.config.batch}, {"value", c.value}});
-      continue;
-    }
-    ojson a = {{"id", j.id}, {"action", action(j, c)}, {"option", c.option}};
-    const ojson cfg = config_json(c.config, true);
-    for (const auto& [k, v] : cfg.items()) a[k] = v;
-    a["value"] = c.value;
-    a["option_values"] = i < plan.values.size() ? plan.values[i] : std::vector<double>{};
-    if (i < plan.nodes.size()) a["nodes"] = plan.nodes[i];
-    allocs.push_back(a);
-  }
+namespace {
+
+// The answer's text, as one document dumped with indent 2, handed to `put` piece by piece
+// (allocation by allocation): the answer for 10^5 jobs is never a whole JSON tree in memory.
+template <typename Put>
+void answer_text(const PlanRequest& req, const Plan& plan, double solve_ms, int version, Put&& put) {
   ojson out;
   if (version == 2) {
     out["version"] = 2;
@@ -338,9 +350,52 @@ std::string plan_json(const PlanRequest& req, const Plan& plan, double solve_ms,
     out["gpus_used"] = plan.gpus_used;
   }
   out["objective"] = plan.objective;
-  out["allocations"] = allocs;
+  out["allocations"] = nullptr;  // marks its place in the text
   out["solve_ms"] = solve_ms;
-  return out.dump(2) + "\n";
+  const std::string frame = out.dump(2);
+  const std::string marker = "\"allocations\": ";
+  const size_t at = frame.find(marker) + marker.size();
+  put(frame.substr(0, at));
+  std::string piece;
+  for (size_t i = 0; i < req.jobs.size(); ++i) {
+    const PlanJob& j = req.jobs[i];
+    const PlanChoice& c = plan.choices[i];
+    ojson a;
+    if (version == 1) {
+      a = {{"id", j.id}, {"gpus", c.config.gpus}, {"batch", c.config.batch}, {"value", c.value}};
+    } else {
+      a = {{"id", j.id}, {"action", action(j, c)}, {"option", c.option}};
+      const ojson cfg = config_json(c.config, true);
+      for (const auto& [k, v] : cfg.items()) a[k] = v;
+      a["value"] = c.value;
+      a["option_values"] = i < plan.values.size() ? plan.values[i] : std::vector<double>{};
+      if (i < plan.nodes.size()) a["nodes"] = plan.nodes[i];
+    }
+    piece = i == 0 ? "[\n    " : ",\n    ";
+    for (const char ch : a.dump(2)) {  // one level deeper: the array is the value of a top-level key
+      piece += ch;
+      if (ch == '\n') piece += "    ";
+    }
+    put(piece);
+  }
+  put(req.jobs.empty() ? "[]" : "\n  ]");
+  put(frame.substr(at + 4) + "\n");  // after "null"
+}
+
+}  // namespace
+
+std::string plan_json(const PlanRequest& req, const Plan& plan, double solve_ms, int version) {
+  std::string text;
+  answer_text(req, plan, solve_ms, version, [&](const std::string& piece) { text += piece; });
+  return text;
+}
+
+void print_plan_json(std::FILE* out, const PlanRequest& req, const Plan& plan, double solve_ms, int version) {
+  answer_text(req, plan, solve_ms, version, [&](const std::string& piece) {
+    if (std::fwrite(piece.data(), 1, piece.size(), out) != piece.size())
+      throw Error(std::string("cannot write the plan: ") + std::strerror(errno));
+  });
+  if (std::fflush(out) != 0) throw Error(std::string("cannot write the plan: ") + std::strerror(errno));
 }
 
 std::string example_plan_request() {

@@ -15,6 +15,7 @@
 
 #include "csv.h"
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 #include "edp/core/random.h"
 
 namespace edp::autoscale {
@@ -555,8 +556,7 @@ std::vector<JobBound> job_bounds(const std::vector<TraceJob>& trace, const std::
 }
 
 void write_jobs_csv(const SimResult& r, const std::string& path) {
-  std::ofstream o(path);
-  if (!o) throw Error("cannot write " + path);
+  std::ostringstream o;
   o << "id,model,submit_s,req_gpus,ref_batch,duration_s,start_s,finish_s,jct_s,queue_s,rescales,gpu_seconds,work,"
        "done_work\n";
   char buf[512];
@@ -568,6 +568,7 @@ void write_jobs_csv(const SimResult& r, const std::string& path) {
                   j.rescales, j.gpu_seconds, j.work, j.done_work);
     o << buf;
   }
+  files::write_atomic(path, o.str());
 }
 
 std::string summary_json(const SimSummary& s) {
@@ -586,8 +587,7 @@ std::string summary_json(const SimSummary& s) {
 }
 
 void write_allocations_csv(const SimResult& r, const std::string& path) {
-  std::ofstream o(path);
-  if (!o) throw Error("cannot write " + path);
+  std::ostringstream o;
   // speedup: progress rate over the rate at the job's own configuration (its trace duration).
   o << "t_s,id,model,req_gpus,ref_batch,gpus,batch,samples_per_s,speedup,ranks_per_gpu\n";
   char buf[256];
@@ -599,13 +599,14 @@ void write_allocations_csv(const SimResult& r, const std::string& path) {
                   ref_rate > 0 ? a.samples_per_s / ref_rate : 0.0, a.ranks_per_gpu);
     o << buf;
   }
+  files::write_atomic(path, o.str());
 }
 
 void write_timeline_csv(const SimResult& r, const std::string& path) {
-  std::ofstream o(path);
-  if (!o) throw Error("cannot write " + path);
+  std::ostringstream o;
   o << "t_s,gpus_used,running,queued\n";
   for (const TimelinePoint& p : r.timeline) o << p.t << ',' << p.gpus_used << ',' << p.running << ',' << p.queued << '\n';
+  files::write_atomic(path, o.str());
 }
 
 }  // namespace edp::autoscale

@@ -80,7 +80,13 @@ class RealClient final : public SlurmClient {
   void spawn(const std::vector<std::string>& argv, const std::string& log) override {
     launch::fork_exec(argv, "edp-autoscale", [&log] {
       setsid();  // waits in Slurm's queue on its own; a signal to the controller does not reach it
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::unlink(log.c_str());  // a fresh log, never written through a planted link
+      int fd = -1;
+      try {
+        fd = files::open_append(log);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "edp-autoscale: %s\n", e.what());
+      }
       const int nul = ::open("/dev/null", O_RDONLY);
       if (nul >= 0) dup2(nul, 0);
       if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
@@ -294,7 +300,12 @@ void SlurmBackend::follow_grow(Job& j) {
   SchedJob& g = j.sched_grow;
   if (g.state.empty() || g.state == "REFUSED") return;
   if (g.id.empty()) {
-    const std::string log = files::read_file_if_exists(dir(j) + "/grow.log").value_or("");
+    std::string log;
+    try {
+      log = files::read_file_if_exists(dir(j) + "/grow.log", files::kRecordLimit).value_or("");
+    } catch (const DataError& e) {
+      log = std::string("error: ") + e.what();
+    }
     if (const std::string id = grow_id(dir(j) + "/grow.log"); !id.empty()) {
       g.id = id;
       ours_.insert(g.id);
@@ -422,7 +433,11 @@ void SlurmBackend::assign(Job& j, int workers, const std::vector<Job>&) {
 }
 
 std::string SlurmBackend::grow_id(const std::string& log) {
-  const std::string text = files::read_file_if_exists(log).value_or("");
+  std::string text;
+  try {
+    text = files::read_file_if_exists(log, files::kRecordLimit).value_or("");
+  } catch (const DataError&) {
+  }
   const std::string key = "job allocation ";  // salloc: "Pending job allocation 17", "Granted job allocation 17"
   const size_t at = text.find(key);
   if (at == std::string::npos) return "";
@@ -558,7 +573,7 @@ std::string SlurmBackend::batch_script(const Job& j, const std::vector<std::stri
 
 void SlurmBackend::start(Job& j, const std::vector<std::string>& launch) {
   const fs::path d = dir(j);
-  fs::create_directories(d);
+  files::make_dir(d.string(), "job directory");
   fs::remove(d / "exit.json");
   files::write_atomic((d / "job.sbatch").string(), batch_script(j, launch));
   fs::permissions(d / "job.sbatch", fs::perms::owner_exec, fs::perm_options::add);

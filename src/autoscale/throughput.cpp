@@ -4,6 +4,8 @@
 // miss matters on a 50 ms step, not on a 2 s one.
 #include "edp/autoscale/throughput.h"
 
+#include <unistd.h>
+
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
@@ -213,8 +215,7 @@ std::vector<ModelProfile> load_model_profiles(const std::string& dir) {
 
   // Gradient noise scale: the median over the init-batch run's epochs of M0 * var / sqr.
   const std::string gs = dir + "/convergence_gradstats.csv";
-  if (FILE* probe = std::fopen(gs.c_str(), "rb")) {
-    std::fclose(probe);
+  if (::access(gs.c_str(), F_OK) == 0) {
     detail::CsvFile f(gs);
     const size_t cm = f.column("model"), cb = f.column("batch_size"), cq = f.column("grad_sqr"),
                  cv = f.column("grad_var");

@@ -95,6 +95,26 @@ Options& Options::choices(std::vector<std::string> words) {
   return *this;
 }
 
+Options& Options::run_setting() {
+  EDP_CHECK(!opts_.empty(), "run_setting() needs an option before it");
+  opts_.back().def.run_setting = true;
+  return *this;
+}
+
+Options& Options::add_accept_config_change() {
+  add_flag("accept-config-change",
+           "resume from a checkpoint written with other settings of the training (a deliberate change, e.g. of "
+           "--lr); the run's own settings (how long, how often, where) may change without it");
+  return run_setting();
+}
+
+std::vector<std::string> Options::run_settings() const {
+  std::vector<std::string> out;
+  for (const Opt& o : opts_)
+    if (o.def.run_setting) out.push_back("--" + o.def.name);
+  return out;
+}
+
 Options& Options::add_positional(const std::string& name, const std::string& help, bool required) {
   positionals_.push_back(Positional{name, help, "", required, false});
   return *this;
@@ -154,7 +174,15 @@ ParseResult Options::try_parse(int argc, char** argv) {
       break;
     }
     if (a == "--help" || a == "-h") return ParseResult{ParseResult::Help, ""};
-    if (a.rfind("--", 0) == 0) given.push_back(a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2));
+    if (a.rfind("--", 0) == 0) {
+      const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+      // Given twice, one of the two values would silently win (or the second would be taken for a
+      // value of the first): refused, naming it.
+      if (std::find(given.begin(), given.end(), name) != given.end() &&
+          std::any_of(opts_.begin(), opts_.end(), [&](const Opt& o) { return o.def.name == name; }))
+        return ParseResult{ParseResult::Error, "option --" + name + " is given twice; give it once"};
+      given.push_back(name);
+    }
     args.push_back(argv[i]);
   }
   CLI::App app{description_, program_};

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "edp/config.h"
 
@@ -33,7 +36,10 @@ __attribute__((target("arch=x86-64"))) bool has(const char* f) {
   if (!std::strcmp(f, "avx2")) return __builtin_cpu_supports("avx2");
   if (!std::strcmp(f, "fma")) return __builtin_cpu_supports("fma");
   if (!std::strcmp(f, "bmi2")) return __builtin_cpu_supports("bmi2");
-  if (!std::strcmp(f, "f16c")) return __builtin_cpu_supports("f16c");
+  if (!std::strcmp(f, "f16c")) {  // CPUID.1:ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c")
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+  }
   if (!std::strcmp(f, "avx512f")) return __builtin_cpu_supports("avx512f");
   if (!std::strcmp(f, "avx512bw")) return __builtin_cpu_supports("avx512bw");
   if (!std::strcmp(f, "avx512cd")) return __builtin_cpu_supports("avx512cd");

@@ -30,17 +30,43 @@ std::string range_text(double lo, double hi) {
 
 }  // namespace
 
-Json parse(const std::string& text, const std::string& where) {
+std::string shown(const Json& v) {
+  std::string s = v.dump();
+  if (s.size() > 120) s = s.substr(0, 100) + "... (" + std::to_string(s.size()) + " characters)";
+  return s;
+}
+
+namespace {
+
+// The parser of parse() and parse_each(). With `key`, the elements of the root object's array
+// field `key` are dropped from the tree as soon as each is complete, after being handed to `each`
+// when it is given.
+Json parse_impl(const std::string& text, const std::string& where, const std::string* key,
+                const std::function<void(size_t, const Json&)>* each) {
   // A stack of the keys seen in each open object: a repeated key is refused (nlohmann keeps the
   // last one silently, so a request that says "gpus" twice would mean whichever came last).
   std::vector<std::set<std::string>> keys;
-  std::string duplicate;
-  const Json::parser_callback_t watch = [&](int /*depth*/, Json::parse_event_t ev, Json& parsed) {
-    if (ev == Json::parse_event_t::object_start) keys.emplace_back();
-    else if (ev == Json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    else if (ev == Json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
+  std::string duplicate, root_key;
+  bool in_target = false;
+  size_t index = 0;
+  const Json::parser_callback_t watch = [&](int depth, Json::parse_event_t ev, Json& parsed) {
+    using E = Json::parse_event_t;
+    if ((ev == E::object_start || ev == E::array_start) && depth >= kMaxDepth)
+      throw DataError(where + ": nested more than " + std::to_string(kMaxDepth) +
+                      " arrays or objects deep; no document edp reads is");
+    if (ev == E::object_start) keys.emplace_back();
+    else if (ev == E::object_end && !keys.empty()) keys.pop_back();
+    else if (ev == E::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
              duplicate.empty())
       duplicate = parsed.get<std::string>();
+    if (!key) return true;
+    if (ev == E::key && depth == 1) root_key = parsed.get<std::string>();
+    if (depth == 1 && ev == E::array_start) in_target = root_key == *key && keys.size() == 1;
+    if (depth == 1 && ev == E::array_end) in_target = false;
+    if (in_target && depth == 2 && (ev == E::object_end || ev == E::array_end || ev == E::value)) {
+      if (each) (*each)(index++, parsed);
+      return false;  // not kept in the tree
+    }
     return true;
   };
   Json j;
@@ -56,8 +82,27 @@ Json parse(const std::string& text, const std::string& where) {
   return j;
 }
 
+}  // namespace
+
+Json parse(const std::string& text, const std::string& where) { return parse_impl(text, where, nullptr, nullptr); }
+
+void parse_each(const std::string& text, const std::string& where, const std::string& key,
+                const std::function<void(const Json& header)>& header,
+                const std::function<void(size_t index, const Json& element)>& each) {
+  header(parse_impl(text, where, &key, nullptr));
+  parse_impl(text, where, &key, &each);
+}
+
+std::optional<Json> try_parse(const std::string& text) {
+  try {
+    return parse(text, "");
+  } catch (const DataError&) {
+    return std::nullopt;
+  }
+}
+
 Fields::Fields(const Json& obj, std::string where) : obj_(obj), where_(std::move(where)) {
-  if (!obj_.is_object()) throw DataError(where_ + ": must be a JSON object, got " + obj_.dump());
+  if (!obj_.is_object()) throw DataError(where_ + ": must be a JSON object, got " + shown(obj_));
 }
 
 void Fields::allow(std::initializer_list<std::string_view> names) const {
@@ -81,7 +126,7 @@ const Json& Fields::need(std::string_view key) const {
 }
 
 int64_t Fields::to_integer(std::string_view key, const Json& v, int64_t lo, int64_t hi) const {
-  const std::string want = "must be an integer in " + range_text(double(lo), double(hi)) + ", got " + v.dump();
+  const std::string want = "must be an integer in " + range_text(double(lo), double(hi)) + ", got " + shown(v);
   if (!v.is_number_integer()) fail(key, want);
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) fail(key, want);
   const int64_t x = v.get<int64_t>();
@@ -90,12 +135,12 @@ int64_t Fields::to_integer(std::string_view key, const Json& v, int64_t lo, int6
 }
 
 double Fields::to_number(std::string_view key, const Json& v, double lo, double hi) const {
-  if (!v.is_number()) fail(key, "must be a number, got " + v.dump());
+  if (!v.is_number()) fail(key, "must be a number, got " + shown(v));
   const double x = v.get<double>();
   const int cls = std::fpclassify(x);
-  if (cls == FP_SUBNORMAL) fail(key, "must be a normal number, got the denormal " + v.dump());
+  if (cls == FP_SUBNORMAL) fail(key, "must be a normal number, got the denormal " + shown(v));
   if (!std::isfinite(x) || x < lo || x > hi)
-    fail(key, "must be a finite number in " + range_text(lo, hi) + ", got " + v.dump());
+    fail(key, "must be a finite number in " + range_text(lo, hi) + ", got " + shown(v));
   return x;
 }
 
@@ -112,7 +157,7 @@ double Fields::number(std::string_view key, double lo, double hi, double def) co
 
 std::string Fields::text(std::string_view key) const {
   const Json& v = need(key);
-  if (!v.is_string()) fail(key, "must be a string, got " + v.dump());
+  if (!v.is_string()) fail(key, "must be a string, got " + shown(v));
   return v.get<std::string>();
 }
 std::string Fields::text(std::string_view key, const std::string& def) const { return has(key) ? text(key) : def; }
@@ -120,13 +165,13 @@ std::string Fields::text(std::string_view key, const std::string& def) const { r
 bool Fields::boolean(std::string_view key, bool def) const {
   if (!has(key)) return def;
   const Json& v = obj_.at(std::string(key));
-  if (!v.is_boolean()) fail(key, "must be true or false, got " + v.dump());
+  if (!v.is_boolean()) fail(key, "must be true or false, got " + shown(v));
   return v.get<bool>();
 }
 
 Fields Fields::object(std::string_view key) const {
   const Json& v = need(key);
-  if (!v.is_object()) fail(key, "must be a JSON object, got " + v.dump());
+  if (!v.is_object()) fail(key, "must be a JSON object, got " + shown(v));
   return Fields(v, where_ + ": field '" + std::string(key) + "'");
 }
 
@@ -137,14 +182,14 @@ std::optional<Fields> Fields::object_if(std::string_view key) const {
 
 const Json& Fields::array(std::string_view key) const {
   const Json& v = need(key);
-  if (!v.is_array()) fail(key, "must be an array, got " + v.dump());
+  if (!v.is_array()) fail(key, "must be an array, got " + shown(v));
   return v;
 }
 
 Fields Fields::element(std::string_view key, size_t i) const {
   const Json& a = array(key);
   const std::string name = std::string(key) + "[" + std::to_string(i) + "]";
-  if (!a.at(i).is_object()) fail(name, "must be a JSON object, got " + a.at(i).dump());
+  if (!a.at(i).is_object()) fail(name, "must be a JSON object, got " + shown(a.at(i)));
   return Fields(a.at(i), where_ + ": field '" + name + "'");
 }
 

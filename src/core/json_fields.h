@@ -5,9 +5,13 @@
 // (the parser keeps the last), and gives syntax errors with their line and column. Numbers must be
 // finite and normal (a denormal such as 5e-324 is refused: no real quantity is that small, and
 // dividing by one overflows), integers must be integers (1.5 and 1e30 are not) within their range.
+// Nesting deeper than kMaxDepth arrays and objects is refused while parsing (no document edp
+// reads needs more than a handful; a deep one would cost stack and memory in whoever walks it);
+// the size of a document is limited where it is read (files::read_file's limits).
 // Every error is an edp::DataError.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -18,8 +22,24 @@ namespace edp::json_fields {
 
 using Json = nlohmann::json;
 
+constexpr int kMaxDepth = 64;
+
 // Parses `text`; `where` names the document in errors ("plan request req.json").
 Json parse(const std::string& text, const std::string& where);
+// Parses `text` like parse() but never holds the elements of the top-level array field `key` (a
+// plan request's "jobs") all at once: first the document without them is handed to `header` (the
+// array is there, empty), then each element, in order, to `each` — so that reading an element
+// may depend on any other field wherever it stands in the text (the text is parsed twice). A
+// document of 10^5 jobs never exists whole as a tree.
+void parse_each(const std::string& text, const std::string& where, const std::string& key,
+                const std::function<void(const Json& header)>& header,
+                const std::function<void(size_t index, const Json& element)>& each);
+// The same for readers that skip what does not parse (a torn line, a record being written):
+// nullopt instead of an error.
+std::optional<Json> try_parse(const std::string& text);
+
+// A value as errors show it: its JSON text, shortened beyond about a hundred characters.
+std::string shown(const Json& v);
 
 // One JSON object and where it is, with typed, range-checked access to its fields.
 class Fields {

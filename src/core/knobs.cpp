@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -79,7 +80,7 @@ const std::vector<Knob> kKnobs = {
     {"EDP_COMM_TIMEOUT", Type::Double, "300",
      "Seconds a collective may wait for the other ranks before the stall inspector reports who has "
      "not arrived (the collective, bucket and step) and ends the job with exit code 76 (0: wait forever).",
-     "comm", "", kNoMin, kNoMax},
+     "comm", "", 0, kNoMax},
     {"EDP_HOST_SHM", Type::Enum, "auto",
      "The MPI backend's data path between ranks on one host: edp's own shared memory (`auto`; the same for "
      "ranks started together and for ranks an in-place grow started later), or MPI's (`off`: Open MPI 4.1 "
@@ -180,7 +181,7 @@ const std::vector<Knob> kKnobs = {
      "Seconds an in-place grow waits for MPI_Comm_spawn to start and connect its new ranks (not for their "
      "setup) before it gives the grow up: the job goes on at its size and grows by restart from then on "
      "(0: wait forever).",
-     "elastic", "", kNoMin, kNoMax, false},
+     "elastic", "", 0, kNoMax, false},
     {"EDP_SPAWN_WRAPPER", Type::String, "",
      "A command the new ranks of an in-place grow are started through, words separated by spaces, followed by "
      "the program and its arguments (edprun sets its rank shim, `edprun --rank-exec --`; empty: the program "
@@ -241,7 +242,10 @@ std::string expectation(const Knob& k) {
       if (k.min != kNoMin && k.max != kNoMax) return detail::concat("an integer from ", k.min, " to ", k.max);
       if (k.min != kNoMin) return detail::concat("an integer >= ", k.min);
       return "an integer";
-    case Type::Double: return "a number";
+    case Type::Double:
+      if (k.min != kNoMin && k.max != kNoMax) return detail::concat("a finite number from ", k.min, " to ", k.max);
+      if (k.min != kNoMin) return detail::concat("a finite number >= ", k.min);
+      return "a finite number";
     case Type::Enum: {
       std::string c = k.choices;
       for (auto& ch : c)
@@ -281,7 +285,8 @@ int64_t parse_int(const Knob& k, const std::string& v) {
 double parse_double(const Knob& k, const std::string& v) {
   char* end = nullptr;
   const double r = std::strtod(v.c_str(), &end);
-  if (v.empty() || !end || *end) bad(k, v);
+  if (v.empty() || !end || *end || !std::isfinite(r)) bad(k, v);
+  if ((k.min != kNoMin && r < static_cast<double>(k.min)) || (k.max != kNoMax && r > static_cast<double>(k.max))) bad(k, v);
   return r;
 }
 
@@ -351,6 +356,20 @@ std::string get_string(std::string_view name, const std::string& fallback) {
   return v.empty() ? fallback : check_enum(k, v);
 }
 
+void check_environment() {
+  for (const Knob& k : kKnobs) {
+    const std::string v = raw(k.name);
+    if (v.empty()) continue;
+    switch (k.type) {
+      case Type::Bool: (void)parse_bool(k, v); break;
+      case Type::Int: (void)parse_int(k, v); break;
+      case Type::Double: (void)parse_double(k, v); break;
+      case Type::Enum: (void)check_enum(k, v); break;
+      case Type::String: break;
+    }
+  }
+}
+
 const char* type_name(Type t) {
   switch (t) {
     case Type::Bool: return "bool";
@@ -376,7 +395,7 @@ std::string markdown() {
       for (auto& ch : c)
         if (ch == '|') ch = ',';
       type += " (" + c + ")";
-    } else if (k.type == Type::Int && (k.min != kNoMin || k.max != kNoMax)) {
+    } else if ((k.type == Type::Int || k.type == Type::Double) && (k.min != kNoMin || k.max != kNoMax)) {
       if (k.max == kNoMax)
         type += detail::concat(" (>= ", k.min, ")");
       else

@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "edp/core/error.h"
 #include "edp/core/knobs.h"
+#include "edp/core/files.h"
 #include "edp/core/log.h"
 
 namespace edp {
@@ -78,11 +80,7 @@ void Timeline::close() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!enabled_) return;
   enabled_ = false;
-  std::ofstream f(path_);
-  if (!f) {
-    log::error("cannot write timeline ", path_);
-    return;
-  }
+  std::ostringstream f;
   // One event per line (diff- and grep-friendly), in the layout `"key": value`.
   using json = nlohmann::ordered_json;
   f << "{\"traceEvents\": [\n"
@@ -97,6 +95,11 @@ void Timeline::close() {
     f << ",\n" << line(e);
   }
   f << "\n]}\n";
+  std::string why;
+  if (!files::try_write_atomic(path_, f.str(), &why)) {
+    log::error("cannot write timeline ", path_, ": ", why);
+    return;
+  }
   log::info("timeline written to ", path_, " (", events_.size(), " events)");
   events_.clear();
 }

@@ -1,6 +1,8 @@
 // CIFAR-10 binary version: each file is a run of 3073-byte records (1 label byte, then 1024
 // red, 1024 green and 1024 blue bytes of a 32x32 image). Sizes and labels are checked before
 // anything is trusted; the whole file is read at once (30 MiB per official batch).
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -8,6 +10,7 @@
 #include <memory>
 
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 #include "internal.h"
 
 namespace edp::data {
@@ -30,9 +33,8 @@ struct FileCloser {
 // Size of a CIFAR-10 file, checked to be a positive whole number of records.
 int64_t checked_size(const std::string& path) {
   detail::check_input_file(path, kCifarHint);
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) throw DataError(concat(path, ": cannot read its size: ", ec.message()));
+  uint64_t size = 0;
+  ::close(files::open_regular(path, "", &size));  // a regular file (a FIFO would block)
   const int64_t n = static_cast<int64_t>(size);
   if (n == 0 || n % kRecord != 0)
     throw DataError(concat(path, ": size ", n, " bytes is not a positive multiple of the ",
@@ -61,8 +63,12 @@ std::shared_ptr<TensorDataset> load_cifar10_files(const std::vector<std::string>
   std::vector<uint8_t> buf;
   for (size_t fi = 0; fi < files.size(); ++fi) {
     const std::string& path = files[fi];
-    std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-    if (!f) throw DataError(concat(path, ": cannot open: ", std::strerror(errno)));
+    const int fd = files::open_regular(path, "");
+    std::unique_ptr<std::FILE, FileCloser> f(::fdopen(fd, "rb"));
+    if (!f) {
+      ::close(fd);
+      throw DataError(concat(path, ": cannot open: ", std::strerror(errno)));
+    }
     buf.resize(static_cast<size_t>(sizes[fi]));
     const size_t got = std::fread(buf.data(), 1, buf.size(), f.get());
     if (got != buf.size())

@@ -3,6 +3,7 @@
 // data, a header announcing absurd sizes, a damaged gzip stream — ends in a DataError that names
 // the file, what was expected and what was found. Nothing is allocated from header sizes alone
 // beyond a bounded first chunk: data is read incrementally, so a lying header fails at EOF.
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -11,11 +12,12 @@
 #include <cstring>
 #include <sys/stat.h>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 
 #include "edp/core/error.h"
 #include "edp/core/knobs.h"
 #include "edp/core/files.h"
+#include "edp/core/log.h"
 #include "internal.h"
 
 namespace edp::data {
@@ -57,11 +59,15 @@ class GzReader {
  public:
   explicit GzReader(const std::string& path) : path_(path) {
     detail::check_input_file(path, detail::idx_missing_hint(path));
+    // A regular file only, opened without blocking (a FIFO or a device would block or never end).
+    const int fd = files::open_regular(path, "");
     errno = 0;
-    f_ = gzopen(path.c_str(), "rb");
-    if (!f_)
+    f_ = gzdopen(fd, "rb");
+    if (!f_) {
+      ::close(fd);
       throw DataError(concat(path, ": cannot open: ",
                              errno ? std::strerror(errno) : "zlib could not allocate its state"));
+    }
     gzbuffer(f_, 1u << 18);
   }
   ~GzReader() {
@@ -217,47 +223,142 @@ namespace {
 // A decoded copy of a gzip IDX image file in EDP_DATA_CACHE (edprun points it at its job
 // directory, which lives as long as the job): a restart, or the new ranks of a grow, read the
 // bytes there instead of decompressing the file again (0.4-0.5 s for Fashion-MNIST's training
-// images, most of a rank's start). The copy is named by the source's path, size and modification
-// time, so a changed source is decoded again; a copy that does not read back whole is ignored.
-constexpr char kCacheMagic[8] = {'E', 'D', 'P', 'I', 'D', 'X', 'C', '1'};
+// images, most of a rank's start). The copy is named by the source's content — a 64-bit hash of
+// its bytes (files::fnv1a64) and its size — so a source replaced by another one (whatever its
+// modification time) is decoded again, and it carries the CRC-32 of its pixels: a copy that does
+// not read back whole and unchanged is never used; it is decoded again, with a warning. (Not the
+// CRC-32 of the source for its name: CRC-32 is linear, and a gzip file ends with the CRC-32 of what
+// it holds, so two stored-block gzip files of one length have the same CRC-32.)
+//
+// Format (little-endian): "EDPIDXC2", i64 count, i64 rows, i64 cols, u64 source hash, u64 source
+// size, u32 CRC-32 of the pixels, u32 0, then count*rows*cols pixel bytes.
+constexpr char kCacheMagic[8] = {'E', 'D', 'P', 'I', 'D', 'X', 'C', '2'};
+constexpr size_t kCacheHeader = 56;
 
-IdxImages read_idx_images_cached(const std::string& path) {
-  const std::string dir = knobs::get_string("EDP_DATA_CACHE");
-  struct stat st {};
-  std::error_code ec;
-  if (dir.empty() || path.size() < 3 || path.substr(path.size() - 3) != ".gz" || ::stat(path.c_str(), &st) != 0 ||
-      !std::filesystem::is_directory(dir, ec))  // absent (e.g. on a host other than edprun's): no copy
-    return read_idx_images(path);
-  const std::string key = std::filesystem::weakly_canonical(path, ec).string() + "|" + std::to_string(st.st_size) + "|" +
-                          std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (const char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  char name[40];
-  std::snprintf(name, sizeof name, "idx-%016llx.u8", static_cast<unsigned long long>(h));
-  const std::string copy = dir + "/" + name;
-  if (std::ifstream in{copy, std::ios::binary}) {  // the header, then the pixels straight into place
-    char magic[8] = {};
-    IdxImages img;
-    in.read(magic, 8);
-    in.read(reinterpret_cast<char*>(&img.count), 8);
-    in.read(reinterpret_cast<char*>(&img.rows), 8);
-    in.read(reinterpret_cast<char*>(&img.cols), 8);
-    const auto bytes = std::filesystem::file_size(copy, ec);
-    if (in && !ec && std::memcmp(magic, kCacheMagic, 8) == 0 && img.count >= 0 && img.rows > 0 && img.cols > 0 &&
-        static_cast<int64_t>(bytes) - 32 == img.count * img.rows * img.cols) {
-      img.pixels.resize(static_cast<size_t>(bytes - 32));
-      in.read(reinterpret_cast<char*>(img.pixels.data()), static_cast<std::streamsize>(img.pixels.size()));
-      if (in) return img;
-    }
+// The source's content key: its hash and size, read through (a regular file only).
+bool source_key(const std::string& path, uint64_t& hash, uint64_t& size) {
+  int fd = -1;
+  try {
+    fd = files::open_regular(path, "", &size);
+  } catch (const DataError&) {
+    return false;  // read_idx_images reports it
   }
-  IdxImages img = read_idx_images(path);
-  std::string out(32 + img.pixels.size(), '\0');
+  hash = files::fnv1a64(nullptr, 0);
+  std::vector<char> buf(size_t{1} << 20);
+  uint64_t total = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    hash = files::fnv1a64(buf.data(), static_cast<size_t>(n), hash);
+    total += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  return total == size;
+}
+
+}  // namespace
+
+namespace detail {
+
+std::optional<IdxImages> read_decoded_cache(const std::string& copy, uint64_t src_hash, uint64_t src_size,
+                                            std::string& why) {
+  uint64_t size = 0;
+  int fd = -1;
+  try {
+    fd = files::open_regular(copy, "", &size);
+  } catch (const DataError& e) {
+    why = e.what();
+    return std::nullopt;
+  }
+  auto fail = [&](const std::string& w) {
+    ::close(fd);
+    why = w;
+    return std::nullopt;
+  };
+  auto read_all = [&](void* dst, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = ::read(fd, static_cast<char*>(dst) + got, n - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    return got == n;
+  };
+  uint8_t h[kCacheHeader];
+  if (size < kCacheHeader || !read_all(h, kCacheHeader)) return fail(concat(size, " bytes, shorter than its header"));
+  if (std::memcmp(h, kCacheMagic, 8) != 0) return fail("not a decoded copy of this format (no EDPIDXC2 magic)");
+  IdxImages img;
+  uint64_t hash_src = 0, len_src = 0;
+  uint32_t crc_px = 0, reserved = 0;
+  std::memcpy(&img.count, h + 8, 8);
+  std::memcpy(&img.rows, h + 16, 8);
+  std::memcpy(&img.cols, h + 24, 8);
+  std::memcpy(&hash_src, h + 32, 8);
+  std::memcpy(&len_src, h + 40, 8);
+  std::memcpy(&crc_px, h + 48, 4);
+  std::memcpy(&reserved, h + 52, 4);
+  if (hash_src != src_hash || len_src != src_size) return fail("made from another version of the source");
+  if (reserved != 0) return fail("not a decoded copy of this format (bytes 52-55 are not 0)");
+  if (img.count < 0 || img.rows < 1 || img.rows > kMaxSide || img.cols < 1 || img.cols > kMaxSide ||
+      img.count > kMaxPayload / (img.rows * img.cols))
+    return fail(concat("implausible sizes ", img.count, " x ", img.rows, " x ", img.cols, " in its header"));
+  const uint64_t pixels = static_cast<uint64_t>(img.count * img.rows * img.cols);
+  if (size != kCacheHeader + pixels)
+    return fail(concat(size, " bytes, but its header announces ", kCacheHeader + pixels));
+  img.pixels.resize(static_cast<size_t>(pixels));
+  if (!read_all(img.pixels.data(), img.pixels.size())) return fail("it ended early (did it change while read?)");
+  ::close(fd);
+  const uint32_t actual = files::crc32(img.pixels.data(), img.pixels.size());
+  if (actual != crc_px) {
+    char msg[96];
+    std::snprintf(msg, sizeof msg, "checksum mismatch (stored %08x, computed %08x over the pixels)", crc_px, actual);
+    why = msg;
+    return std::nullopt;
+  }
+  return img;
+}
+
+std::string encode_decoded_cache(const IdxImages& img, uint64_t src_hash, uint64_t src_size) {
+  std::string out(kCacheHeader + img.pixels.size(), '\0');
+  const uint32_t crc_px = files::crc32(img.pixels.data(), img.pixels.size());
   std::memcpy(out.data(), kCacheMagic, 8);
   std::memcpy(out.data() + 8, &img.count, 8);
   std::memcpy(out.data() + 16, &img.rows, 8);
   std::memcpy(out.data() + 24, &img.cols, 8);
-  if (!img.pixels.empty()) std::memcpy(out.data() + 32, img.pixels.data(), img.pixels.size());
-  files::try_write_atomic(copy, out);  // a cache: a copy that cannot be written is simply not used
+  std::memcpy(out.data() + 32, &src_hash, 8);
+  std::memcpy(out.data() + 40, &src_size, 8);
+  std::memcpy(out.data() + 48, &crc_px, 4);
+  if (!img.pixels.empty()) std::memcpy(out.data() + kCacheHeader, img.pixels.data(), img.pixels.size());
+  return out;
+}
+
+}  // namespace detail
+
+namespace {
+
+IdxImages read_idx_images_cached(const std::string& path) {
+  const std::string dir = knobs::get_string("EDP_DATA_CACHE");
+  std::error_code ec;
+  uint64_t hash = 0, size = 0;
+  if (dir.empty() || path.size() < 3 || path.substr(path.size() - 3) != ".gz" ||
+      !std::filesystem::is_directory(dir, ec) ||  // absent (e.g. on a host other than edprun's): no copy
+      !source_key(path, hash, size))
+    return read_idx_images(path);
+  char name[56];
+  std::snprintf(name, sizeof name, "idx-%016llx-%llx.u8", static_cast<unsigned long long>(hash),
+                static_cast<unsigned long long>(size));
+  const std::string copy = dir + "/" + name;
+  std::string why;
+  if (std::optional<IdxImages> img = detail::read_decoded_cache(copy, hash, size, why)) return std::move(*img);
+  if (::access(copy.c_str(), F_OK) == 0)
+    log::warn("the decoded copy ", copy, " of ", path, " is not used: ", why, "; decoding the source again");
+  IdxImages img = read_idx_images(path);
+  // A cache: a copy that cannot be written is simply not used (the checksum catches a torn one).
+  std::string werr;
+  if (!files::try_write_atomic(copy, detail::encode_decoded_cache(img, hash, size), &werr))
+    log::debug("no decoded copy of ", path, ": ", werr);
   return img;
 }
 

@@ -2,6 +2,7 @@
 // normalised floats and describing a missing input file in a way the user can act on.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,13 @@ void bytes_to_features(const uint8_t* src, int64_t samples, int64_t channels, in
 // "<path>: file not found" plus what to do (the Debian package for the Fashion-MNIST default
 // folder, the download address otherwise); "<path>: is a directory" etc. Throws DataError.
 void check_input_file(const std::string& path, const std::string& hint);
+
+// The decoded-data cache of IDX images (idx.cpp): the copy at `copy` if it was made from a source
+// with this content hash (files::fnv1a64) and size and its pixels' checksum holds; nullopt with
+// the reason otherwise.
+std::optional<IdxImages> read_decoded_cache(const std::string& copy, uint64_t src_hash, uint64_t src_size,
+                                            std::string& why);
+std::string encode_decoded_cache(const IdxImages& img, uint64_t src_hash, uint64_t src_size);
 
 // The hint for IDX files: apt-get for the Debian Fashion-MNIST folder, else the dataset's site.
 std::string idx_missing_hint(const std::string& path);

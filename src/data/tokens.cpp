@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 #include "internal.h"
 
 namespace edp::data {
@@ -49,28 +50,18 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& ids, 
     put_le<uint32_t>(bytes, static_cast<uint32_t>(ids[i]));
     bytes.resize(bytes.size() - (4 - width));  // keep the low `width` bytes
   }
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw DataError(concat(tmp, ": cannot create (", std::strerror(errno), ")"));
-  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0 &&
-                  ::fsync(fileno(f)) == 0;
-  std::fclose(f);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw DataError(concat(path, ": cannot write the token file (", std::strerror(errno), ")"));
+  try {
+    files::write_atomic(path, bytes);
+  } catch (const Error& e) {
+    throw DataError(concat(path, ": cannot write the token file: ", e.what()));
   }
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
   detail::check_input_file(path, "make one with scripts/prepare_text_corpus.sh or data::write_token_file");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw DataError(concat(path, ": cannot open (", std::strerror(errno), ")"));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw DataError(concat(path, ": cannot stat (", std::strerror(errno), ")"));
-  }
-  map_bytes_ = static_cast<size_t>(st.st_size);
+  uint64_t size = 0;
+  const int fd = files::open_regular(path, "", &size);  // a regular file (a FIFO cannot be mapped)
+  map_bytes_ = static_cast<size_t>(size);
   if (map_bytes_ < kHeader) {
     ::close(fd);
     throw DataError(concat(path, ": ", map_bytes_, " bytes, shorter than the ", kHeader,
@@ -90,11 +81,18 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   vocab_ = read_le<uint32_t>(map_ + 12);
   count_ = static_cast<int64_t>(read_le<uint64_t>(map_ + 16));
   if (width_ != 1 && width_ != 2 && width_ != 4) fail(concat("byte 8: ", width_, " bytes per token (1, 2 or 4)"));
-  if (vocab_ < 1) fail("byte 12: vocabulary size 0");
+  if (vocab_ < 1 || vocab_ > (int64_t{1} << 31)) fail(concat("byte 12: vocabulary size ", vocab_, " (1 to 2^31)"));
   const uint64_t want = kHeader + static_cast<uint64_t>(count_) * static_cast<uint64_t>(width_);
-  if (count_ < 0 || want != map_bytes_)
+  if (count_ < 0 || static_cast<uint64_t>(count_) > (map_bytes_ - kHeader) / static_cast<size_t>(width_) ||
+      want != map_bytes_)
     fail(concat("byte 16: the header announces ", count_, " tokens (", want, " bytes) but the file has ",
                 map_bytes_, " bytes"));
+  // Every id is checked once, here: a token outside the vocabulary would index past the model's
+  // embedding (or train on garbage) long after the file was accepted.
+  for (int64_t i = 0; i < count_; ++i)
+    if (const int32_t v = at(i); v < 0 || v >= vocab_)
+      fail(concat("byte ", kHeader + static_cast<size_t>(i) * static_cast<size_t>(width_), ": token ", i, " is ",
+                  static_cast<uint32_t>(v), ", outside the vocabulary [0, ", vocab_, ") the header declares"));
 }
 
 TokenFile::~TokenFile() {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_fields.h"
 #include "edp/comm/communicator.h"
 #include "edp/core/error.h"
 #include "edp/core/files.h"
@@ -26,33 +27,26 @@ namespace edp::elastic {
 
 namespace {
 
-// The control file's bytes, opened without blocking and read only if it is a regular file: a FIFO
-// or a device given as the control file would block rank 0 (and so the whole job) until the
-// communication timeout.
+// The control file's bytes: a regular file only (a FIFO or a device given as the control file
+// would block rank 0, and so the whole job, until the communication timeout), at most a record's
+// size (files::kRecordLimit).
 std::string read_control_text(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw DataError("control file " + path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    const char* kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "not a regular file";
-    throw DataError("control file " + path + ": " + kind +
-                    "; a controller writes the request to a regular file (a temporary file renamed over it)");
+  try {
+    return files::read_file(path, files::kRecordLimit);
+  } catch (const DataError& e) {
+    std::string why = e.what();
+    if (why.rfind(path + ": ", 0) == 0) why = why.substr(path.size() + 2);
+    throw DataError("control file " + path + ": " + why +
+                    (why.find("not a regular file") != std::string::npos
+                         ? "; a controller writes the request to a regular file (a temporary file renamed over it)"
+                         : ""));
   }
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < (1u << 20);) text.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return text;
 }
 
+}  // namespace
+
 RescaleRequest parse_control(const std::string& text, const std::string& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw DataError("control file " + path + ": malformed JSON: " + e.what());
-  }
+  const nlohmann::json j = json_fields::parse(text, "control file " + path);
   if (!j.is_object()) throw DataError("control file " + path + ": expected a JSON object {\"workers\": N, ...}");
   RescaleRequest r;
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -61,7 +55,7 @@ RescaleRequest parse_control(const std::string& text, const std::string& path) {
       throw DataError("control file " + path + ": unknown field '" + k + "' (known: workers, global_batch, stop)");
     if (k == "stop" ? !it->is_boolean() : !it->is_number_integer())
       throw DataError("control file " + path + ": '" + k + "' must be " + (k == "stop" ? "true or false" : "an integer") +
-                      ", got " + it->dump());
+                      ", got " + json_fields::shown(*it));
   }
   r.stop = j.value("stop", false);
   if (!j.contains("workers")) {
@@ -81,8 +75,6 @@ RescaleRequest parse_control(const std::string& text, const std::string& path) {
   }
   return r;
 }
-
-}  // namespace
 
 RescaleRequest read_control_file(const std::string& path) { return parse_control(read_control_text(path), path); }
 

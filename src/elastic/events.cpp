@@ -7,9 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/json_fields.h"
 #include "edp/core/files.h"
 #include "edp/core/knobs.h"
 #include "edp/core/log.h"
@@ -49,23 +49,25 @@ void append_event(const MembershipEvent& e) {
     j["samples_per_s"] = e.samples_per_s;
   }
   const std::string line = j.dump() + "\n";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    log::warn("cannot append to the events file ", path, ": ", std::strerror(errno));
-    return;
+  try {
+    files::append(path, line);  // one write(2) with O_APPEND; never through a symbolic link
+  } catch (const Error& e) {
+    log::warn("cannot append to the events file: ", e.what());
   }
-  if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
-    log::warn("cannot append to the events file ", path, ": ", std::strerror(errno));
-  ::close(fd);
 }
 
-std::vector<MembershipEvent> read_events(const std::string& path) {
+std::vector<MembershipEvent> parse_events(const std::string& text) {
   std::vector<MembershipEvent> out;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("event") || !j["event"].is_string()) continue;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    const auto parsed = json_fields::try_parse(line);
+    if (!parsed) continue;
+    const nlohmann::json& j = *parsed;
+    if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) continue;
     MembershipEvent e;
     try {
       e.event = j["event"].get<std::string>();
@@ -96,13 +98,29 @@ std::vector<MembershipEvent> read_events(const std::string& path) {
   return out;
 }
 
+std::vector<MembershipEvent> read_events(const std::string& path) {
+  std::optional<std::string> text;
+  try {
+    text = files::read_file_if_exists(path, files::kTableLimit);
+  } catch (const DataError& e) {
+    log::warn("cannot read the events file: ", e.what());
+  }
+  return text ? parse_events(*text) : std::vector<MembershipEvent>{};
+}
+
 // ---- status ----------------------------------------------------------------------------------
 
 std::optional<JobStatus> read_status(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return std::nullopt;
-  const auto j = nlohmann::json::parse(f, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  std::optional<std::string> text;
+  try {
+    text = files::read_file_if_exists(path, files::kRecordLimit);
+  } catch (const DataError& e) {
+    log::warn("cannot read the status file: ", e.what());
+  }
+  if (!text) return std::nullopt;
+  const auto parsed = json_fields::try_parse(*text);
+  if (!parsed || !parsed->is_object()) return std::nullopt;
+  const nlohmann::json& j = *parsed;
   JobStatus s;
   try {
     s.name = j.value("name", "");

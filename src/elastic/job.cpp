@@ -109,6 +109,10 @@ struct Job::Impl {
   int64_t guard_good_step = 0, guard_first_bad = 0;
   double guard_peak = 0;         // the highest window mean of the rise in doubt
   bool guard_came_down = false;  // a window of it was under the limit but not back to the level
+  double guard_last = 0;         // the last full window's mean
+  int64_t guard_from = 1;        // the first step in guard_sum
+  double guard_first[2] = {0, 0};  // this rank's loss sum and samples of this process's first step
+  bool guard_first_set = false, guard_ended = false;
   std::string last_change = "none since the job started";
 
   // A grow under way in the background (comm::Grow): the ranks train on at their size until the
@@ -165,6 +169,7 @@ struct Job::Impl {
     // The divergence guard learns the loss's level again from the first window after a resume
     // (its state is not in the checkpoint, whose bytes are the same however the run was cut).
     guard_good_step = job.step_;
+    guard_from = job.step_ + 1;
   }
 
   static std::string number(double v) {  // the shortest text that reads back as v
@@ -180,7 +185,6 @@ struct Job::Impl {
       if (std::find(o.resume_may_change.begin(), o.resume_may_change.end(), st.first) == o.resume_may_change.end())
         id.push_back(st);
     id.emplace_back("job", o.name);
-    id.emplace_back("epochs", std::to_string(o.epochs));
     id.emplace_back("learning rate", number(o.lr));
     id.emplace_back("LR rule", o.lr_scaling + " from " + std::to_string(o.lr_base_batch));
     id.emplace_back("warmup steps", std::to_string(o.warmup_steps));
@@ -410,6 +414,7 @@ struct Job::Impl {
 
   // ---- rescale ----
   void rescale(const RescaleRequest& next) {
+    guard_partial("the change of size");  // a ruined model is not carried to the new size
     const double requested_t = wall_time();
     const int W = size(), W2 = next.workers;
     const int64_t gb2 = next.global_batch > 0 ? next.global_batch : job.batch_per_rank() * W2;
@@ -471,6 +476,7 @@ struct Job::Impl {
   // By restart: a checkpoint naming the size to continue at, then every rank stops (edprun starts
   // the job again at that size).
   void restart_at(const RescaleRequest& rec, double requested_t) {
+    guard_partial("the change of size");
     const std::string written = commit(&rec, requested_t);
     if (root()) record_rescale(rec, job.step_, written);
     world->barrier();
@@ -483,6 +489,7 @@ struct Job::Impl {
   // Every rank at the same step boundary: rank 0 commits a checkpoint of this step, then every
   // rank stops with kStopExitCode. Started again (at any size), the job resumes at this step.
   void stop() {
+    guard_partial("the stop");  // the checkpoint of the stop must not hold a ruined model
     std::string written;
     if (ckpt)
       written = commit(nullptr, 0);
@@ -707,8 +714,10 @@ struct Job::Impl {
     double v[2] = {guard_sum, guard_n};
     world->allreduce(v, v, 2, DType::F64, comm::ReduceOp::Sum);
     guard_sum = guard_n = 0;
+    guard_from = job.step_ + 1;
     if (v[1] <= 0) return;
     const double mean = v[0] / v[1];
+    guard_last = mean;
     log::debug(o.name, ": divergence guard: mean loss ", mean, " over steps ", job.step_ - kGuardWindow + 1, "-",
                job.step_, ", running level ", guard_level);
     if (guard_level < 0) {
@@ -737,6 +746,53 @@ struct Job::Impl {
     if (ckpt) ckpt->hold(-1);
     guard_level = 0.9 * guard_level + 0.1 * mean;
     guard_good_step = job.step_;
+  }
+
+  // The guard where its windows cannot fill (collective): before a change of size or a stop, and
+  // when the training ends. The steps since the last full window (none: the last window, when it
+  // was in doubt) are judged against the level before them — with no level yet (a job shorter
+  // than one window), against this process's first step. Above divergence_factor times it, or down
+  // from a blow-up but not back within kGuardRecovered, the model is ruined: the job stops as
+  // guard_diverged() stops it (the checkpoints after the last good state set aside), never
+  // reporting a ruined model as trained.
+  void guard_partial(const std::string& when) {
+    if (o.divergence_factor <= 0 || !world) return;
+    double v[4] = {guard_sum, guard_n, guard_first[0], guard_first[1]};
+    world->allreduce(v, v, 4, DType::F64, comm::ReduceOp::Sum);
+    const bool partial = v[1] > 0;
+    if (!partial && guard_suspect == 0) return;
+    const double mean = partial ? v[0] / v[1] : guard_last;
+    const bool have_level = guard_level >= 0;
+    const double level = have_level ? guard_level : v[3] > 0 ? v[2] / v[3] : -1;
+    if (level < 0 || !std::isfinite(mean)) return;  // nothing to compare with (a non-finite loss stops elsewhere)
+    const double f = o.divergence_factor;
+    const bool above = mean > f * level;
+    const bool not_back = guard_suspect > 0 && guard_peak > f * f * level && mean > kGuardRecovered * level;
+    if (!above && !not_back) return;
+    // The steps judged: those since the last full window (windows end at multiples of kGuardWindow).
+    const long long to = job.step_;
+    const long long from = partial ? guard_from : std::max<long long>(1, to - kGuardWindow + 1);
+    char m[640];
+    std::snprintf(m, sizeof m,
+                  "the loss diverged: its mean over steps %lld-%lld, the last before %s, was %.4g, more than %g times "
+                  "%s %.4g; the guard's windows of %lld steps did not fill before %s.",
+                  from, to, when.c_str(), mean, above ? f : kGuardRecovered,
+                  have_level ? "its running level" : "the loss of the job's first step,", level,
+                  static_cast<long long>(kGuardWindow), when.c_str());
+    diverged(m,
+             " The peak learning rate is " + detail::concat(job.lr_) + " at global batch " +
+                 std::to_string(job.global_batch_) +
+                 ". Lower the learning rate or the largest global batch the job may be given (JobOptions::"
+                 "max_global_batch, the examples' --max-global-batch), or turn the guard off (divergence_factor 0)",
+             true);
+  }
+
+  // The training ends here (at its last epoch, or where the program stops it): the guard judges
+  // the steps its windows did not cover, once.
+  void guard_end() {
+    if (guard_ended) return;
+    guard_ended = true;
+    guard_partial("the end of the training");
   }
 
   // Stops the job on every rank (collective: all ranks decided alike; otherwise this rank alone).
@@ -867,6 +923,7 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
             " (a loss that merely stays at its level would count as diverging), got ", o.divergence_factor);
   EDP_CHECK(o.on_nonfinite == "stop" || o.on_nonfinite == "skip", o.name,
             ": on_nonfinite must be stop or skip, got '", o.on_nonfinite, "'");
+  knobs::check_environment();  // every EDP_* value now: EDP_SPAWN_TIMEOUT=abc fails here, not at the first grow
   m.mode = o.rescale_mode.empty() ? knobs::get_string("EDP_RESCALE_MODE") : o.rescale_mode;
   EDP_CHECK(m.mode == "auto" || m.mode == "in-place" || m.mode == "restart", o.name,
             ": the rescale mode must be auto, in-place or restart, got '", m.mode, "'");
@@ -1016,6 +1073,7 @@ void Job::end() {
   if (left_ || exit_code_ != 0 || m.ended) return;
   // New ranks still starting: they join now and see that the training is over.
   m.settle();
+  m.guard_end();  // on every rank of the final world (the new ones judge along)
   if (m.in_epoch && m.progress) m.progress->finish();
   m.in_epoch = false;
   m.ended = true;
@@ -1092,6 +1150,11 @@ void Job::step(double loss) {
   if (std::isfinite(loss)) {
     m.guard_sum += loss * static_cast<double>(m.local_count);
     m.guard_n += static_cast<double>(m.local_count);
+    if (!m.guard_first_set) {  // the level of a job shorter than one window (guard_partial)
+      m.guard_first[0] = loss * static_cast<double>(m.local_count);
+      m.guard_first[1] = static_cast<double>(m.local_count);
+      m.guard_first_set = true;
+    }
   } else {
     loss = 0;  // skip mode: kept out of the reported mean
   }
@@ -1134,6 +1197,13 @@ void Job::step(double loss) {
 }
 
 std::string Job::commit() { return impl_->commit(nullptr, 0); }
+
+void Job::finish() {
+  EDP_CHECK(!impl_->mid_step, impl_->o.name, ": finish() between next_batch() and step(): call it at a step boundary");
+  if (!active()) return;
+  impl_->settle();  // a grow under way joins first: the judgement is collective over the final world
+  impl_->guard_end();
+}
 
 void Job::sync() { impl_->send_state(1, global_batch_, Impl::Meet::kSync); }
 

@@ -33,6 +33,7 @@
 
 #include "edp/core/cli.h"
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 #include "edp/core/knobs.h"
 #include "edp/comm/communicator.h"
 #include "edp/elastic/allowed.h"
@@ -237,8 +238,9 @@ int rank_exec(int argc, char** argv) {
         // A spawned rank may take the number of a rank parked by a shrink, which still runs: its
         // file must not replace that rank's (kill_leftover_ranks reads every file here).
         const std::string name = spawned ? concat(rank, ".", getpid()) : std::to_string(rank);
-        std::ofstream pidf(c.job_dir + "/ranks/" + name + ".pid");
-        pidf << getpid() << "\n";
+        std::string why;
+        if (!files::try_write_atomic(c.job_dir + "/ranks/" + name + ".pid", std::to_string(getpid()) + "\n", &why))
+          std::fprintf(stderr, "edprun --rank-exec (rank %d): warning: %s\n", rank, why.c_str());
       }
     }
     // Bound by mpirun: the rank starts on all the cores its parent may use here, and edp binds it
@@ -288,7 +290,10 @@ int mps_host(int argc, char** argv) {
       const bool ok = mps.stop_all();
       // edprun's own job directory (its owner record is there: edprun's host, in a rescale that
       // takes this host out of the job) keeps everything but the daemons' directories.
-      remove_tree(access((job + "/owner.json").c_str(), F_OK) == 0 ? job + "/mps" : job);
+      if (access((job + "/owner.json").c_str(), F_OK) == 0)
+        remove_tree(job + "/mps", job);
+      else
+        remove_tree(job, job.substr(0, job.rfind('/')));
       return ok ? 0 : 1;
     }
   } catch (const std::exception& e) {
@@ -303,6 +308,7 @@ int mps_host(int argc, char** argv) {
 
 struct Job {
   std::string dir;
+  std::string parent;   // where dir was made (EDP_JOB_DIR_BASE or $TMPDIR)
   std::string shm_dir;  // Open MPI's shared-memory segments (/dev/shm/edprun.*), "" if not ours
   MpsController* mps = nullptr;
   std::vector<std::string> remote_stop;  // `edprun --mps-host stop` through mpirun
@@ -321,12 +327,12 @@ struct Job {
       remote_stop.clear();
     }
     if (!shm_dir.empty()) {
-      if (!remove_tree(shm_dir))
+      if (!remove_tree(shm_dir, "/dev/shm"))
         std::fprintf(stderr, "edprun: warning: could not remove Open MPI's shared-memory directory %s\n", shm_dir.c_str());
       shm_dir.clear();
     }
     if (!dir.empty()) {
-      if (!remove_tree(dir)) std::fprintf(stderr, "edprun: warning: could not remove the job directory %s\n", dir.c_str());
+      if (!remove_tree(dir, parent)) std::fprintf(stderr, "edprun: warning: could not remove the job directory %s\n", dir.c_str());
       dir.clear();
     }
   }
@@ -538,6 +544,9 @@ void prepare_job(const cli::Options& o, Setup& s) {
                    "running, stopped %d MPS daemon(s))\n",
                    st.pid, st.dir.c_str(), st.mpirun_killed ? "its mpirun and " : "", st.ranks_killed,
                    st.daemons_stopped);
+    // The job directory holds what the job's ranks and edprun read back (rescale record, events,
+    // decoded data): its parent must not let another user swap it.
+    files::check_dir(tmp, "the job directory's parent (EDP_JOB_DIR_BASE, else $TMPDIR)");
     std::string templ = tmp + "/edprun.XXXXXX";
     if (!mkdtemp(templ.data())) throw Error("cannot create a job directory under " + tmp + ": " + std::strerror(errno));
     req.job_dir = templ;
@@ -595,8 +604,8 @@ void prepare_job(const cli::Options& o, Setup& s) {
                          "recorded in EDP_RESCALE_FILE");
   } catch (...) {
     if (!dry) {
-      remove_tree(req.job_dir);
-      if (!req.ompi_shm_dir.empty()) remove_tree(req.ompi_shm_dir);
+      remove_tree(req.job_dir, tmp);
+      if (!req.ompi_shm_dir.empty()) remove_tree(req.ompi_shm_dir, "/dev/shm");
     }
     throw;
   }
@@ -1005,6 +1014,7 @@ int launcher(int argc, char** argv) {
   sigset_t sigs;
   block_signals(sigs);
   try {
+    knobs::check_environment();  // a malformed EDP_* value fails now, not at its first use in the job
     fill_request(o, s);
     prepare_job(o, s);
     if (s.dry) {
@@ -1019,6 +1029,7 @@ int launcher(int argc, char** argv) {
   MpsController mps(s.mps_control.empty() ? "nvidia-cuda-mps-control" : s.mps_control, s.verbose);
   Job job;
   job.dir = s.req.job_dir;
+  job.parent = job.dir.substr(0, job.dir.rfind('/'));  // the base it was made in (setup_job_dir)
   job.shm_dir = s.req.ompi_shm_dir;
   job.verbose = s.verbose;
   job.mps = &mps;

@@ -7,12 +7,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_fields.h"
 #include "edp/core/error.h"
 #include "edp/core/files.h"
 #include "launch/mps.h"
@@ -23,13 +26,25 @@ namespace edp::launch {
 
 namespace {
 
-// The file's text, or "" when it cannot be read (a process that is gone, another user's).
+// The text of a record in a job directory, or "" when it cannot be read (a process that is gone,
+// another user's, not a regular file, larger than a record). A symbolic link is not followed:
+// edprun and its ranks write these files themselves.
 std::string slurp(const std::string& path) {
   try {
-    return files::read_file_if_exists(path).value_or("");
+    return files::read_file_if_exists(path, files::kRecordLimit, files::Links::Refuse).value_or("");
   } catch (const Error&) {
     return "";
   }
+}
+
+// What Open MPI's shared-memory directory of a job may be: a directory edprun made with mkdtemp
+// directly in /dev/shm ("/dev/shm/edprun.XXXXXX"). Anything else in an owner record is not removed.
+bool plausible_shm_dir(const std::string& d) {
+  const std::string prefix = "/dev/shm/edprun.";
+  if (d.size() != prefix.size() + 6 || d.rfind(prefix, 0) != 0) return false;
+  for (size_t i = prefix.size(); i < d.size(); ++i)
+    if (!std::isalnum(static_cast<unsigned char>(d[i]))) return false;
+  return true;
 }
 
 }  // namespace
@@ -50,22 +65,23 @@ void write_owner(const std::string& job_dir, const JobOwner& o) {
   files::write_atomic(job_dir + "/owner.json", j.dump() + "\n");
 }
 
+JobOwner parse_owner(const std::string& text, const std::string& where) {
+  const json_fields::Json doc = json_fields::parse(text, where);
+  const json_fields::Fields f(doc, where);
+  JobOwner o;
+  o.pid = static_cast<long>(f.integer("pid", 0, int64_t{1} << 40));
+  o.start_time = static_cast<unsigned long long>(f.integer("start_time", 0, INT64_MAX));
+  o.host = f.text("host");
+  o.pid_ns = f.text("pid_ns");
+  o.shm_dir = f.text("shm_dir");
+  return o;
+}
+
 JobOwner read_owner(const std::string& job_dir) {
   const std::string path = job_dir + "/owner.json";
-  std::ifstream f(path);
-  if (!f) throw Error(path + ": cannot open");
-  JobOwner o;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(slurp(path));
-    o.pid = j.at("pid").get<long>();
-    o.start_time = j.at("start_time").get<unsigned long long>();
-    o.host = j.at("host").get<std::string>();
-    o.pid_ns = j.at("pid_ns").get<std::string>();
-    o.shm_dir = j.at("shm_dir").get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": " + e.what());
-  }
-  return o;
+  // A record edprun wrote itself: a regular file (a FIFO would block every later edprun, a link to
+  // /dev/zero would never end), not a link, at most a record's size.
+  return parse_owner(files::read_file(path, files::kRecordLimit, files::Links::Refuse), path);
 }
 
 bool owner_is_dead(const JobOwner& o) {
@@ -79,7 +95,7 @@ int kill_leftover_ranks(const std::string& job_dir) {
   DIR* d = opendir(dir.c_str());
   if (!d) return 0;
   while (dirent* e = readdir(d)) {
-    std::ifstream f(dir + "/" + e->d_name);
+    std::istringstream f(slurp(dir + "/" + e->d_name));
     long pid = 0;
     if (!(f >> pid) || pid <= 1) continue;
     const std::string env = slurp("/proc/" + std::to_string(pid) + "/environ");
@@ -92,29 +108,21 @@ int kill_leftover_ranks(const std::string& job_dir) {
 }
 
 void write_mpirun_record(const std::string& job_dir, long pid) {
-  std::ofstream(job_dir + "/mpirun.pid") << pid << " " << process_start_time(pid) << "\n";
+  std::string why;
+  if (!files::try_write_atomic(job_dir + "/mpirun.pid",
+                               std::to_string(pid) + " " + std::to_string(process_start_time(pid)) + "\n", &why))
+    std::fprintf(stderr, "edprun: warning: cannot record mpirun's pid: %s\n", why.c_str());
 }
 
 bool kill_recorded_mpirun(const std::string& job_dir) {
-  std::ifstream f(job_dir + "/mpirun.pid");
+  std::istringstream f(slurp(job_dir + "/mpirun.pid"));
   long pid = 0;
   unsigned long long start = 0;
   if (!(f >> pid >> start) || pid <= 1 || start == 0 || process_start_time(pid) != start) return false;
   return kill(static_cast<pid_t>(pid), SIGKILL) == 0;
 }
 
-bool empty_dir(const std::string& dir) {
-  bool ok = true;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return true;
-  while (dirent* e = readdir(d)) {
-    const std::string n = e->d_name;
-    if (n == "." || n == "..") continue;
-    ok = remove_tree(dir + "/" + n) && ok;
-  }
-  closedir(d);
-  return ok;
-}
+bool empty_dir(const std::string& dir) { return files::empty_dir(dir); }
 
 std::vector<StaleJob> clean_stale_job_dirs(const std::string& parent, const std::string& mps_control) {
   std::vector<StaleJob> out;
@@ -153,8 +161,11 @@ std::vector<StaleJob> clean_stale_job_dirs(const std::string& parent, const std:
         closedir(m);
       }
       mps.stop_all();
-      if (!o.shm_dir.empty() && o.shm_dir.rfind("/dev/shm/edprun.", 0) == 0) remove_tree(o.shm_dir);
-      remove_tree(dir);
+      // Only what that edprun made: its shared-memory directory if the record names one in the form
+      // edprun makes (directly in /dev/shm; a record naming "/dev/shm/edprun.X/../.." or any
+      // other place is ignored), checked again by resolved path and owner; then the job directory.
+      if (plausible_shm_dir(o.shm_dir)) remove_tree(o.shm_dir, "/dev/shm");
+      remove_tree(dir, parent);
       out.push_back(s);
     } catch (const std::exception&) {
       // No (whole) owner record: a directory being created right now, or not ours to judge.
@@ -164,12 +175,17 @@ std::vector<StaleJob> clean_stale_job_dirs(const std::string& parent, const std:
 }
 
 RescaleRecord read_rescale_record(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error("rescale file " + path + " is missing");
+  std::optional<std::string> text;
+  try {
+    text = files::read_file_if_exists(path, files::kRecordLimit);
+  } catch (const DataError& e) {
+    throw Error("rescale file " + std::string(e.what()));
+  }
+  if (!text) throw Error("rescale file " + path + " is missing");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(slurp(path));
-  } catch (const nlohmann::json::parse_error& e) {
+    j = json_fields::parse(*text, "rescale file " + path);
+  } catch (const DataError& e) {
     throw Error("rescale file " + path + ": malformed JSON: " + e.what());
   }
   if (!j.is_object())
@@ -212,7 +228,7 @@ StallReport read_stall_records(const std::string& dir) {
   std::sort(names.begin(), names.end());
   for (const auto& n : names) {
     try {
-      const nlohmann::json j = nlohmann::json::parse(slurp(dir + "/" + n));
+      const nlohmann::json j = json_fields::parse(slurp(dir + "/" + n), dir + "/" + n);
       for (const auto& r : j.at("silent_ranks")) rep.silent_ranks.push_back(r.get<int>());
       for (const auto& h : j.at("silent_hosts")) {
         const std::string host = h.get<std::string>();

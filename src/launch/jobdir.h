@@ -37,8 +37,11 @@ struct JobOwner {
 
 JobOwner current_owner(const std::string& shm_dir);
 void write_owner(const std::string& job_dir, const JobOwner& o);
-// Throws edp::Error when owner.json is missing or malformed.
+// Throws edp::Error when owner.json is missing or malformed, or is not a regular file (a FIFO, a
+// link: edprun writes it itself), or is larger than a record (files::kRecordLimit).
 JobOwner read_owner(const std::string& job_dir);
+// The record's text (where: what errors call it). edp::DataError naming the field.
+JobOwner parse_owner(const std::string& text, const std::string& where);
 // The owner is this host's and pid namespace's, and that process is gone (or its pid reused).
 bool owner_is_dead(const JobOwner& o);
 
@@ -65,7 +68,8 @@ struct StaleJob {
 };
 // Scans `parent` for edprun.* directories of this user whose owner is dead (owner_is_dead) and
 // removes them: kills their mpirun if it still runs and their leftover ranks, stops their MPS daemons (`quit` through mps_control),
-// removes their shared-memory directory and the directory. Directories without owner.json (being
+// removes their shared-memory directory (only one of the form edprun makes, /dev/shm/edprun.XXXXXX,
+// checked by resolved path and owner) and the directory. Directories without owner.json (being
 // created right now, or not edprun's) are left alone. Never throws.
 std::vector<StaleJob> clean_stale_job_dirs(const std::string& parent, const std::string& mps_control);
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 #include "launch/system.h"
 
 namespace edp::launch {
@@ -42,11 +43,12 @@ void mkdirs(const std::string& path) {
 }
 
 std::string tail_of(const std::string& file, size_t max_bytes = 600) {
-  std::ifstream in(file);
-  if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
+  std::string s;
+  try {
+    s = files::read_file_if_exists(file, files::kTableLimit).value_or("");
+  } catch (const Error&) {
+    return "";
+  }
   if (s.size() > max_bytes) s = "..." + s.substr(s.size() - max_bytes);
   return s;
 }
@@ -62,20 +64,11 @@ bool wait_for(const std::string& path, bool present, double timeout_s) {
 
 }  // namespace
 
-bool remove_tree(const std::string& path) {
-  struct stat st{};
-  if (lstat(path.c_str(), &st) != 0) return errno == ENOENT;
-  if (!S_ISDIR(st.st_mode)) return unlink(path.c_str()) == 0;
-  bool ok = true;
-  if (DIR* d = opendir(path.c_str())) {
-    while (dirent* e = readdir(d)) {
-      const std::string n = e->d_name;
-      if (n == "." || n == "..") continue;
-      ok = remove_tree(path + "/" + n) && ok;
-    }
-    closedir(d);
-  }
-  return rmdir(path.c_str()) == 0 && ok;
+bool remove_tree(const std::string& path, const std::string& parent) {
+  std::string why;
+  if (files::remove_tree(path, parent, &why)) return true;
+  std::fprintf(stderr, "edprun: warning: %s\n", why.c_str());
+  return false;
 }
 
 MpsController::MpsController(std::string control, bool verbose) : control_(std::move(control)), verbose_(verbose) {}
@@ -132,7 +125,7 @@ bool MpsController::stop_all() {
     }
     // .../mps/<gpu>/{pipe,log}: remove the per-GPU directory.
     const std::string gpu_dir = d.pipe_dir.substr(0, d.pipe_dir.rfind('/'));
-    if (!remove_tree(gpu_dir)) {
+    if (!remove_tree(gpu_dir, gpu_dir.substr(0, gpu_dir.rfind('/')))) {
       std::fprintf(stderr, "edprun: warning: could not remove %s\n", gpu_dir.c_str());
       ok = false;
     }

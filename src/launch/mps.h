@@ -38,7 +38,8 @@ class MpsController {
   std::vector<MpsDaemonPlan> started_;
 };
 
-// rm -rf for a directory edprun created (no symlinks followed). Returns false on failure.
-bool remove_tree(const std::string& path);
+// rm -rf for a directory edprun created in `parent` (files::remove_tree: checked by resolved path
+// and owner, no symbolic link followed). Returns false on failure, with a warning naming why.
+bool remove_tree(const std::string& path, const std::string& parent);
 
 }  // namespace edp::launch

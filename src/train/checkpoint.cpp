@@ -1,4 +1,4 @@
-// Checkpoint files (checkpoint.h): a small binary format with a zlib crc32 trailer, written
+// Checkpoint files (checkpoint.h): a small binary format with a CRC-32 trailer (files::crc32), written
 // atomically (temporary file, fsync, rename, directory fsync), and capture/restore of a job's
 // state.
 #include "edp/train/checkpoint.h"
@@ -7,14 +7,12 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
 
@@ -95,16 +93,7 @@ class Reader {
   size_t pos_ = 0;
 };
 
-uint32_t crc(const char* p, size_t n) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  while (n > 0) {  // zlib takes uInt lengths
-    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
-    c = crc32(c, reinterpret_cast<const Bytef*>(p), chunk);
-    p += chunk;
-    n -= chunk;
-  }
-  return static_cast<uint32_t>(c);
-}
+uint32_t crc(const char* p, size_t n) { return files::crc32(p, n); }
 
 std::string describe(const Tensor& t) {
   return t.defined() ? std::string(dtype_name(t.dtype())) + " " + t.shape().str() : std::string("undefined");
@@ -175,9 +164,28 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw DataError("checkpoint " + path + ": cannot open: " + std::strerror(errno));
-  const std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // A regular file only, read to its size (a FIFO or a device planted in the directory would
+  // block the job or never end).
+  uint64_t size = 0;
+  int fd = -1;
+  try {
+    fd = files::open_regular(path, "", &size);
+  } catch (const DataError& e) {
+    throw DataError(std::string("checkpoint ") + e.what());
+  }
+  std::vector<char> b(static_cast<size_t>(size));
+  size_t got = 0;
+  while (got < b.size()) {
+    const ssize_t n = ::read(fd, b.data() + got, b.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  const int e = errno;
+  ::close(fd);
+  if (got != b.size())
+    throw DataError("checkpoint " + path + ": read " + std::to_string(got) + " of its " + std::to_string(size) +
+                    " bytes" + (got < b.size() && e ? std::string(": ") + std::strerror(e) : std::string(" (did it change while read?)")));
   return decode_checkpoint(b, path);
 }
 
@@ -331,9 +339,8 @@ void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data
 
 CheckpointDir::CheckpointDir(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {
   EDP_CHECK(keep_ >= 1, "CheckpointDir: keep must be >= 1, got ", keep_);
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) throw Error("checkpoint: cannot create directory " + dir_ + ": " + ec.message());
+  // Created if missing, and refused when another user could replace the checkpoints in it.
+  files::make_dir(dir_, "checkpoint directory");
 }
 
 std::vector<std::string> CheckpointDir::list() const {

@@ -4,6 +4,7 @@
 // and its example. The command lines: per-subcommand help, one definition per option name, an
 // environment variable for each. Also a tiny `simulate` and `workload` (the load and bound report).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -178,6 +179,63 @@ TEST(AutoscaleCli, PlanRefusesDuplicateKeysOverflowDenormalsAndInconsistentCurre
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("job 'c'"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("above max_gpus 2"), std::string::npos) << r.out;
+}
+
+// Inputs that crashed or exhausted `plan`: a 400 KB request of deeply nested arrays (SIGSEGV:
+// the error message's copy of the value recursed once per level) is refused with exit 2; a
+// device or a FIFO as --input is refused at once, naming it (it would never end or block).
+TEST(AutoscaleCli, PlanRefusesDeepNestingAndFilesThatAreNotRegular) {
+  const fs::path f = tmpdir() / "deep.json";
+  std::ofstream(f) << "{\"version\": 2, \"gpus\": 4, \"jobs\": " << std::string(200000, '[') << std::string(200000, ']')
+                   << "}";
+  RunResult r = run("plan --input " + f.string());
+  EXPECT_EQ(r.code, 2) << r.out.substr(0, 300);
+  EXPECT_NE(r.out.find("nested more than 64 arrays or objects deep"), std::string::npos) << r.out.substr(0, 300);
+  r = run("plan --input /dev/zero");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("/dev/zero: a character device, not a regular file"), std::string::npos) << r.out;
+  const fs::path fifo = tmpdir() / "fifo.json";
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  r = run("plan --input " + fifo.string());  // blocked forever before: CTest's timeout would end it
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("a FIFO, not a regular file"), std::string::npos) << r.out;
+  fs::remove(fifo);
+}
+
+// submit reads the spec as an outside file (a link to /dev/zero was read until memory ran out) and
+// never writes through a link planted in the root (next_id once wrote its number into the link's
+// target); a spec that could never start is refused before it reaches the inbox.
+TEST(AutoscaleCli, SubmitReadsSpecsSafelyAndWritesNoLink) {
+  const fs::path root = tmpdir() / "serve_root";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  fs::create_symlink("/dev/zero", root / "zero.json");
+  RunResult r = run("submit --root " + root.string() + " " + (root / "zero.json").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("zero.json: a character device, not a regular file"), std::string::npos) << r.out;
+  const fs::path victim = tmpdir() / "victim";
+  std::ofstream(victim) << "precious\n";
+  fs::create_symlink(victim, root / "next_id");
+  const fs::path spec = root / "spec.json";
+  std::ofstream(spec) << R"({"name": "x", "command": ["/bin/true"], "min_batch": 64})";
+  r = run("submit --root " + root.string() + " " + spec.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("next_id: a symbolic link"), std::string::npos) << r.out;
+  std::ifstream v(victim);
+  std::string text((std::istreambuf_iterator<char>(v)), {});
+  EXPECT_EQ(text, "precious\n");
+  fs::remove(root / "next_id");
+  std::ofstream(spec) << R"({"name": "x", "command": ["/bin/true"], "min_batch": 64, "env": {"BIG": ")"
+                      << std::string(200000, 'x') << R"("}})";
+  r = run("submit --root " + root.string() + " " + spec.string());
+  EXPECT_EQ(r.code, 2) << r.out.substr(0, 300);
+  EXPECT_NE(r.out.find("field 'env': 'BIG' is 200004 bytes as NAME=value"), std::string::npos) << r.out.substr(0, 300);
+  EXPECT_FALSE(fs::exists(root / "inbox" / "j0001.json"));
+  r = run("submit --root " + root.string() + " --root " + root.string() + " " + spec.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("option --root is given twice"), std::string::npos) << r.out;
+  fs::remove_all(root);
 }
 
 // plan --example is the repository's example (docs/plan_example.json), a complete v2 request; plan

@@ -4,6 +4,7 @@
 #include "edp/autoscale/live.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 
@@ -81,6 +82,33 @@ TEST(JobSpec, RefusalsNameTheField) {
             std::string::npos);
   EXPECT_NE(refusal("[1, 2]").find("JSON object"), std::string::npos);
   EXPECT_NE(refusal("{").find("not valid JSON"), std::string::npos);
+}
+
+// A spec that can never start is refused when it is parsed (submit), naming the field: a
+// NAME=value or an argument exec(2) cannot pass on, or too many of them (100,000 arguments).
+TEST(JobSpec, SpecsThatCouldNeverStartAreRefused) {
+  nlohmann::json j = nlohmann::json::parse(kGood);
+  j["env"] = {{"BIG", std::string(10 << 20, 'x')}};
+  std::string m = refusal(j.dump());
+  EXPECT_NE(m.find("field 'env': 'BIG' is 10485764 bytes as NAME=value, more than the 131071 exec(2) passes on"),
+            std::string::npos)
+      << m.substr(0, 300);
+  j = nlohmann::json::parse(kGood);
+  j["command"] = std::vector<std::string>(100000, "x");
+  m = refusal(j.dump());
+  EXPECT_NE(m.find("field 'command': 100000 arguments, more than the 4096"), std::string::npos) << m.substr(0, 300);
+  j = nlohmann::json::parse(kGood);
+  j["env"] = nlohmann::json::object();
+  for (int i = 0; i < 12; ++i) {
+    std::string name = "V";  // appended, not "V" + ...: GCC 12 warns (-Wrestrict) on the operator+
+    name += std::to_string(i);
+    j["env"][name] = std::string(100000, 'v');
+  }
+  m = refusal(j.dump());
+  EXPECT_NE(m.find("a job's exec(2) can be given"), std::string::npos) << m.substr(0, 300);
+  j = nlohmann::json::parse(kGood);
+  j["env"] = {{"OK", std::string(1000, 'v')}};
+  EXPECT_EQ(refusal(j.dump()), "");
 }
 
 // The fit recovers an exact law: compute a + c*b, communication s0 + s1*w (tolerance 1e-9

@@ -89,3 +89,33 @@ TEST(Cli, AnOptionIsDefinedOnce) {
   o.add("x", "1", "x");
   EXPECT_THROW(o.add("x", "2", "x again"), edp::Error);
 }
+
+// An option given twice on the command line is an error naming it (it once read "option --steps
+// needs a value"); the environment and the flag together are not (the flag wins).
+TEST(Cli, AnOptionGivenTwiceIsNamed) {
+  Options o("prog", "test");
+  o.add("steps", "0", "s").add_flag("fast", "f");
+  ParseResult r = parse(o, {"--steps", "5", "--steps", "6"});
+  EXPECT_EQ(r.kind, ParseResult::Error);
+  EXPECT_EQ(r.message, "option --steps is given twice; give it once");
+  r = parse(o, {"--steps=5", "--fast", "--fast"});
+  EXPECT_EQ(r.message, "option --fast is given twice; give it once");
+  setenv("EDP_STEPS", "3", 1);
+  r = parse(o, {"--steps", "5"});
+  EXPECT_EQ(r.kind, ParseResult::Ok) << r.message;
+  EXPECT_EQ(o.i64("steps"), 5);
+  unsetenv("EDP_STEPS");
+  r = parse(o, {"--steps", "5", "--", "--steps", "6"});  // the program's own arguments after "--"
+  EXPECT_EQ(r.kind, ParseResult::Ok) << r.message;
+}
+
+// Run settings (how long, how often, what to print) are listed for the job's resume rules;
+// --accept-config-change is one of them.
+TEST(Cli, RunSettingsAreListed) {
+  Options o("prog", "test");
+  o.add("lr", "0.1", "l").add("epochs", "1", "e").run_setting().add_accept_config_change();
+  const std::vector<std::string> want = {"--epochs", "--accept-config-change"};
+  EXPECT_EQ(o.run_settings(), want);
+  EXPECT_EQ(parse(o, {"--accept-config-change"}).kind, ParseResult::Ok);
+  EXPECT_TRUE(o.flag("accept-config-change"));
+}

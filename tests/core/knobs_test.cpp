@@ -73,6 +73,27 @@ TEST(Knobs, TypedReadsAndErrors) {
   EXPECT_NE(error_of([] { k::get_bool("EDP_HOST_CACHE_MB"); }).find("is a int"), std::string::npos);
 }
 
+// A number knob takes a finite number in its range: EDP_SPAWN_TIMEOUT=abc, -1 or nan is refused,
+// and check_environment() (what edprun and elastic::Job call when they start) refuses it at once
+// rather than at the first grow, naming the variable and what it expects.
+TEST(Knobs, MalformedValuesAreRefusedWhenTheProgramStarts) {
+  for (const char* v : {"abc", "-1", "nan", "inf", "5s"}) {
+    setenv("EDP_SPAWN_TIMEOUT", v, 1);
+    const std::string e = error_of([] { k::check_environment(); });
+    EXPECT_NE(e.find(std::string("EDP_SPAWN_TIMEOUT='") + v + "' is not valid: expected a finite number >= 0"),
+              std::string::npos)
+        << v << ": " << e;
+    EXPECT_NE(error_of([] { k::get_double("EDP_SPAWN_TIMEOUT"); }), "") << v;
+  }
+  setenv("EDP_SPAWN_TIMEOUT", "0.5", 1);
+  EXPECT_EQ(error_of([] { k::check_environment(); }), "");
+  EXPECT_DOUBLE_EQ(k::get_double("EDP_SPAWN_TIMEOUT"), 0.5);
+  unsetenv("EDP_SPAWN_TIMEOUT");
+  setenv("EDP_BACKGROUND_GROW", "perhaps", 1);
+  EXPECT_NE(error_of([] { k::check_environment(); }).find("EDP_BACKGROUND_GROW='perhaps'"), std::string::npos);
+  unsetenv("EDP_BACKGROUND_GROW");
+}
+
 TEST(Knobs, OmpiWorld) {
   unsetenv("OMPI_COMM_WORLD_RANK");
   unsetenv("OMPI_COMM_WORLD_SIZE");

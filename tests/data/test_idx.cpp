@@ -1,13 +1,18 @@
 // IDX reader on crafted files: valid plain and gzip files round-trip; every malformation gives
 // a DataError naming the file and the expected and found values, never a crash; decoded copies
-// in EDP_DATA_CACHE.
+// in EDP_DATA_CACHE, checksummed and keyed by the source's content.
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
 #include "edp/data/dataset.h"
+#include "support/no_hang.h"
 #include "test_util.h"
 
 using namespace edp;
@@ -86,6 +91,78 @@ TEST(Idx, DecodedCopiesInTheDataCache) {
   load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
   EXPECT_FALSE(std::filesystem::exists(cache.str() + "/absent"));
   unsetenv("EDP_DATA_CACHE");
+}
+
+// A decoded copy is never trained on unless it is the source's, whole and unchanged: a copy with
+// damaged pixels (size and header intact) is decoded again with a warning naming the checksum, and
+// a source replaced by another of the same size with its modification time kept (the key once was
+// path, size and mtime) gets its own copy, keyed by its content. (Stored gzip files of one length
+// also have one CRC-32 — a gzip file ends with the CRC-32 of its data — so the key is not a CRC.)
+TEST(Idx, DamagedOrStaleCopiesAreNeverUsed) {
+  TempDir dir, cache;
+  std::vector<uint8_t> px(6 * 12), lab(6, 1);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 7);
+  // Stored without compression, so that other pixels give a file of exactly the same size.
+  auto write_stored = [&](const std::vector<uint8_t>& pixels) {
+    const std::vector<uint8_t> bytes = idx_images(6, 3, 4, pixels);
+    gzFile f = gzopen(dir.file("img.gz").c_str(), "wb0");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
+    gzclose(f);
+  };
+  write_stored(px);
+  write_gz(dir.file("lab.gz"), idx_labels(6, lab));
+  setenv("EDP_DATA_CACHE", cache.str().c_str(), 1);
+  auto copies = [&] {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(cache.str())) out.push_back(e.path().string());
+    return out;
+  };
+  load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
+  ASSERT_EQ(copies().size(), 1u);
+  // Damage one pixel of the copy in place: same size, same header.
+  {
+    std::fstream c(copies()[0], std::ios::in | std::ios::out | std::ios::binary);
+    c.seekp(-3, std::ios::end);
+    c.put('\x5a');
+  }
+  testing::internal::CaptureStderr();
+  const auto damaged = load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::memcmp(damaged->features().raw(), px.data(), px.size()), 0) << "the damaged copy was used";
+  EXPECT_NE(said.find("is not used: checksum mismatch"), std::string::npos) << said;
+  EXPECT_NE(said.find("decoding the source again"), std::string::npos) << said;
+  // Replace the source by other pixels: same size, same modification time.
+  struct stat before {};
+  ASSERT_EQ(::stat(dir.file("img.gz").c_str(), &before), 0);
+  std::vector<uint8_t> other = px;
+  for (auto& p : other) p = static_cast<uint8_t>(p ^ 0x55);
+  write_stored(other);
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, dir.file("img.gz").c_str(), times, 0), 0);
+  struct stat after {};
+  ASSERT_EQ(::stat(dir.file("img.gz").c_str(), &after), 0);
+  ASSERT_EQ(after.st_size, before.st_size);
+  const auto replaced = load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
+  EXPECT_EQ(std::memcmp(replaced->features().raw(), other.data(), other.size()), 0) << "a stale copy was used";
+  EXPECT_EQ(copies().size(), 2u);
+  unsetenv("EDP_DATA_CACHE");
+}
+
+// An IDX "file" that is a FIFO is refused at once, naming it (opening it would block).
+TEST(Idx, AFifoIsRefusedNotWaitedOn) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("img.gz").c_str(), 0600), 0);
+  const ChildResult r = run_in_child([&] {
+    try {
+      read_idx_images(dir.file("img.gz"));
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  });
+  ASSERT_TRUE(r.finished) << "reading a FIFO blocked";
+  EXPECT_NE(r.output.find(dir.file("img.gz") + ": a FIFO, not a regular file"), std::string::npos) << r.output;
 }
 
 TEST(Idx, LoadIdxNormalisesEveryByteValue) {

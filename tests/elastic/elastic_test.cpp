@@ -60,7 +60,7 @@ TEST(Elastic, ControlFileParsesAndNamesBadFields) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  expect(R"({"workers": 2,)", "malformed JSON");
+  expect(R"({"workers": 2,)", "not valid JSON");
   expect(R"([2])", "JSON object");
   expect(R"({"global_batch": 64})", "'workers' is missing");
   expect(R"({"workers": 0})", "'workers' must be >= 1");

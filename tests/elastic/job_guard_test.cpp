@@ -192,6 +192,92 @@ TEST(JobGuard, ASpikeThatDoesNotComeBackStops) {
   }
 }
 
+// Where the guard's windows cannot fill, the last steps are still judged: a job shorter than one
+// window whose loss blows up (no level yet: its first step's loss is the reference), and a job
+// whose loss blows up in the steps after its last full window, stop with the error when the
+// training ends instead of reporting a ruined model as trained; their checkpoints after the last
+// good state are set aside. A short job whose loss falls ends normally.
+TEST(JobGuard, TheLastStepsAreJudgedWhenTheTrainingEnds) {
+  comm::Communicator& world = comm::world();
+  {
+    const std::string dir = shared_dir(world, "short");
+    Fixture f;
+    elastic::JobOptions o = options(world, dir);
+    o.epochs = 1;  // 8 steps: fewer than one window of 10
+    elastic::Job job(world, f.model, *f.opt, dataset(8 * o.global_batch), o);
+    try {
+      run_steps(job, [](int64_t step) { return step == 1 ? 2.3 : 3.4e22; });
+      FAIL() << "a job ruined before its first window ended with success";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("the loss diverged: its mean over steps 1-8, the last before the end of the training, was"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find("more than 4 times the loss of the job's first step, 2.3"), std::string::npos) << m;
+    }
+    world.barrier();
+    EXPECT_TRUE(train::CheckpointDir(dir).list().empty()) << "the ruined checkpoints were not set aside";
+    EXPECT_TRUE(fs::exists(dir + "/ckpt-000000000005.edp.diverged"));
+  }
+  {
+    const std::string dir = shared_dir(world, "tail");
+    Fixture f;
+    elastic::JobOptions o = options(world, dir);
+    o.epochs = 1;  // 45 steps: the last 5 after the window that ends at step 40
+    elastic::Job job(world, f.model, *f.opt, dataset(45 * o.global_batch), o);
+    try {
+      run_steps(job, [](int64_t step) { return step <= 40 ? 1.0 : 100.0; });
+      FAIL() << "a job ruined after its last full window ended with success";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("its mean over steps 41-45, the last before the end of the training, was "
+                                           "100, more than 4 times its running level 1"),
+                std::string::npos)
+          << e.what();
+    }
+    world.barrier();
+    train::CheckpointDir cd(dir);
+    ASSERT_FALSE(cd.list().empty());
+    EXPECT_EQ(train::CheckpointDir::step_of(cd.list().front()), 40) << "started again, it resumes from step 40";
+  }
+  Fixture f;
+  elastic::JobOptions o = options(world, "");
+  o.epochs = 1;
+  elastic::Job job(world, f.model, *f.opt, dataset(8 * o.global_batch), o);
+  EXPECT_NO_THROW(run_steps(job, [](int64_t step) { return 2.3 / static_cast<double>(step); }));
+  EXPECT_EQ(job.steps(), 8);
+}
+
+// The same before a stop the control file asks for (the checkpoint of the stop would hold the
+// ruined model) and before a change of size (the job would carry it to the new size, where the
+// guard starts over): a job blown up in the steps since its last full window is stopped there.
+TEST(JobGuard, TheLastStepsAreJudgedBeforeAStopOrAChangeOfSize) {
+  comm::Communicator& world = comm::world();
+  for (const bool shrink : {false, true}) {
+    if (shrink && world.size() < 2) continue;  // a change of size needs two ranks
+    SCOPED_TRACE(shrink ? "shrink" : "stop");
+    const std::string dir = shared_dir(world, shrink ? "shrink" : "stop");
+    if (world.rank() == 0)
+      std::ofstream(dir + "/control.json") << (shrink ? R"({"workers": 1})" : R"({"stop": true})");
+    world.barrier();
+    Fixture f;
+    elastic::JobOptions o = options(world, dir);
+    o.control_file = dir + "/control.json";
+    o.control_every = 44;  // read at step 44 only
+    o.rescale_mode = "in-place";
+    elastic::Job job(world, f.model, *f.opt, dataset(4000), o);
+    try {
+      run_steps(job, [](int64_t step) { return step <= 40 ? 1.0 : 100.0; });
+      FAIL() << "the job went on with a ruined model";
+    } catch (const Error& e) {
+      const std::string when = shrink ? "the change of size" : "the stop";
+      EXPECT_NE(std::string(e.what()).find("its mean over steps 41-44, the last before " + when + ", was 100"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(job.steps(), 44);
+  }
+}
+
 // A factor at or below kGuardRecovered would stop a job whose loss merely stays level: refused.
 TEST(JobGuard, AFactorThatStopsAFlatLossIsRefused) {
   comm::Communicator& world = comm::world();

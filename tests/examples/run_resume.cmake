@@ -2,9 +2,10 @@
 # every 4 steps; run B is the same job stopped after step 10 (--stop-after-steps, exit 3) and
 # started again with the same command, which resumes from the step-8 checkpoint. The last
 # checkpoints of A and B (parameters, momentum buffers, step count, sampler position, metadata)
-# must be byte-identical files. Then B is resumed once more at another world size (NP2) with one
-# more epoch — a change of the job's identity, refused naming it unless --accept-config-change —
-# it must then load that checkpoint, say so, and commit during the third epoch. Run under
+# must be byte-identical files. A resume with another learning rate — a change of the job's
+# identity — is refused naming it; then B is resumed once more at another world size (NP2) with one
+# more epoch (a run setting: no --accept-config-change needed): it must load that checkpoint, say
+# so, and commit during the third epoch. Run under
 # mpirun with NP ranks when NP > 1. (1000 samples: 16 steps per epoch at 1 rank, 8 at 2.)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -55,15 +56,18 @@ execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${last_a} ${WORK}/b/${
 if(NOT same EQUAL 0)
   message(FATAL_ERROR "the resumed run's final checkpoint ${WORK}/b/${last_name} differs from the uninterrupted run's")
 endif()
-# Another epoch count is another training run: refused, naming the setting, nothing written.
-run(${NP2} ${WORK}/b "--epochs;3" rc3)
+# A change of the training itself (the learning rate) is another training run: refused, naming
+# the setting and the flag that accepts it.
+run(${NP2} ${WORK}/b "--epochs;2;--lr;0.2" rc3)
 string(FIND "${rc3}" "|" bar)
 string(SUBSTRING "${rc3}" 0 ${bar} rc3_code)
-if(rc3_code EQUAL 0 OR NOT rc3 MATCHES "written by a job with another configuration:[^|]*--epochs: '2' in the checkpoint, '3' now")
-  message(FATAL_ERROR "a resume with another --epochs was not refused naming it:\n${rc3}")
+if(rc3_code EQUAL 0 OR NOT rc3 MATCHES "written by a job with another configuration:[^|]*--lr: '[^']*' in the checkpoint, '0.2' now[^|]*--accept-config-change")
+  message(FATAL_ERROR "a resume with another --lr was not refused naming it:\n${rc3}")
 endif()
-# Another world size: the sampler re-shards the rest; the run must resume and finish.
-expect_resume(${NP2} ${WORK}/b "--epochs;3;--accept-config-change"
+# Training longer (one more epoch) is a setting of the run, not of the training so far: the job
+# resumes without --accept-config-change, at another world size too (the sampler re-shards the
+# rest), and trains the third epoch.
+expect_resume(${NP2} ${WORK}/b "--epochs;3"
   "resumed from [^\n]*${last_name}: step ${last_step}, epoch 2, [0-9]+ samples into it \\(saved by ${NP} rank"
   "resumed at ${NP2} rank(s)")
 file(GLOB cb ${WORK}/b/ckpt-*.edp)

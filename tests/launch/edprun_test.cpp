@@ -66,7 +66,7 @@ class Scratch {
     mkdir(tmp.c_str(), 0700);
     mkdir(out.c_str(), 0700);
   }
-  ~Scratch() { remove_tree(root); }
+  ~Scratch() { remove_tree(root, "/tmp"); }
   std::vector<std::pair<std::string, std::string>> env(bool fakes = true) const {
     std::vector<std::pair<std::string, std::string>> e = {
         {"TMPDIR", tmp}, {"EDP_FAKE_LOG", log}, {"EDP_HOSTNAME", "testhost"}, {"PROBE_OUT", out}, {"CUDA_VISIBLE_DEVICES", ""},

@@ -17,6 +17,7 @@
 #include "launch/mps.h"
 #include "launch/plan.h"
 #include "launch/system.h"
+#include "support/no_hang.h"
 
 using namespace edp::launch;
 
@@ -802,5 +803,59 @@ TEST(JobDir, StaleOnlyWhenTheOwnerIsGone) {
   EXPECT_EQ(stat((root + "/edprun.live").c_str(), &st), 0);
   EXPECT_EQ(stat((root + "/edprun.noowner").c_str(), &st), 0);
   EXPECT_EQ(stat((root + "/other.dead").c_str(), &st), 0) << "only edprun.* directories";
-  remove_tree(root);
+  remove_tree(root, root.substr(0, root.rfind('/')));
+}
+
+// A stale owner record decides nothing outside edprun's own directories: a shm_dir that climbs
+// out of /dev/shm ("/dev/shm/edprun.X/../../..<path>" passed the old prefix check and removed
+// <path>) is ignored while the job directory goes; a real one (mkdtemp'd in /dev/shm) goes too.
+// An owner.json that is a FIFO or a link to /dev/zero is refused at once (one blocked every later
+// edprun; the other was read to 2 GB), and that directory is left alone.
+TEST(JobDir, AStaleOwnerRecordRemovesOnlyEdprunsDirectories) {
+  std::string root = testing::TempDir() + "/edp-jobdir-owner.XXXXXX";
+  ASSERT_NE(mkdtemp(root.data()), nullptr);
+  const std::string victim = root + "/victim";
+  ASSERT_EQ(mkdir(victim.c_str(), 0700), 0);
+  std::ofstream(victim + "/precious") << "keep\n";
+  // The climb starts in a directory that exists, as it must for the path to resolve.
+  std::string base = "/dev/shm/edprun.XXXXXX", shm = base;
+  const bool have_shm = mkdtemp(base.data()) != nullptr && mkdtemp(shm.data()) != nullptr;
+  if (!have_shm) GTEST_SKIP() << "no writable /dev/shm here";
+  JobOwner dead = current_owner(base + "/../../.." + victim);  // resolves to victim
+  dead.start_time += 1;  // its pid now names another process: the owner is gone
+  ASSERT_EQ(mkdir((root + "/edprun.climb").c_str(), 0700), 0);
+  write_owner(root + "/edprun.climb", dead);
+  {
+    JobOwner real = dead;
+    real.shm_dir = shm;
+    ASSERT_EQ(mkdir((root + "/edprun.real").c_str(), 0700), 0);
+    write_owner(root + "/edprun.real", real);
+  }
+  ASSERT_EQ(mkdir((root + "/edprun.fifo").c_str(), 0700), 0);
+  ASSERT_EQ(mkfifo((root + "/edprun.fifo/owner.json").c_str(), 0600), 0);
+  ASSERT_EQ(mkdir((root + "/edprun.zero").c_str(), 0700), 0);
+  ASSERT_EQ(symlink("/dev/zero", (root + "/edprun.zero/owner.json").c_str()), 0);
+  const edp_test::ChildResult r = edp_test::run_in_child([&] {
+    std::string out;
+    for (const StaleJob& j : clean_stale_job_dirs(root, "/nonexistent/nvidia-cuda-mps-control")) out += j.dir + "\n";
+    return out;
+  });
+  ASSERT_TRUE(r.finished) << "a FIFO as owner.json blocked edprun";
+  struct stat st {};
+  EXPECT_EQ(stat((victim + "/precious").c_str(), &st), 0) << "edprun removed a directory outside its own";
+  EXPECT_NE(stat((root + "/edprun.climb").c_str(), &st), 0) << r.output;
+  EXPECT_NE(stat(shm.c_str(), &st), 0) << "its real shared-memory directory stayed";
+  EXPECT_NE(stat((root + "/edprun.real").c_str(), &st), 0);
+  rmdir(base.c_str());
+  EXPECT_EQ(stat((root + "/edprun.fifo").c_str(), &st), 0);
+  EXPECT_EQ(stat((root + "/edprun.zero").c_str(), &st), 0);
+  for (const char* d : {"/edprun.fifo", "/edprun.zero"}) {
+    try {
+      read_owner(root + d);
+      ADD_FAILURE() << d << ": accepted";
+    } catch (const edp::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(root + d + "/owner.json: a "), std::string::npos) << e.what();
+    }
+  }
+  remove_tree(root, root.substr(0, root.rfind('/')));
 }

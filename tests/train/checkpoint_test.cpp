@@ -4,7 +4,11 @@
 // falls back past a damaged newest one; and commit -> N steps equals restore -> N steps
 // bitwise (the design's determinism contract), including Dropout's mask counter, BatchNorm
 // statistics, SGD momentum and AdamW moments, and the sampler's position mid-epoch.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -12,8 +16,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "edp/config.h"
 #include "edp/core/error.h"
+#include "edp/core/process.h"
 #include "edp/core/random.h"
 #include "edp/data/dataset.h"
 #include "edp/data/distributed_sampler.h"
@@ -21,6 +28,7 @@
 #include "edp/nn/layers.h"
 #include "edp/optim/optimizer.h"
 #include "edp/train/checkpoint.h"
+#include "support/no_hang.h"
 
 using namespace edp;
 namespace fs = std::filesystem;
@@ -276,4 +284,103 @@ TEST(Checkpoint, RecordsTheBuildAndNamesADifferentOne) {
   c.meta.erase("build.cpu_flags");
   c.meta.erase("build.compiler");
   EXPECT_EQ(train::build_difference(c), "");
+}
+
+namespace {
+std::string lock_error(const std::string& dir) {
+  try {
+    train::CheckpointLock lock(dir, "second", "");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+void write_lock(const fs::path& path, long pid, const std::string& pid_ns) {
+  const ProcessId me = ProcessId::self();
+  std::ofstream(path) << nlohmann::json{{"pid", pid},    {"start_time", 12345}, {"host", me.host}, {"pid_ns", pid_ns},
+                                        {"job", "other"}, {"launch", ""},        {"since", "yesterday"}}
+                             .dump();
+}
+}  // namespace
+
+// The lock a job finds in its checkpoint directory is read as a record edp wrote: a FIFO there is
+// refused at once (it blocked a job forever), a link to /dev/zero is refused (it was read until
+// memory ran out), each naming the lock and what to do.
+TEST(CheckpointLock, AForeignLockFileIsRefusedNotReadForever) {
+  const fs::path d = tmpdir("lockkind");
+  ASSERT_EQ(::mkfifo((d / "lock").c_str(), 0600), 0);
+  const edp_test::ChildResult r = edp_test::run_in_child([&] { return lock_error(d.string()); });
+  ASSERT_TRUE(r.finished) << "a FIFO as the lock blocked the job";
+  EXPECT_NE(r.output.find("its lock " + (d / "lock").string() + " cannot be read"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("a FIFO, not a regular file"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("remove the file and start again"), std::string::npos) << r.output;
+  fs::remove(d / "lock");
+  fs::create_symlink("/dev/zero", d / "lock");
+  const edp_test::ChildResult z = edp_test::run_in_child([&] { return lock_error(d.string()); });
+  ASSERT_TRUE(z.finished);
+  EXPECT_NE(z.output.find("a symbolic link"), std::string::npos) << z.output;
+  fs::remove_all(d);
+}
+
+// A lock of this host left by a job in another pid namespace (a container): its pid means nothing
+// here, but the flock the holder keeps does. Not held: taken over; held: the directory is in use.
+TEST(CheckpointLock, ALockOfAnotherPidNamespaceIsJudgedByItsFlock) {
+  const fs::path d = tmpdir("lockns");
+  write_lock(d / "lock", 12345, "pid:[1]");
+  testing::internal::CaptureStderr();
+  {
+    train::CheckpointLock taken(d.string(), "mine", "");
+  }
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("taking over the lock of job 'other'"), std::string::npos) << said;
+  EXPECT_NE(said.find("another pid namespace of this host"), std::string::npos) << said;
+  EXPECT_FALSE(fs::exists(d / "lock")) << "released when the job ended";
+  // Held: a process keeps the flock, as a live job does.
+  write_lock(d / "lock", 12345, "pid:[1]");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    const int fd = ::open((d / "lock").c_str(), O_RDONLY);
+    ::flock(fd, LOCK_EX);
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  const std::string m = lock_error(d.string());
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  EXPECT_NE(m.find("is in use by job 'other'"), std::string::npos) << m;
+  EXPECT_NO_THROW(train::CheckpointLock after(d.string(), "mine", "")) << "free once the holder is gone";
+  fs::remove_all(d);
+}
+
+// A checkpoint directory that other users may write to is refused (they could plant files or
+// replace checkpoints); a FIFO among the checkpoints is skipped with a message, not read.
+TEST(CheckpointDir, RefusesOpenDirectoriesAndSkipsFifos) {
+  const fs::path d = tmpdir("open");
+  ASSERT_EQ(::chmod(d.c_str(), 0777), 0);
+  try {
+    train::CheckpointDir dir(d.string());
+    FAIL() << "a directory anybody may write to was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint directory " + d.string() + ": refused:"), std::string::npos)
+        << e.what();
+  }
+  ASSERT_EQ(::chmod(d.c_str(), 0700), 0);
+  train::CheckpointDir dir(d.string());
+  train::Checkpoint c;
+  c.meta["step"] = "10";
+  dir.commit(10, c);
+  ASSERT_EQ(::mkfifo((d / "ckpt-000000000020.edp").c_str(), 0600), 0);
+  const edp_test::ChildResult r = edp_test::run_in_child([&] {
+    std::string which;
+    const auto got = dir.latest(&which);
+    return got ? which : std::string("none");
+  });
+  ASSERT_TRUE(r.finished) << "a FIFO among the checkpoints blocked the job";
+  EXPECT_EQ(r.output, (d / "ckpt-000000000010.edp").string());
+  fs::remove_all(d);
 }

@@ -36,20 +36,25 @@ int cmd_plan(int argc, char** argv) {
   const std::string path = o.str("input");
   std::string text;
   if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    text = ss.str();
+    // Standard input, with the same size limit as a file.
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) {
+      text.append(buf, n);
+      if (text.size() > files::kRequestLimit)
+        throw DataError("stdin: more than the " + std::to_string(files::kRequestLimit) +
+                        " bytes a plan request may have");
+    }
   } else {
-    const auto t = files::read_file_if_exists(path);
-    if (!t) throw DataError(path + ": cannot open file");
-    text = *t;
+    text = files::read_file(path, files::kRequestLimit);
   }
   const int gpus = o.given("gpus") ? static_cast<int>(o.i64("gpus")) : -1;
   const PlanRequest req = parse_plan_request(text, path == "-" ? "stdin" : path, gpus);
+  text = std::string();  // the request is parsed: its text is not needed any more
   const auto t0 = std::chrono::steady_clock::now();
   const Plan p = decide(req);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::fputs(plan_json(req, p, ms, req.version).c_str(), stdout);  // a v1 request gets the v1 answer
+  print_plan_json(stdout, req, p, ms, req.version);  // a v1 request gets the v1 answer
   return 0;
 }
 

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "autoscale/controller.h"
+#include "core/json_fields.h"
 #include "autoscale/job_dir.h"
 #include "autoscale/slurm.h"
 #include "commands.h"
@@ -103,7 +104,12 @@ class FileRunner final : public JobDirRunner {
 
  private:
   std::pair<long, unsigned long long> edprun_of(const Job& j) const {
-    std::ifstream f(dir(j) + "/edprun.pid");
+    std::string text;
+    try {
+      text = files::read_file_if_exists(dir(j) + "/edprun.pid", files::kRecordLimit, files::Links::Refuse).value_or("");
+    } catch (const DataError&) {
+    }
+    std::istringstream f(text);
     long pid = 0;
     unsigned long long st = 0;
     if (!(f >> pid >> st)) return {0, 0};
@@ -114,7 +120,7 @@ class FileRunner final : public JobDirRunner {
 
 void FileRunner::start(Job& j, const std::vector<std::string>& launch) {
   const fs::path d = dir(j);
-  fs::create_directories(d);
+  files::make_dir(d.string(), "job directory");
   fs::remove(d / "exit.json");
   fs::remove(d / "edprun.pid");
   const std::vector<std::string> argv = edprun_command(j, launch);
@@ -136,7 +142,13 @@ void FileRunner::start(Job& j, const std::vector<std::string>& launch) {
     // the status file here too).
     if (std::find(launch.begin(), launch.end(), "--hostfile") != launch.end())
       setenv("EDP_JOB_DIR_BASE", d.c_str(), 1);
-    const int logfd = ::open(logp.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int logfd = -1;
+    try {
+      logfd = files::open_append(logp);  // never through a link planted as the log
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "edp-autoscale: %s\n", e.what());
+      _exit(127);
+    }
     const int nul = ::open("/dev/null", O_RDONLY);
     dup2(nul, 0);
     dup2(logfd, 1);
@@ -217,9 +229,9 @@ bool Serve::take_inbox(Controller& c) {
       changed = true;
     } else if (f.extension() == ".json" && !c.has(f.stem().string())) {  // taken before a crash: skip
       try {
-        const JobSpec spec = parse_job_spec(files::read_file(f.string()), f.string());
+        const JobSpec spec = parse_job_spec(files::read_file(f.string(), files::kRecordLimit), f.string());
         const std::string id = f.stem().string();
-        fs::create_directories(o_.root / "jobs" / id);
+        files::make_dir((o_.root / "jobs" / id).string(), "job directory");
         files::write_atomic((o_.root / "jobs" / id / "spec.json").string(), job_spec_json(spec) + "\n");
         c.submit(id, spec);
         changed = true;
@@ -234,8 +246,11 @@ bool Serve::take_inbox(Controller& c) {
 }
 
 int Serve::run() {
-  fs::create_directories(o_.root / "inbox");
-  fs::create_directories(o_.root / "jobs");
+  // The root holds what the controller and its jobs read back: refused when another user could
+  // write into it.
+  files::make_dir(o_.root.string(), "the serve root (--root)");
+  files::make_dir((o_.root / "inbox").string(), "the serve root's inbox");
+  files::make_dir((o_.root / "jobs").string(), "the serve root's jobs");
   const auto lock = files::FileLock::try_acquire((o_.root / "serve.lock").string());
   if (!lock)
     throw Error("another edp-autoscale serve runs on " + o_.root.string() + " (" + (o_.root / "serve.lock").string() +
@@ -259,8 +274,14 @@ int Serve::run() {
   JobRunner& runner = slurm ? static_cast<JobRunner&>(*slurm) : *own_runner;
   const std::string decisions = (o_.root / "decisions.jsonl").string();
   Controller c(o_.cfg, res, runner, now_s, [this](const std::string& s) { log(s); },
-               [&](const json& line) { std::ofstream(decisions, std::ios::app) << line.dump() << "\n"; });
-  const auto table = files::read_file_if_exists((o_.root / "jobs.json").string());
+               [&](const json& line) {
+                 try {
+                   files::append(decisions, line.dump() + "\n");
+                 } catch (const Error& e) {
+                   log(std::string("cannot record the decision: ") + e.what());
+                 }
+               });
+  const auto table = files::read_file_if_exists((o_.root / "jobs.json").string(), files::kTableLimit);
   // Refused (running jobs that do not fit these resources): before serve.json, which keeps the
   // settings of the controller that started them.
   const int adopted = c.adopt(table ? parse_table(*table, (o_.root / "jobs.json").string()) : std::vector<Job>{});
@@ -298,7 +319,7 @@ int Serve::run() {
 // ---- submit / status / cancel ---------------------------------------------------------------------
 
 std::vector<Job> load_table(const fs::path& root) {
-  const auto text = files::read_file_if_exists((root / "jobs.json").string());
+  const auto text = files::read_file_if_exists((root / "jobs.json").string(), files::kTableLimit);
   return text ? parse_table(*text, (root / "jobs.json").string()) : std::vector<Job>{};
 }
 
@@ -310,18 +331,29 @@ void need_root(const fs::path& root) {
 int submit(const fs::path& root, const std::string& spec_path) {
   std::string text;
   if (spec_path == "-") {
-    std::stringstream ss;
-    ss << std::cin.rdbuf();
-    text = ss.str();
+    // Standard input, with the limit of a spec file.
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) {
+      text.append(buf, n);
+      if (text.size() > files::kRecordLimit)
+        throw DataError("stdin: more than the " + std::to_string(files::kRecordLimit) + " bytes a job spec may have");
+    }
   } else {
-    const auto t = files::read_file_if_exists(spec_path);
+    // A regular file only (a FIFO or /dev/zero would block or never end), at most a record's size.
+    const auto t = files::read_file_if_exists(spec_path, files::kRecordLimit);
     if (!t) throw DataError(spec_path + ": no such file");
     text = *t;
   }
   JobSpec s = parse_job_spec(text, spec_path);
   if (s.cwd.empty()) s.cwd = fs::current_path().string();
-  if (const auto cfg = files::read_file_if_exists((root / "serve.json").string())) {
-    const json c = json::parse(*cfg, nullptr, false);
+  std::optional<std::string> cfg;
+  try {
+    cfg = files::read_file_if_exists((root / "serve.json").string(), files::kRecordLimit);
+  } catch (const DataError&) {
+  }
+  if (cfg) {
+    const json c = json_fields::try_parse(*cfg).value_or(json());
     if (c.is_object()) {
       const int cap = c.value("slots", 0) * (c.value("kind", "") == "gpu" ? std::max(1, c.value("max_ranks_per_gpu", 1)) : 1);  // mig: one rank each
       if (cap > 0 && s.min_workers > cap)
@@ -329,10 +361,11 @@ int submit(const fs::path& root, const std::string& spec_path) {
                         " worker(s) can never run on this cluster (" + std::to_string(c.value("slots", 0)) + " slot(s))");
     }
   }
-  fs::create_directories(root / "inbox");
+  files::make_dir((root / "inbox").string(), "the serve root's inbox");
   const files::FileLock lock = files::FileLock::acquire((root / "submit.lock").string());
   long n = 0;
-  if (const auto t = files::read_file_if_exists((root / "next_id").string())) n = std::atol(t->c_str());
+  if (const auto t = files::read_file_if_exists((root / "next_id").string(), files::kRecordLimit, files::Links::Refuse))
+    n = std::atol(t->c_str());
   char id[32];
   std::snprintf(id, sizeof id, "j%04ld", ++n);
   files::write_atomic((root / "next_id").string(), std::to_string(n) + "\n");
@@ -396,7 +429,8 @@ int status(const fs::path& root, bool as_json) {
   if (fs::exists(root / "inbox"))
     for (const auto& e : fs::directory_iterator(root / "inbox"))
       if (e.path().extension() == ".json" && e.path().filename().string()[0] != '.') try {
-          submitted.emplace_back(e.path().stem().string(), parse_job_spec(files::read_file(e.path().string()), e.path().string()));
+          submitted.emplace_back(e.path().stem().string(),
+                                 parse_job_spec(files::read_file(e.path().string(), files::kRecordLimit), e.path().string()));
         } catch (const std::exception&) {
         }
   const bool serving = files::FileLock::held_elsewhere((root / "serve.lock").string());

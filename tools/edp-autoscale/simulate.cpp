@@ -2,6 +2,8 @@
 // simulator against the published schedulers (--compare-published, cluster_sim.h), and a trace's
 // load with the bounds of each policy's options (job_bounds). Writes per-job CSVs, summary JSON,
 // timelines and PNG plots (plot_autoscale.py with matplotlib, skipped with a note without it).
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -25,6 +27,7 @@
 #include "edp/autoscale/cluster_sim.h"
 #include "edp/autoscale/simulator.h"
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -110,7 +113,7 @@ std::vector<int> cluster_sizes(const cli::Options& o) {
 void load_inputs(const cli::Options& o, std::vector<TraceJob>& trace, std::vector<ModelProfile>& profiles) {
   std::string profiles_dir = o.str("profiles");
   const std::string tr = o.str("trace");
-  if (!tr.empty() && !std::ifstream(tr))
+  if (!tr.empty() && ::access(tr.c_str(), R_OK) != 0)
     throw DataError("cannot open trace '" + tr + "': " + std::strerror(errno) +
                     " (a Philly-format or Pollux workload CSV; this repository's are in data/, e.g. "
                     "--trace data/philly_jobs.csv from its root)");
@@ -180,7 +183,7 @@ void write_profiles_fit(const fs::path& out, const std::vector<ModelProfile>& pr
                    {"grad_noise_scale", p.grad_noise_scale},
                    {"coef", {{"a", m.a}, {"c", m.c}, {"s0", m.s0}, {"s1", m.s1}, {"s2", m.s2}, {"s3", m.s3}, {"o", m.o}}}});
   }
-  std::ofstream(out / "profiles_fit.json") << fit.dump(2) << "\n";
+  files::write_atomic((out / "profiles_fit.json").string(), fit.dump(2) + "\n");
 }
 
 // A file edp installs under <prefix>/share/edp (beside this program's bin/), else its copy in the
@@ -251,7 +254,7 @@ std::vector<SimRun> run_simulations(const cli::Options& o, const std::vector<Tra
         write_jobs_csv(r, (out / ("jobs_" + tag + ".csv")).string());
         write_timeline_csv(r, (out / ("timeline_" + tag + ".csv")).string());
         if (cfg.record_allocations) write_allocations_csv(r, (out / ("allocations_" + tag + ".csv")).string());
-        std::ofstream(out / ("summary_" + tag + ".json")) << summary_json(r.summary) << "\n";
+        files::write_atomic((out / ("summary_" + tag + ".json")).string(), summary_json(r.summary) + "\n");
         run.summary = r.summary;
         std::lock_guard<std::mutex> lock(mu);
         if (!quiet)
@@ -281,7 +284,7 @@ void write_summary(const cli::Options& o, const fs::path& out, size_t jobs, cons
                      {"seed", base.seed},
                      {"window_s", base.window_s},
                      {"runs", all}};
-  std::ofstream(out / "summary.json") << meta.dump(2) << "\n";
+  files::write_atomic((out / "summary.json").string(), meta.dump(2) + "\n");
 }
 
 void print_sim_table(const std::vector<SimRun>& runs, double window_s) {
@@ -444,17 +447,18 @@ int compare_published(const cli::Options& o, const char* argv0) {
                     {"pause_s", base.restart_s}, {"policies", policies}, {"loads", jl}};
   std::printf("%s\n", out.dump().c_str());
   if (!o.str("out").empty()) {
-    fs::create_directories(o.str("out"));
-    std::ofstream(fs::path(o.str("out")) / "compare_published.json") << out.dump(2) << "\n";
+    files::make_dir(o.str("out"), "--out");
+    files::write_atomic((fs::path(o.str("out")) / "compare_published.json").string(), out.dump(2) + "\n");
     // Per run, every job: what the averages are made of.
     for (const ClusterRun& run : runs) {
       char name[96];
       std::snprintf(name, sizeof name, "jobs_%s_load%.1f_workload-%d.csv", run.policy.c_str(), run.load, run.workload);
-      std::ofstream f(fs::path(o.str("out")) / name);
+      std::ostringstream f;
       f << "name,model,submit_s,start_s,finish_s,jct_s,restarts,gpu_seconds\n";
       for (const ClusterJobResult& j : run.r.jobs)
         f << j.name << "," << j.app << "," << j.submit_s << "," << j.start_s << "," << j.finish_s << ","
           << (j.finished() ? j.finish_s - j.submit_s : -1.0) << "," << j.restarts << "," << j.gpu_seconds << "\n";
+      files::write_atomic((fs::path(o.str("out")) / name).string(), f.str());
     }
   }
   return 0;
@@ -478,7 +482,7 @@ int cmd_simulate(int argc, char** argv, const char* argv0) {
   const fs::path out = o.str("out");
   if (cluster_sizes(o).empty()) throw DataError("simulate needs --gpus N or --sweep A,B,...");
   for (const std::string& p : policies_or(o, "static,baseline,dp")) make_policy(p);  // fail early on a bad name
-  fs::create_directories(out);
+  files::make_dir(out.string(), "--out");
   std::vector<TraceJob> trace;
   std::vector<ModelProfile> profiles;
   load_inputs(o, trace, profiles);

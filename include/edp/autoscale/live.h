@@ -38,6 +38,9 @@ struct JobSpec {
 };
 
 // Parses and validates a spec; throws edp::DataError "<where>: field 'x': ..." naming the field.
+// A spec that could never start is refused here, when it is submitted: a command or environment
+// that exec(2) cannot pass on (an argument or NAME=value over 128 KiB, more than 4096 arguments or
+// variables, more than 1 MiB in all).
 JobSpec parse_job_spec(const std::string& json_text, const std::string& where);
 std::string job_spec_json(const JobSpec& s);  // the spec back as JSON (what parse_job_spec reads)
 

@@ -22,6 +22,7 @@
 // own configuration in order while it fits (a job larger than the cluster is passed over, a job
 // that does not fit now blocks the ones behind it).
 #pragma once
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,8 @@ std::string plan_request_json(const PlanRequest& req);
 // values) or, for a request that came as v1, the v1 answer ({"objective", "allocations": [{"id",
 // "gpus", "batch", "value"}], "solve_ms"}).
 std::string plan_json(const PlanRequest& req, const Plan& plan, double solve_ms, int version = 2);
+// The same text written to `out` as it is made (an answer for 10^5 jobs is tens of megabytes).
+void print_plan_json(std::FILE* out, const PlanRequest& req, const Plan& plan, double solve_ms, int version = 2);
 // A complete v2 request with every field, for `edp-autoscale plan --example`.
 std::string example_plan_request();
 

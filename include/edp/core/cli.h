@@ -3,9 +3,9 @@
 // An option --some-knob is also read from the environment variable <PREFIX>SOME_KNOB (the prefix
 // is the program's: EDP_ for the examples and edprun, EDP_AUTOSCALE_ for edp-autoscale).
 // Precedence: flag > environment > default. --help prints every option with its variable and
-// default; an unknown option, a missing value, a malformed number, a number out of its range or a
-// word outside its choices is an error that names the option and where its value came from
-// (exit code 2).
+// default; an unknown option, an option given twice on the command line, a missing value, a
+// malformed number, a number out of its range or a word outside its choices is an error that
+// names the option and where its value came from (exit code 2).
 //
 // A program with subcommands (edp-autoscale plan | simulate | serve ...) builds one Options per
 // subcommand from one table of OptionDefs: each name is defined once (one meaning, one default,
@@ -30,6 +30,9 @@ struct OptionDef {
   double lo = 1, hi = 0;
   bool integer = false;
   std::vector<std::string> choices;  // when not empty, the value must be one of them
+  // A setting of this run only (how long, how often, where, how verbose), not of the training
+  // trajectory: a resume from a checkpoint may change it (run_settings()).
+  bool run_setting = false;
 };
 
 // The result of parsing, for callers that decide themselves what to do (tests, subcommands).
@@ -49,6 +52,11 @@ class Options {
   Options& range(double lo, double hi);
   Options& int_range(int64_t lo, int64_t hi);
   Options& choices(std::vector<std::string> words);
+  // The last added option is a run setting (OptionDef::run_setting).
+  Options& run_setting();
+  // --accept-config-change, the flag of every elastic training program: resume from a checkpoint
+  // written with other settings of the trajectory (elastic::JobOptions::accept_config_change).
+  Options& add_accept_config_change();
   // A positional argument (in the order added); required ones are errors when absent.
   Options& add_positional(const std::string& name, const std::string& help, bool required = true);
 
@@ -71,6 +79,9 @@ class Options {
   std::string positional(const std::string& name) const;
   // Every option as (name, value), in the order they were added (e.g. for comm::check_agreement).
   std::vector<std::pair<std::string, std::string>> values() const;
+  // The run settings as "--name" (elastic::JobOptions::resume_may_change): every other option of
+  // a training program is part of its job's identity, recorded in each checkpoint.
+  std::vector<std::string> run_settings() const;
   std::string usage() const;
   const std::string& program() const { return program_; }
 

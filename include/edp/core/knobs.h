@@ -23,7 +23,7 @@ struct Knob {
   const char* help;     // one or more sentences; says what an empty default means
   const char* area;     // the layer or program that reads it: "core", "comm", "launch"...
   const char* choices;  // Enum: "a|b|c"; otherwise ""
-  int64_t min = INT64_MIN, max = INT64_MAX;  // Int: the accepted range
+  int64_t min = INT64_MIN, max = INT64_MAX;  // Int, Double: the accepted range
   bool internal = false;  // set by edprun for its ranks rather than by users
 };
 
@@ -46,6 +46,12 @@ int64_t get_int(std::string_view name, int64_t fallback);
 double get_double(std::string_view name);
 std::string get_string(std::string_view name);
 std::string get_string(std::string_view name, const std::string& fallback);
+
+// Checks every EDP_* variable that is set against its knob's type, range and choices (a number is
+// finite; a Double knob's range is min..max like an Int's); an edp::Error naming the first bad one.
+// Programs call it when they start (edprun, elastic::Job), so that a typo fails at once instead of
+// at the first use of the knob, perhaps hours later (EDP_SPAWN_TIMEOUT at the first grow).
+void check_environment();
 
 // "bool", "int", "double", "string", "enum".
 const char* type_name(Type t);

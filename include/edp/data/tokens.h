@@ -3,8 +3,9 @@
 //
 // Token file (".tok"): a 24-byte header — the magic "EDPTOK01", uint32 bytes per token (1, 2 or
 // 4), uint32 vocabulary size, uint64 token count, all little-endian — then the ids, little-endian,
-// each below the vocabulary size. write_token_file() writes one atomically (temporary file,
-// rename); TokenFile maps one read-only and checks the header against the file's size.
+// each below the vocabulary size. write_token_file() writes one atomically (files::write_atomic);
+// TokenFile maps one read-only (a regular file only) and checks the header against the file's
+// size and every id against the vocabulary, naming the byte offset of the first one outside it.
 //
 // TokenWindows is a Dataset over a token file: window i starts at token i·stride and holds
 // context + 1 tokens; its features are the first `context` (int32 [context]) and its labels the

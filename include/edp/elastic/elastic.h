@@ -46,7 +46,10 @@ struct RescaleRequest {
 // unknown fields, a missing or non-positive "workers", a non-positive "global_batch", or a
 // global batch that the workers do not divide. {"stop": true} (a boolean; "workers" may then be
 // left out) asks the job to commit a checkpoint and stop with kStopExitCode.
+// The file is read as edp reads every outside file (edp/core/files.h): a regular file only, at
+// most files::kRecordLimit bytes. parse_control() checks text already read (`path` names it).
 RescaleRequest read_control_file(const std::string& path);
+RescaleRequest parse_control(const std::string& text, const std::string& path);
 
 // What a request must satisfy before any rank acts on it.
 struct ControlLimits {

@@ -65,7 +65,10 @@ void append_event(const MembershipEvent& e);
 
 // Reads an events file. Lines that do not parse (a torn last line of a killed job) are skipped;
 // a missing file gives no events.
+// The file is read as a regular file of at most files::kTableLimit bytes (edp/core/files.h); one
+// that cannot be read gives no events, with a warning. parse_events() reads the text itself.
 std::vector<MembershipEvent> read_events(const std::string& path);
+std::vector<MembershipEvent> parse_events(const std::string& text);
 
 // Wall-clock seconds since the epoch.
 double wall_time();

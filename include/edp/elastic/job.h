@@ -123,13 +123,19 @@ struct JobOptions {
   // then settles above where it was (a network the explosion broke, e.g. stuck at chance) is
   // stopped too, while one that comes back, or recovers slowly from a milder rise, is not. The
   // checkpoints committed since the last good window are set aside (renamed *.diverged), so the
-  // job, started again, resumes from its last good state. 0: no guard.
+  // job, started again, resumes from its last good state. Where the windows cannot fill — before
+  // a change of size or a stop, and when the training ends (next_epoch(), finish()) — the steps
+  // since the last window are judged against the level before them (no level yet: against the
+  // first step's loss) by the same factor: a job of a few steps, or one asked for a batch that
+  // ruins it just before it ends, stops with the error instead of reporting success. 0: no guard.
   double divergence_factor = 4;
-  // Settings (names in `settings`) that a resume may change, e.g. how often checkpoints are
-  // written. Every other setting, and the job's own (epochs, learning rate and its rule, warmup,
-  // data seed, training samples, model size), is the job's identity: each checkpoint records it and
-  // a resume with a different one is refused, naming the differences, unless
-  // accept_config_change (a deliberate change, e.g. of the learning rate).
+  // Settings (names in `settings`) that a resume may change: those of the run, not of the training
+  // trajectory so far — how long (the examples' --epochs, --steps), how often checkpoints are
+  // written, what is printed (cli::Options::run_settings()). Every other setting, and the job's
+  // own (learning rate and its rule, warmup, data seed, training samples, model size), is the
+  // job's identity: each checkpoint records it and a resume with a different one is refused,
+  // naming the differences, unless accept_config_change (a deliberate change, e.g. of the
+  // learning rate). A resume with more epochs trains on with the schedule of the new length.
   std::vector<std::string> resume_may_change;
   bool accept_config_change = false;
   // An in-place grow starts the new ranks in the background: the job trains on at its size while
@@ -186,6 +192,10 @@ class Job {
   // Ends the step: the numerical guard, the optimizer step, checkpoints, the control file (which
   // may change the job's size here, in place or by stopping). `loss` is this rank's mean loss.
   void step(double loss);
+  // The program ends the training before next_epoch() returned false (e.g. at a step count).
+  // Collective. The divergence guard judges the steps its windows did not cover, as next_epoch()
+  // does when the last epoch ends: a ruined model is an error, never a finished training.
+  void finish();
 
   // ---- where the job stands ----
   comm::Communicator& world();  // the job's communicator now (it changes at a rescale)

@@ -16,9 +16,12 @@
 // A reader checks the magic, the version, every length against the bytes left, and the
 // checksum; damage raises edp::DataError naming the file, the byte offset and what was found.
 //
-// write_checkpoint() is atomic: it writes `path.tmp.<pid>`, flushes it to disk (fsync), renames
-// it over `path` and syncs the directory, so `path` is always either the old or the new whole
-// file. CheckpointDir keeps the newest `keep` files of a job (ckpt-<step>.edp) and removes older
+// write_checkpoint() is atomic (files::write_atomic): it writes a new file under an
+// unpredictable name beside `path` (never through a planted symbolic link), flushes it to disk
+// (fsync), renames it over `path` and syncs the directory, so `path` is always either the old or
+// the new whole file. read_checkpoint() reads regular files only (edp/core/files.h). The
+// checkpoint directory is created if missing and refused when another user could write into it
+// (files::check_dir). CheckpointDir keeps the newest `keep` files of a job (ckpt-<step>.edp) and removes older
 // ones only after the new one is whole; latest() returns the newest readable one, skipping
 // damaged files with a message on stderr.
 #pragma once
@@ -105,10 +108,14 @@ class CheckpointDir {
 // second resumes from the first one's state and reports its results as its own. The job that
 // writes checkpoints (rank 0) holds DIR/lock while it runs: a small JSON record of the process
 // (pid, start time, host, pid namespace), the job's name and its launch (edprun's job directory,
-// the same across the restarts of one edprun). The file is made whole under a temporary name and
-// linked into place, so it appears atomically and never half-written.
-//   - a lock whose process is gone (same host and pid namespace, the pid free or reused) is stale
-//     and taken over with a message: a SIGKILLed job leaves one;
+// the same across the restarts of one edprun). The file is made whole under a temporary name,
+// flock()ed and linked into place (files::create_exclusive), so it appears atomically, never
+// half-written, and held: the holder keeps the flock while it lives. A lock that is not a regular
+// file, a symbolic link or larger than a record is refused with a message naming it.
+//   - a lock of this host that no process holds (its flock is free) and whose process is gone
+//     (in this pid namespace: the pid free or reused; in another one, a container of this host:
+//     the free flock alone says so) is stale and taken over with a message: a SIGKILLed job
+//     leaves one;
 //   - a lock of the same launch is taken over: a restart by edprun after a crash;
 //   - otherwise the directory is in use: edp::Error naming the holder and what to do.
 // The destructor removes the lock if it is still this process's.
@@ -122,6 +129,7 @@ class CheckpointLock {
 
  private:
   std::string path_, text_;
+  int fd_ = -1;  // the lock file, flock()ed while this object lives
 };
 
 }  // namespace edp::train
