@@ -9,9 +9,11 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "backend.h"
 #include "edp/core/knobs.h"
@@ -76,6 +78,15 @@ void Request::wait() {
   if (!impl_) return;
   impl_->wait();
   impl_.reset();
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
+  EDP_CHECK(count >= 0, "comm::reduce_scatter: negative element count ", count);
+  EDP_CHECK(!device_buffers(), "comm::reduce_scatter is not implemented on the '", backend(), "' communicator");
+  const size_t es = dtype_size(dtype), block = static_cast<size_t>(count) * es;
+  std::vector<char> all(block * static_cast<size_t>(size()));
+  allreduce(send, all.data(), count * size(), dtype, op);
+  if (block > 0) std::memcpy(recv, all.data() + block * static_cast<size_t>(rank()), block);
 }
 
 // ---- Tensor conveniences ------------------------------------------------------------------

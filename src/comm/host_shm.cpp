@@ -296,6 +296,29 @@ void HostShm::allreduce(void* buf, int64_t count, DType dtype, ReduceOp op,
   }
 }
 
+void HostShm::reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp op) {
+  const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t piece = std::max<int64_t>(1, slot_bytes_ / es / size_);  // of each block per chunk
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  char* slots[kMaxMembers];
+  for (int64_t off = 0; off < count; off += piece) {
+    const int64_t n = std::min(piece, count - off);
+    const int set = next_set_;
+    next_set_ ^= 1;
+    claim(set);
+    char* mine = slot(set, rank_);  // piece j of this chunk at mine + j * n * es
+    for (int j = 0; j < size_; ++j)
+      std::memcpy(mine + j * n * es, src + (j * count + off) * es, static_cast<size_t>(n * es));
+    arrive();
+    wait_for(phase_);
+    for (int j = 0; j < size_; ++j) slots[j] = slot(set, j) + rank_ * n * es;
+    reduce(dtype, op, dst + off * es, slots, size_, 0, n);
+    arrive();
+    set_free_[set] = phase_;
+  }
+}
+
 void HostShm::broadcast(void* buf, int64_t bytes, int root) {
   char* p = static_cast<char*>(buf);
   for (int64_t off = 0; off < bytes; off += slot_bytes_) {

@@ -19,6 +19,8 @@
 //              hosts (MPI) | all arrive] | each copies the result out | all arrive (no wait);
 //              a small chunk on one host: copy in | all arrive | each reduces the whole chunk from
 //              the slots into its own buffer | all arrive (no wait)
+//   reduce_scatter  each member copies a piece of every block into its slot | all arrive | member i
+//              reduces piece i of every slot into its own output | all arrive (no wait)
 //   broadcast  the root copies in | all arrive | each copies out | all arrive (no wait)
 //   barrier    all arrive | wait for all
 // "Arrive" publishes the member's next phase number; a member waits for the others' counters to
@@ -79,6 +81,9 @@ class HostShm {
   // the chunk's reduction over every host there.
   void allreduce(void* buf, int64_t count, DType dtype, ReduceOp op,
                  const std::function<void(void*, int64_t)>& cross = {});
+  // `in` holds size() blocks of `count` elements; out gets block rank() reduced over the members
+  // in member order (the allreduce's bits). Avg is reduced as Sum. One round of waiting per chunk.
+  void reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp op);
   void broadcast(void* buf, int64_t bytes, int root);
   void barrier();
 

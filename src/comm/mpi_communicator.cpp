@@ -195,6 +195,21 @@ class MpiCommunicator final : public Communicator {
     if (op == ReduceOp::Avg) divide_inplace(recv, count, dtype, size_);
   }
 
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
+    check_count(count, "reduce_scatter");
+    EntryGuard g("reduce_scatter");
+    (void)mpi_type(dtype);
+    if (host_path_ && hosts_ == 1) {
+      OpTicket t("reduce_scatter", "shm", count, dtype);
+      shm_->reduce_scatter(send, recv, count, dtype, op);
+    } else {
+      OpTicket t("reduce_scatter", "mpi", count, dtype);
+      EDP_CHECK(count <= INT_MAX, "comm::reduce_scatter: blocks of ", count, " elements are more than MPI's int counts");
+      MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), mpi_type(dtype), mpi_op(op), comm_));
+    }
+    if (op == ReduceOp::Avg) divide_inplace(recv, count, dtype, size_);
+  }
+
   void broadcast(void* buf, int64_t count, DType dtype, int root) override {
     check_count(count, "broadcast");
     check_root(root, "broadcast");

@@ -207,6 +207,18 @@ class NcclCommunicator final : public Communicator {
     Request r = iallgather(send, recv, count, dtype);
     r.wait();
   }
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
+    check_count(count, "reduce_scatter");
+    const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+    Request r = run({"reduce_scatter", count, dtype}, send, bytes * static_cast<size_t>(size_), recv, bytes,
+                    [&](const void* s, void* d) {
+                      NCCL_CHECK(ncclReduceScatter(s, d, static_cast<size_t>(count), nccl_type(dtype), nccl_op(op),
+                                                   comm_, stream_));
+                      if (op == ReduceOp::Avg && size_ > 1)
+                        cuda::kern::divide(d, static_cast<int>(dtype), count, size_, stream_);
+                    });
+    r.wait();
+  }
   void barrier() override {
     {
       DeviceGuard g(device_);

@@ -137,6 +137,24 @@ TYPED_TEST(Collectives, AllreduceEveryOpSizeAndPlacement) {
         }
 }
 
+// Block r of every rank's input, reduced, lands on rank r: the same values as the allreduce's
+// block r (exact arithmetic), for every op and for blocks of 0, 1, a prime and a few MiB.
+TYPED_TEST(Collectives, ReduceScatterGivesEachRankItsBlock) {
+  using T = TypeParam;
+  const DType dt = edp::dtype_of<T>::value;
+  const int rank = W().rank(), size = W().size();
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+    for (int64_t n : sizes<T>()) {
+      SCOPED_TRACE(std::string(edp::dtype_name(dt)) + " " + edp::comm::reduce_op_name(op) + " n=" + std::to_string(n));
+      const std::vector<T> send = input<T>(rank, n * size);
+      std::vector<T> recv(static_cast<size_t>(n), static_cast<T>(99));
+      W().reduce_scatter(send.data(), recv.data(), n, dt, op);
+      const std::vector<T> all = expected_reduce<T>(size, n * size, op);
+      ASSERT_TRUE(same(recv, std::vector<T>(all.begin() + n * rank, all.begin() + n * (rank + 1))));
+      ASSERT_TRUE(same(send, input<T>(rank, n * size))) << "the send buffer was modified";
+    }
+}
+
 TYPED_TEST(Collectives, BroadcastFromEveryRoot) {
   using T = TypeParam;
   const DType dt = edp::dtype_of<T>::value;
