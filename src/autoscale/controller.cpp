@@ -317,7 +317,9 @@ void HostfileSlots::check_adopted(const std::vector<Job>& jobs) const {
   for (const Job& j : jobs)
     if (j.running() && j.hosts.empty())
       throw Error("running job " + j.id + " was started without --hostfile and holds no hosts of " + file_ + again);
-  for (const auto& [host, used] : host_use(jobs, nullptr)) {
+  for (const auto& entry : host_use(jobs, nullptr)) {
+    const std::string& host = entry.first;  // not a structured binding: lambdas capture it (clang 14)
+    const auto used = entry.second;
     const auto h = std::find_if(hosts_.begin(), hosts_.end(), [&](const auto& x) { return x.host == host; });
     const auto lists = [&](const auto& hs) {
       return std::any_of(hs.begin(), hs.end(), [&](const auto& x) { return x.first == host; });
