@@ -33,8 +33,9 @@ for t in $TARGETS; do
   dict=()
   case $t in plan | job_spec | control | owner | events) dict=(-dict=tests/fuzz/json.dict) ;; esac
   echo "fuzz: $t for ${SECONDS_EACH}s"
-  # One job, one worker: the machine is shared. -rss_limit_mb: a parser must not need more.
-  if ! nice -n 19 "$BUILD/tests/fuzz/fuzz_$t" "${dict[@]}" -max_total_time="$SECONDS_EACH" -jobs=1 -workers=1 \
+  # One process, in-process fuzzing (libFuzzer's -jobs would write fuzz-N.log into the working
+  # directory, shared by runs side by side). -rss_limit_mb: a parser must not need more.
+  if ! nice -n 19 "$BUILD/tests/fuzz/fuzz_$t" "${dict[@]}" -max_total_time="$SECONDS_EACH" \
       -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -artifact_prefix="$WORK/findings/$t/" \
       "${seeds[@]}" 2>"$WORK/$t.log"; then
     echo "fuzz: $t FAILED; the input is in $WORK/findings/$t/ (log: $WORK/$t.log):"
