@@ -98,25 +98,26 @@ std::vector<MembershipEvent> parse_events(const std::string& text) {
   return out;
 }
 
-std::vector<MembershipEvent> read_events(const std::string& path) {
-  std::optional<std::string> text;
+// The text of a file a reader may miss (a job's events or status file): nullopt, with a warning
+// naming `what`, when it cannot be read.
+static std::optional<std::string> read_if_readable(const std::string& path, size_t limit, const char* what) {
   try {
-    text = files::read_file_if_exists(path, files::kTableLimit);
+    return files::read_file_if_exists(path, limit);
   } catch (const DataError& e) {
-    log::warn("cannot read the events file: ", e.what());
+    log::warn("cannot read the ", what, ": ", e.what());
+    return std::nullopt;
   }
+}
+
+std::vector<MembershipEvent> read_events(const std::string& path) {
+  const std::optional<std::string> text = read_if_readable(path, files::kTableLimit, "events file");
   return text ? parse_events(*text) : std::vector<MembershipEvent>{};
 }
 
 // ---- status ----------------------------------------------------------------------------------
 
 std::optional<JobStatus> read_status(const std::string& path) {
-  std::optional<std::string> text;
-  try {
-    text = files::read_file_if_exists(path, files::kRecordLimit);
-  } catch (const DataError& e) {
-    log::warn("cannot read the status file: ", e.what());
-  }
+  const std::optional<std::string> text = read_if_readable(path, files::kRecordLimit, "status file");
   if (!text) return std::nullopt;
   const auto parsed = json_fields::try_parse(*text);
   if (!parsed || !parsed->is_object()) return std::nullopt;

@@ -61,6 +61,13 @@ TEST(Idx, EmptySetIsValid) {
 // EDP_DATA_CACHE: a gzip image file is decoded once into the directory; later loads read the copy
 // and give the same bytes; a changed source is decoded again; a damaged copy is ignored; without
 // the directory nothing is written.
+// The paths of the entries of `dir` (the decoded copies in a data cache).
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().string());
+  return out;
+}
+
 TEST(Idx, DecodedCopiesInTheDataCache) {
   TempDir dir, cache;
   std::vector<uint8_t> px(6 * 12), lab(6, 1);
@@ -68,11 +75,7 @@ TEST(Idx, DecodedCopiesInTheDataCache) {
   write_gz(dir.file("img.gz"), idx_images(6, 3, 4, px));
   write_gz(dir.file("lab.gz"), idx_labels(6, lab));
   setenv("EDP_DATA_CACHE", cache.str().c_str(), 1);
-  auto copies = [&] {
-    std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(cache.str())) out.push_back(e.path().string());
-    return out;
-  };
+  auto copies = [&] { return files_in(cache.str()); };
   const auto first = load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
   ASSERT_EQ(copies().size(), 1u);
   const auto again = load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
@@ -113,11 +116,7 @@ TEST(Idx, DamagedOrStaleCopiesAreNeverUsed) {
   write_stored(px);
   write_gz(dir.file("lab.gz"), idx_labels(6, lab));
   setenv("EDP_DATA_CACHE", cache.str().c_str(), 1);
-  auto copies = [&] {
-    std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(cache.str())) out.push_back(e.path().string());
-    return out;
-  };
+  auto copies = [&] { return files_in(cache.str()); };
   load_idx(dir.file("img.gz"), dir.file("lab.gz"), Normalize{});
   ASSERT_EQ(copies().size(), 1u);
   // Damage one pixel of the copy in place: same size, same header.
