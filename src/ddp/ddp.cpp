@@ -1,7 +1,9 @@
 // DistributedDataParallel (see ddp.h): parameter check, buckets, overlapped allreduce.
 #include "edp/ddp/ddp.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -13,11 +15,17 @@
 #include "edp/core/knobs.h"
 #include "edp/core/timeline.h"
 #include "edp/comm/stall.h"
+#include "edp/optim/optimizer.h"
 
 namespace edp::ddp {
 
 struct DistributedDataParallel::Bucket {
-  Tensor buffer;  // [numel + 1]: the gradients, then the order-check element
+  // Unsharded: [numel + 1], the gradients, then the order-check element. Sharded: one block of
+  // part + 1 per rank (part = ceil(numel / ranks)), each ending in an order-check element, the
+  // last block's tail padding; `shard` [part + 1] receives this rank's reduced block.
+  Tensor buffer;
+  Tensor shard;
+  int64_t numel = 0, part = 0;
   std::vector<size_t> slots;
   size_t ready = 0;
   bool launched = false;
@@ -58,6 +66,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
             " but the communicator is '", comm_.backend(), "', which reduces host memory: GPU models need "
             "the NCCL communicator (comm::make_nccl_communicator(world)) or, with several ranks per GPU, the "
             "colocated one (comm::make_colocated_communicator(world))");
+  EDP_CHECK(opt_.zero_stage == 0 || opt_.zero_stage == 1, "DistributedDataParallel: zero_stage ", opt_.zero_stage,
+            " is not supported (0: unsharded, 1: the optimizer state sharded over the ranks)");
+  EDP_CHECK(opt_.zero_stage == 0 || params_[0]->value.device().is_cpu(),
+            "DistributedDataParallel: zero_stage 1 shards optimizer state in host memory; the parameters are on ",
+            params_[0]->value.device().str(), " (train GPU models unsharded for now)");
+  zero_ = opt_.zero_stage == 1 && comm_.size() > 1;
   check_same_parameters();
   // Identical replicas from the start: rank 0's values win.
   for (nn::Parameter* p : params_) comm_.broadcast(p->value, 0);
@@ -161,11 +175,20 @@ void DistributedDataParallel::build_buckets() {
       info.params.push_back(params_[k]->name);
     }
     info.numel = off;
+    bucket->numel = off;
     // On the parameters' device: with GPU parameters the buckets live on the GPU and the
     // communicator reduces them there. NCCL runs on its own stream ordered after the compute
     // stream by an event (edp/comm/nccl.h), enqueued from the backward thread, so nothing here
     // waits for the GPU; the colocated communicator runs on the communication thread.
-    bucket->buffer = Tensor({off + 1}, params_[0]->value.dtype(), params_[0]->value.device());
+    if (zero_) {
+      const int64_t w = comm_.size();
+      bucket->part = (off + w - 1) / w;
+      // Zeros: the padding of the last block is reduced and gathered like the rest.
+      bucket->buffer = Tensor::zeros({w * (bucket->part + 1)}, params_[0]->value.dtype(), params_[0]->value.device());
+      bucket->shard = Tensor::zeros({bucket->part + 1}, params_[0]->value.dtype(), params_[0]->value.device());
+    } else {
+      bucket->buffer = Tensor({off + 1}, params_[0]->value.dtype(), params_[0]->value.device());
+    }
     buckets_.push_back(std::move(bucket));
     bucket_info_.push_back(std::move(info));
   }
@@ -181,19 +204,30 @@ void DistributedDataParallel::on_grad_ready(size_t k) {
   const Slot& s = slots_[k];
   Bucket& b = *buckets_[static_cast<size_t>(s.bucket)];
   // Fold the averaging into the copy: the allreduce is then a plain Sum.
-  Tensor dst = b.buffer.narrow(s.offset, s.param->grad.numel());
-  if (dst.device().is_cuda()) {  // enqueued on the compute stream, before the bucket's allreduce
+  Tensor dst = zero_ ? Tensor() : b.buffer.narrow(s.offset, s.param->grad.numel());
+  if (!zero_ && dst.device().is_cuda()) {  // enqueued on the compute stream, before the bucket's allreduce
     dst.copy_from(s.param->grad.flatten());
     ops::scale_(dst, step_weight_);
     if (++b.ready == b.slots.size()) launch_ready_buckets();
     return;
   }
-  ops::cpu::dispatch_float(dst.dtype(), "ddp copy-in", [&](auto tag) {
+  ops::cpu::dispatch_float(b.buffer.dtype(), "ddp copy-in", [&](auto tag) {
     using T = decltype(tag);
     const T* g = s.param->grad.data<T>();
-    T* d = dst.data<T>();
     const T w = static_cast<T>(step_weight_);
-    for (int64_t i = 0; i < dst.numel(); ++i) d[i] = g[i] * w;
+    const int64_t n = s.param->grad.numel();
+    if (!zero_) {
+      T* d = dst.data<T>();
+      for (int64_t i = 0; i < n; ++i) d[i] = g[i] * w;
+      return;
+    }
+    T* buf = b.buffer.data<T>();
+    for (int64_t i = 0; i < n;) {  // run by run within the rank blocks
+      const int64_t flat = s.offset + i, len = std::min(n - i, b.part - flat % b.part);
+      T* d = buf + at(b, flat);
+      for (int64_t j = 0; j < len; ++j) d[j] = g[i + j] * w;
+      i += len;
+    }
   });
   if (++b.ready == b.slots.size()) launch_ready_buckets();
 }
@@ -209,12 +243,18 @@ void DistributedDataParallel::launch_ready_buckets() {
     } else {
       ops::cpu::dispatch_float(b.buffer.dtype(), "ddp order check", [&](auto tag) {
         using T = decltype(tag);
-        b.buffer.data<T>()[n - 1] = static_cast<T>(next_launch_ + 1);
+        if (!zero_) {
+          b.buffer.data<T>()[n - 1] = static_cast<T>(next_launch_ + 1);
+          return;
+        }
+        for (int64_t r = 0; r < comm_.size(); ++r) b.buffer.data<T>()[r * (b.part + 1) + b.part] = static_cast<T>(next_launch_ + 1);
       });
     }
     b.launched = true;
     const int64_t queued = Timeline::get().enabled() ? Timeline::get().now_us() : 0;
     void* buf = b.buffer.raw();
+    void* shard = zero_ ? b.shard.raw() : nullptr;
+    const int64_t block = b.part + 1;
     const DType dt = b.buffer.dtype();
     const size_t index = next_launch_;
     auto comm_us = b.comm_us;
@@ -238,12 +278,15 @@ void DistributedDataParallel::launch_ready_buckets() {
       continue;
     }
     const size_t nbuckets = buckets_.size();
-    b.request = thread_->submit([buf, n, dt, index, nbuckets, queued, comm_us](comm::Communicator& c) {
+    b.request = thread_->submit([buf, shard, block, n, dt, index, nbuckets, queued, comm_us](comm::Communicator& c) {
       comm::StallLabel label("ddp bucket " + std::to_string(index + 1) + "/" + std::to_string(nbuckets));
       auto& tl = Timeline::get();
       const auto t0 = std::chrono::steady_clock::now();
       const int64_t start = tl.enabled() ? tl.now_us() : 0;
-      c.allreduce(buf, buf, n, dt, comm::ReduceOp::Sum);
+      if (shard)
+        c.reduce_scatter(buf, shard, block, dt, comm::ReduceOp::Sum);
+      else
+        c.allreduce(buf, buf, n, dt, comm::ReduceOp::Sum);
       comm_us->store(std::chrono::duration_cast<std::chrono::microseconds>(
                          std::chrono::steady_clock::now() - t0).count());
       if (tl.enabled()) {
@@ -326,6 +369,14 @@ void DistributedDataParallel::finish() {
         const Slot& s = slots_[k];
         s.param->grad.copy_from(b.buffer.narrow(s.offset, s.param->grad.numel()).reshape(s.param->grad.shape()));
       }
+    } else if (zero_) {  // this rank's reduced block stays in b.shard for step()
+      ops::cpu::dispatch_float(b.shard.dtype(), "ddp order check", [&](auto tag) {
+        using T = decltype(tag);
+        if (b.shard.data<T>()[b.part] != static_cast<T>(world * static_cast<double>(bi + 1)))
+          throw Error("DistributedDataParallel: ranks launched buckets in different orders (bucket " +
+                      std::to_string(bi) + " met another rank's bucket); the models or the " +
+                      "backward passes differ between ranks");
+      });
     } else {
       ops::cpu::dispatch_float(b.buffer.dtype(), "ddp copy-out", [&](auto tag) {
         using T = decltype(tag);
@@ -349,6 +400,171 @@ void DistributedDataParallel::finish() {
   step_weight_ = 1.0 / world;
   stats_.exposed_comm_s += sw.seconds();
   ++stats_.steps;
+}
+
+// ---- sharded optimizer state (ZeRO stage 1) ---------------------------------------------------
+
+int64_t DistributedDataParallel::at(const Bucket& b, int64_t flat) const {
+  return flat / b.part * (b.part + 1) + flat % b.part;
+}
+
+template <typename Fn>
+void DistributedDataParallel::for_each_run(size_t bi, int r, Fn&& fn) const {
+  const Bucket& b = *buckets_[bi];
+  const int64_t lo = std::min(b.numel, r * b.part), hi = std::min(b.numel, (r + 1) * b.part);
+  for (size_t k : b.slots) {
+    const Slot& s = slots_[k];
+    const int64_t from = std::max(lo, s.offset), to = std::min(hi, s.offset + s.param->value.numel());
+    if (from < to) fn(k, from - s.offset, from - lo, to - from);
+  }
+}
+
+void DistributedDataParallel::make_shard_optimizer(optim::Optimizer& opt) {
+  EDP_CHECK(opt.params().size() == params_.size(), "DistributedDataParallel::step: the optimizer has ",
+            opt.params().size(), " parameters, the module ", params_.size(), "; build it over module().parameters()");
+  for (size_t k = 0; k < params_.size(); ++k)
+    EDP_CHECK(opt.params()[k] == params_[k], "DistributedDataParallel::step: the optimizer's parameter #", k, " ('",
+              opt.params()[k]->name, "') is not the module's ('", params_[k]->name,
+              "'); build it over module().parameters()");
+  // Views: this rank's runs of the parameters, and of its reduced gradient blocks.
+  segments_.clear();
+  for (size_t bi = 0; bi < buckets_.size(); ++bi)
+    for_each_run(bi, comm_.rank(), [&](size_t slot, int64_t po, int64_t pa, int64_t len) {
+      segments_.push_back({slot, static_cast<int>(bi), po, pa, len});
+    });
+  shard_params_.clear();
+  shard_params_.reserve(segments_.size());
+  std::vector<nn::Parameter*> ptrs;
+  for (const Segment& g : segments_) {
+    const nn::Parameter& p = *params_[g.slot];
+    nn::Parameter v;
+    v.name = p.name + "[" + std::to_string(g.param_offset) + ":" + std::to_string(g.param_offset + g.length) + "]";
+    v.value = p.value.flatten().narrow(g.param_offset, g.length);
+    v.grad = buckets_[static_cast<size_t>(g.bucket)]->shard.narrow(g.part_offset, g.length);
+    v.decay = p.decay;
+    shard_params_.push_back(std::move(v));
+    ptrs.push_back(&shard_params_.back());
+  }
+  shard_opt_ = opt.clone_for(std::move(ptrs));
+}
+
+void DistributedDataParallel::step(optim::Optimizer& opt) {
+  if (!zero_) {
+    opt.step();
+    return;
+  }
+  // The first sharded step takes this rank's parts of whatever state opt holds (zeros when fresh,
+  // a checkpoint's when restored) and frees opt's.
+  if (!shard_opt_) scatter_optimizer_state(opt);
+  comm::StallLabel label("ddp sharded step");
+  shard_opt_->set_lr(opt.lr());
+  shard_opt_->step();
+  opt.set_steps(shard_opt_->steps());
+  allgather_parameters();
+}
+
+void DistributedDataParallel::allgather_parameters() {
+  TimelineScope t("allgather parameters", "comm");
+  const int me = comm_.rank();
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    Bucket& b = *buckets_[bi];
+    ops::cpu::dispatch_float(b.buffer.dtype(), "ddp parameter allgather", [&](auto tag) {
+      using T = decltype(tag);
+      T* send = b.shard.data<T>();  // its reduced gradients are used: the parts' new values go out in it
+      for_each_run(bi, me, [&](size_t slot, int64_t po, int64_t pa, int64_t len) {
+        std::memcpy(send + pa, params_[slot]->value.template data<T>() + po, static_cast<size_t>(len) * sizeof(T));
+      });
+      comm_.allgather(send, b.buffer.raw(), b.part + 1, b.buffer.dtype());
+      const T* all = b.buffer.data<T>();
+      for (int r = 0; r < comm_.size(); ++r)
+        if (r != me)
+          for_each_run(bi, r, [&](size_t slot, int64_t po, int64_t pa, int64_t len) {
+            std::memcpy(params_[slot]->value.template data<T>() + po, all + r * (b.part + 1) + pa,
+                        static_cast<size_t>(len) * sizeof(T));
+          });
+    });
+  }
+}
+
+double DistributedDataParallel::clip_grad_norm(double max_norm) {
+  if (!zero_) return optim::clip_grad_norm(params_, max_norm);
+  EDP_CHECK(max_norm > 0, "clip_grad_norm: max_norm ", max_norm, " must be > 0");
+  double ss = 0;
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    const Bucket& b = *buckets_[bi];
+    for_each_run(bi, comm_.rank(), [&](size_t, int64_t, int64_t pa, int64_t len) {
+      ss += ops::sum_squares(b.shard.narrow(pa, len));
+    });
+  }
+  const double norm = std::sqrt(comm_.allreduce_value<double>(ss, comm::ReduceOp::Sum));
+  if (norm > max_norm) {
+    const double f = max_norm / (norm + 1e-6);
+    for (auto& bp : buckets_) {
+      Tensor parts = bp->shard.narrow(0, bp->part);
+      ops::scale_(parts, f);
+    }
+  }
+  return norm;
+}
+
+namespace {
+// The optimizer's state tensors per parameter (momentum: 1 or 0, Adam: 2), checked.
+size_t state_per_param(const std::vector<Tensor*>& st, size_t params, const char* what) {
+  if (params == 0) return 0;
+  EDP_CHECK(st.size() % params == 0, "DistributedDataParallel::", what, ": ", st.size(),
+            " optimizer state tensors for ", params, " parameters");
+  return st.size() / params;
+}
+}  // namespace
+
+void DistributedDataParallel::gather_optimizer_state(optim::Optimizer& opt) {
+  if (!zero_ || !shard_opt_) return;
+  comm::StallLabel label("ddp optimizer state gather");
+  const std::vector<Tensor*> full = opt.state();
+  const size_t nq = state_per_param(full, params_.size(), "gather_optimizer_state");
+  const std::vector<Tensor*> mine = shard_opt_->state();
+  size_t first = 0;  // this rank's first segment of the bucket
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    const Bucket& b = *buckets_[bi];
+    size_t count = 0;
+    while (first + count < segments_.size() && segments_[first + count].bucket == static_cast<int>(bi)) ++count;
+    Tensor send = Tensor::zeros({b.part + 1}, b.buffer.dtype(), Device::cpu());
+    Tensor all({comm_.size() * (b.part + 1)}, b.buffer.dtype(), Device::cpu());
+    for (size_t q = 0; q < nq; ++q) {
+      for (size_t i = first; i < first + count; ++i) {
+        const Segment& g = segments_[i];
+        send.narrow(g.part_offset, g.length).copy_from(*mine[i * nq + q]);
+      }
+      comm_.allgather(send.raw(), all.raw(), b.part + 1, b.buffer.dtype());
+      for (int r = 0; r < comm_.size(); ++r)
+        for_each_run(bi, r, [&](size_t slot, int64_t po, int64_t pa, int64_t len) {
+          Tensor dst = full[slot * nq + q]->flatten().narrow(po, len);
+          dst.copy_from(all.narrow(r * (b.part + 1) + pa, len));
+        });
+    }
+    first += count;
+  }
+  opt.set_steps(shard_opt_->steps());
+}
+
+void DistributedDataParallel::scatter_optimizer_state(optim::Optimizer& opt) {
+  if (!zero_) return;
+  if (!shard_opt_) make_shard_optimizer(opt);
+  const std::vector<Tensor*> full = opt.state();
+  const size_t nq = state_per_param(full, params_.size(), "scatter_optimizer_state");
+  const std::vector<Tensor*> mine = shard_opt_->state();
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& g = segments_[i];
+    for (size_t q = 0; q < nq; ++q) mine[i * nq + q]->copy_from(full[g.slot * nq + q]->flatten().narrow(g.param_offset, g.length));
+  }
+  shard_opt_->set_steps(opt.steps());
+  opt.release_state();
+}
+
+int64_t DistributedDataParallel::optimizer_state_bytes(optim::Optimizer& opt) const {
+  int64_t bytes = 0;
+  for (const Tensor* t : zero_ && shard_opt_ ? shard_opt_->state() : opt.state()) bytes += static_cast<int64_t>(t->nbytes());
+  return bytes;
 }
 
 }  // namespace edp::ddp

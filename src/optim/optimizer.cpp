@@ -38,6 +38,11 @@ void Optimizer::zero_grad() {
   for (auto* p : params_) p->grad.zero();
 }
 
+std::unique_ptr<Optimizer> Optimizer::clone_for(std::vector<nn::Parameter*>) const {
+  throw Error("this optimizer cannot run on the shards of its parameters (it does not implement "
+              "Optimizer::clone_for); shard with SGD or AdamW, or train unsharded (zero_stage 0)");
+}
+
 SGD::SGD(std::vector<nn::Parameter*> params, SGDOptions o)
     : Optimizer(std::move(params), o.lr), o_(o) {
   EDP_CHECK(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1, "SGD: momentum ", o.momentum,
@@ -48,12 +53,23 @@ SGD::SGD(std::vector<nn::Parameter*> params, SGDOptions o)
             " must be in [0, 1]");
   EDP_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
             "SGD: Nesterov momentum needs momentum > 0 and dampening = 0");
-  if (o_.momentum > 0)
-    for (auto* p : params_)
-      buf_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()));
+}
+
+void SGD::ensure_state() {
+  if (o_.momentum > 0 && buf_.empty())
+    for (auto* p : params_) buf_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()));
+}
+
+std::unique_ptr<Optimizer> SGD::clone_for(std::vector<nn::Parameter*> params) const {
+  SGDOptions o = o_;
+  o.lr = lr_;
+  auto c = std::make_unique<SGD>(std::move(params), o);
+  c->set_steps(steps_);
+  return c;
 }
 
 void SGD::step() {
+  ensure_state();
   std::vector<Tensor*> p, b;
   std::vector<const Tensor*> g;
   for (size_t k = 0; k < params_.size(); ++k) {
@@ -73,6 +89,7 @@ void SGD::step() {
 }
 
 std::vector<Tensor*> SGD::state() {
+  ensure_state();
   std::vector<Tensor*> s;
   for (auto& t : buf_) s.push_back(&t);
   return s;
@@ -82,13 +99,26 @@ AdamW::AdamW(std::vector<nn::Parameter*> params, AdamWOptions o)
     : Optimizer(std::move(params), o.lr), o_(o) {
   EDP_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps > 0,
             "AdamW: betas must be in [0, 1) and eps > 0");
+}
+
+void AdamW::ensure_state() {
+  if (!m_.empty() || params_.empty()) return;
   for (auto* p : params_) {
     m_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()));
     v_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device()));
   }
 }
 
+std::unique_ptr<Optimizer> AdamW::clone_for(std::vector<nn::Parameter*> params) const {
+  AdamWOptions o = o_;
+  o.lr = lr_;
+  auto c = std::make_unique<AdamW>(std::move(params), o);
+  c->set_steps(steps_);
+  return c;
+}
+
 void AdamW::step() {
+  ensure_state();
   ++steps_;
   const double bc1 = 1 - std::pow(o_.beta1, static_cast<double>(steps_));
   const double bc2 = 1 - std::pow(o_.beta2, static_cast<double>(steps_));
@@ -116,6 +146,7 @@ void AdamW::step() {
 }
 
 std::vector<Tensor*> AdamW::state() {
+  ensure_state();
   std::vector<Tensor*> s;
   for (size_t k = 0; k < m_.size(); ++k) {
     s.push_back(&m_[k]);

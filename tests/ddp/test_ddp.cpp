@@ -247,3 +247,174 @@ TEST(DDP, DifferentModelsFailOnEveryRankNamingTheParameter) {
     EXPECT_NE(msg.find("fc2.weight"), std::string::npos) << msg;
   }
 }
+
+// ---- ZeRO stage 1: the optimizer state sharded over the ranks -------------------------------------
+namespace {
+
+bool bitwise_equal(nn::Module& a, nn::Module& b) {
+  auto pa = a.parameters(), pb = b.parameters();
+  for (size_t k = 0; k < pa.size(); ++k)
+    if (std::memcmp(pa[k]->value.raw(), pb[k]->value.raw(), pa[k]->value.nbytes()) != 0) {
+      ADD_FAILURE() << "parameter " << pa[k]->name << " differs";
+      return false;
+    }
+  return true;
+}
+
+// One step of `model` on this rank's rows of global batch s.
+void train_step(ddp::DistributedDataParallel& model, optim::Optimizer& opt, nn::SoftmaxCrossEntropy& ce, int64_t s,
+                int64_t b, DType dt, double clip = 0) {
+  auto& world = comm::world();
+  Tensor x, y;
+  global_batch(s, b * world.size(), dt, x, y);
+  opt.zero_grad();
+  ce.forward(model.forward(rows(x, world.rank() * b, b)), rows(y, world.rank() * b, b));
+  model.backward(ce.backward());
+  if (clip > 0) model.clip_grad_norm(clip);
+  model.step(opt);
+}
+
+using MakeOpt = std::function<std::unique_ptr<optim::Optimizer>(std::vector<nn::Parameter*>)>;
+
+// The sharded run against the unsharded one, step by step, on the same data. Every element's
+// update is the unsharded one (the optimizers are elementwise) and on one host edp's shared memory
+// reduces every element in rank order, in the reduce-scatter as in the allreduce: the parameters
+// must be bitwise equal, not merely close.
+void sharded_equals_unsharded(DType dt, const MakeOpt& make_opt, int64_t steps) {
+  auto& world = comm::world();
+  auto plain_model = mlp(dt), zero_model = mlp(dt);
+  // Small buckets: several of them, and rank parts that start and end inside parameters.
+  ddp::DistributedDataParallel plain(plain_model, world, {.bucket_cap_bytes = 3000, .first_bucket_bytes = 700});
+  ddp::DistributedDataParallel zero(zero_model, world,
+                                    {.bucket_cap_bytes = 3000, .first_bucket_bytes = 700, .zero_stage = 1});
+  ASSERT_EQ(zero.sharded(), world.size() > 1);
+  ASSERT_GE(zero.buckets().size(), 3u);
+  auto plain_opt = make_opt(plain_model->parameters()), zero_opt = make_opt(zero_model->parameters());
+  nn::SoftmaxCrossEntropy ce1, ce2;
+  for (int64_t s = 0; s < steps; ++s) {
+    plain_opt->set_lr(0.02 / (1.0 + 0.01 * static_cast<double>(s)));  // a schedule: read at every step
+    zero_opt->set_lr(plain_opt->lr());
+    train_step(plain, *plain_opt, ce1, s, 3, dt);
+    train_step(zero, *zero_opt, ce2, s, 3, dt);
+    ASSERT_TRUE(bitwise_equal(*zero_model, *plain_model)) << "step " << s << " on " << world.size() << " ranks";
+  }
+  EXPECT_TRUE(replicas_identical(*zero_model, world));
+  EXPECT_EQ(zero_opt->steps(), plain_opt->steps());
+}
+
+MakeOpt adamw() {
+  return [](std::vector<nn::Parameter*> p) {
+    return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{.lr = 0.02, .weight_decay = 0.05});
+  };
+}
+MakeOpt sgd() {
+  return [](std::vector<nn::Parameter*> p) {
+    return std::make_unique<optim::SGD>(std::move(p),
+                                        optim::SGDOptions{.lr = 0.02, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true});
+  };
+}
+
+}  // namespace
+
+TEST(DDPZero, ShardedAdamWIsBitwiseTheUnshardedRunFloat32) { sharded_equals_unsharded(DType::F32, adamw(), 200); }
+TEST(DDPZero, ShardedAdamWIsBitwiseTheUnshardedRunFloat64) { sharded_equals_unsharded(DType::F64, adamw(), 20); }
+TEST(DDPZero, ShardedSgdIsBitwiseTheUnshardedRun) { sharded_equals_unsharded(DType::F32, sgd(), 40); }
+
+// Each rank holds its part of the state; gathered, the state is the unsharded optimizer's; scattered
+// into a new sharded job (a resume from a checkpoint), training goes on as the unsharded run does.
+TEST(DDPZero, StateIsShardedAndGathersAndScattersExactly) {
+  auto& world = comm::world();
+  const DType dt = DType::F32;
+  auto plain_model = mlp(dt), zero_model = mlp(dt);
+  ddp::DistributedDataParallel plain(plain_model, world, {.bucket_cap_bytes = 3000, .first_bucket_bytes = 700});
+  ddp::DistributedDataParallel zero(zero_model, world,
+                                    {.bucket_cap_bytes = 3000, .first_bucket_bytes = 700, .zero_stage = 1});
+  auto plain_opt = adamw()(plain_model->parameters()), zero_opt = adamw()(zero_model->parameters());
+  nn::SoftmaxCrossEntropy ce1, ce2, ce3;
+  for (int64_t s = 0; s < 5; ++s) {
+    train_step(plain, *plain_opt, ce1, s, 3, dt);
+    train_step(zero, *zero_opt, ce2, s, 3, dt);
+  }
+  const int64_t full = plain.optimizer_state_bytes(*plain_opt), mine = zero.optimizer_state_bytes(*zero_opt);
+  const int64_t total = world.allreduce_value<int64_t>(mine, comm::ReduceOp::Sum);
+  EXPECT_EQ(total, full) << "the parts of all ranks make the whole state, each element once";
+  if (world.size() > 1) EXPECT_LE(mine, full / world.size() + 2 * 8 * static_cast<int64_t>(zero.buckets().size()))
+      << "a rank holds about 1/" << world.size() << " of the state";
+
+  zero.gather_optimizer_state(*zero_opt);  // as a checkpoint would, on every rank
+  const std::vector<Tensor*> a = plain_opt->state(), g = zero_opt->state();
+  ASSERT_EQ(a.size(), g.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(std::memcmp(a[i]->raw(), g[i]->raw(), a[i]->nbytes()), 0) << "state tensor " << i;
+  EXPECT_EQ(zero_opt->steps(), plain_opt->steps());
+
+  // A new sharded job from that state (the resumed model and optimizer), trained on.
+  auto resumed_model = mlp(dt);
+  for (size_t k = 0; k < resumed_model->parameters().size(); ++k)
+    resumed_model->parameters()[k]->value.copy_from(zero_model->parameters()[k]->value);
+  ddp::DistributedDataParallel resumed(resumed_model, world,
+                                       {.bucket_cap_bytes = 3000, .first_bucket_bytes = 700, .zero_stage = 1});
+  auto resumed_opt = adamw()(resumed_model->parameters());
+  const std::vector<Tensor*> r = resumed_opt->state();
+  for (size_t i = 0; i < r.size(); ++i) r[i]->copy_from(*g[i]);
+  resumed_opt->set_steps(zero_opt->steps());
+  resumed.scatter_optimizer_state(*resumed_opt);
+  for (int64_t s = 5; s < 12; ++s) {
+    train_step(plain, *plain_opt, ce1, s, 3, dt);
+    train_step(resumed, *resumed_opt, ce3, s, 3, dt);
+    ASSERT_TRUE(bitwise_equal(*resumed_model, *plain_model)) << "step " << s;
+  }
+}
+
+// Clipping sums the squares of every rank's parts: the same norm as unsharded up to the order of
+// the sum (float64 accumulation of float32 squares: ~1e-12 relative), hence the same clipped step
+// up to one rounding of the scale factor.
+TEST(DDPZero, ClipGradNormOverTheShards) {
+  auto& world = comm::world();
+  const DType dt = DType::F64;
+  auto plain_model = mlp(dt), zero_model = mlp(dt);
+  ddp::DistributedDataParallel plain(plain_model, world, {.bucket_cap_bytes = 3000, .first_bucket_bytes = 700});
+  ddp::DistributedDataParallel zero(zero_model, world,
+                                    {.bucket_cap_bytes = 3000, .first_bucket_bytes = 700, .zero_stage = 1});
+  auto plain_opt = sgd()(plain_model->parameters()), zero_opt = sgd()(zero_model->parameters());
+  nn::SoftmaxCrossEntropy ce1, ce2;
+  for (int64_t s = 0; s < 4; ++s) {
+    Tensor x, y;
+    global_batch(s, 3 * world.size(), dt, x, y);
+    const int64_t r = world.rank();
+    for (auto* p : {&plain, &zero}) {
+      nn::SoftmaxCrossEntropy& ce = p == &plain ? ce1 : ce2;
+      (p == &plain ? *plain_opt : *zero_opt).zero_grad();
+      ce.forward(p->forward(rows(x, r * 3, 3)), rows(y, r * 3, 3));
+      p->backward(ce.backward());
+    }
+    const double n1 = plain.clip_grad_norm(0.05), n2 = zero.clip_grad_norm(0.05);
+    EXPECT_NEAR(n2, n1, 1e-12 * n1) << "step " << s;
+    EXPECT_GT(n1, 0.05) << "the test wants the clipping to act";
+    plain.step(*plain_opt);
+    zero.step(*zero_opt);
+    EXPECT_LE(max_abs_diff(*zero_model, *plain_model), 1e-12) << "step " << s;
+  }
+  EXPECT_TRUE(replicas_identical(*zero_model, world));
+}
+
+TEST(DDPZero, RefusesWhatItCannotShard) {
+  auto& world = comm::world();
+  auto m = mlp(DType::F32);
+  EXPECT_THROW(ddp::DistributedDataParallel(m, world, {.zero_stage = 2}), Error);
+  if (world.size() < 2) return;
+  ddp::DistributedDataParallel zero(m, world, {.zero_stage = 1});
+  auto other = mlp(DType::F32);
+  auto opt = adamw()(other->parameters());
+  nn::SoftmaxCrossEntropy ce;
+  Tensor x, y;
+  global_batch(0, 2, DType::F32, x, y);
+  ce.forward(zero.forward(x), y);
+  zero.backward(ce.backward());
+  try {
+    zero.step(*opt);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("build it over module().parameters()"), std::string::npos) << e.what();
+  }
+}

@@ -29,6 +29,21 @@
 //
 // no_sync(): inside its scope backward only accumulates local gradients (gradient
 // accumulation); the first backward after it averages the accumulated sum.
+//
+// Sharded (DDPOptions::zero_stage = 1, ZeRO stage 1; parameters in host memory, 2 ranks or more):
+// each bucket is cut into one part per rank (ceil(numel / ranks) elements; the last part padded),
+// rank r owning part r of every bucket. A ready bucket is reduce-scattered instead of allreduced,
+// so rank r receives the averaged gradient of its parts only, and the parameters' own grads keep
+// the local gradient. step(opt) replaces opt.step(): an optimizer of opt's kind and settings
+// (Optimizer::clone_for) over this rank's parts — views into the parameters and the reduced parts
+// — updates them, its state 1/ranks of opt's, and the updated parts are allgathered bucket by
+// bucket into every rank's parameters. The same bytes cross the wire as an allreduce's two
+// halves. An element's update is the unsharded one (the optimizers are elementwise): with the
+// reduction in rank order (edp's shared memory on one host) the parameters are bitwise those of
+// the unsharded run. clip_grad_norm sums the squares over the parts and the ranks.
+// gather_optimizer_state / scatter_optimizer_state move the state between the shards and opt's
+// full per-parameter tensors (a checkpoint holds those: it resumes at any world size, sharded or
+// not).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -38,6 +53,7 @@
 #include "edp/comm/comm_thread.h"
 #include "edp/comm/communicator.h"
 #include "edp/nn/module.h"
+#include "edp/optim/optimizer.h"
 
 namespace edp::ddp {
 
@@ -45,6 +61,8 @@ struct DDPOptions {
   int64_t bucket_cap_bytes = 0;  // 0: EDP_BUCKET_CAP_MB MiB (default 25; docs/knobs.md)
   int64_t first_bucket_bytes = 1ll << 20;
   bool broadcast_buffers = true;  // rank 0's buffers at construction
+  // 1: ZeRO stage 1, the optimizer state sharded over the ranks (see "Sharded" below); 0: not.
+  int zero_stage = 0;
 };
 
 // Where the time of the synchronised backward passes went (seconds, summed over steps).
@@ -90,6 +108,25 @@ class DistributedDataParallel {
   };
   NoSync no_sync() { return NoSync(*this); }
 
+  // The optimizer step (see "Sharded" above): opt.step() unless sharded. Collective when sharded;
+  // opt's learning rate is read at every call and its step count follows the shards'.
+  void step(optim::Optimizer& opt);
+  // Global-norm clipping of the averaged gradients to max_norm (after backward, before step);
+  // returns the norm before it. Sharded: the squares of every rank's parts, summed over the ranks
+  // (collective), and the parts scaled.
+  double clip_grad_norm(double max_norm);
+  // Sharded only (no-ops otherwise), collective. gather: every rank's parts of the optimizer state
+  // into opt's full per-parameter state tensors on every rank (for a checkpoint; the step count
+  // too). scatter: each rank takes its parts from opt's full state (as a restored checkpoint leaves
+  // it), then opt's full state is released; the first step(opt) does the same, so a state restored
+  // into opt before it (or opt's fresh zeros) is what the shards start from.
+  void gather_optimizer_state(optim::Optimizer& opt);
+  void scatter_optimizer_state(optim::Optimizer& opt);
+  bool sharded() const { return zero_; }
+  // Bytes of optimizer state this rank holds: its shard's when sharded (after the first step or
+  // scatter), otherwise opt's.
+  int64_t optimizer_state_bytes(optim::Optimizer& opt) const;
+
   nn::Module& module() { return *module_; }
   comm::Communicator& communicator() { return comm_; }
   const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
@@ -102,6 +139,14 @@ class DistributedDataParallel {
     int bucket;
     int64_t offset;
   };
+  // Sharded: a run of this rank's part of a bucket that lies in one parameter.
+  struct Segment {
+    size_t slot;           // the parameter
+    int bucket;
+    int64_t param_offset;  // first element in the parameter
+    int64_t part_offset;   // first element in this rank's part of the bucket
+    int64_t length;
+  };
   struct Bucket;
   void check_same_parameters();
   void check_same_buckets();
@@ -110,6 +155,14 @@ class DistributedDataParallel {
   void launch_ready_buckets();
   void finish();
   bool solo() const { return comm_.size() == 1 && step_weight_ == 1.0; }
+  // Sharded: the flat bucket element's index in the bucket's buffer (rank blocks of part + 1).
+  int64_t at(const Bucket& b, int64_t flat) const;
+  // Sharded: fn(slot, param_offset, part_offset, length) for each run of rank r's part of bucket
+  // bi that lies in one parameter, in bucket order.
+  template <typename Fn>
+  void for_each_run(size_t bi, int r, Fn&& fn) const;
+  void make_shard_optimizer(optim::Optimizer& opt);
+  void allgather_parameters();
 
   std::shared_ptr<nn::Module> module_;
   comm::Communicator& comm_;
@@ -124,6 +177,10 @@ class DistributedDataParallel {
   bool in_backward_ = false;
   double step_weight_;
   DDPStats stats_;
+  bool zero_ = false;  // sharded (DDPOptions::zero_stage, 2 ranks or more)
+  std::vector<Segment> segments_;
+  std::vector<nn::Parameter> shard_params_;  // views: parameter parts and reduced gradient parts
+  std::unique_ptr<optim::Optimizer> shard_opt_;
 };
 
 }  // namespace edp::ddp

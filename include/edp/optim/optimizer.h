@@ -7,6 +7,7 @@
 //          p -= lr · (m / (1-β1^t)) / (√(v / (1-β2^t)) + ε)
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "edp/nn/module.h"
@@ -24,10 +25,18 @@ class Optimizer {
   void set_lr(double lr);
   int64_t steps() const { return steps_; }
   const std::vector<nn::Parameter*>& params() const { return params_; }
-  // Per-parameter state tensors in a fixed order (momentum buffers, Adam moments), for
-  // checkpoints; steps() is the rest of the state.
+  // Per-parameter state tensors in a fixed order, parameter by parameter (momentum buffers, Adam
+  // moments), for checkpoints; steps() is the rest of the state. Allocated when first needed (by
+  // the first step or this call), so that an optimizer whose state lives in shards elsewhere
+  // (DistributedDataParallel's ZeRO stage) holds none.
   virtual std::vector<Tensor*> state() = 0;
+  // Frees the state tensors (they come back as zeros when next needed).
+  virtual void release_state() {}
   void set_steps(int64_t s) { steps_ = s; }
+  // An optimizer of this kind with the same settings and learning rate over `params`, with fresh
+  // state and this one's step count: the same update on other tensors (DistributedDataParallel
+  // runs it on the parts of the parameters a rank owns). Optimizers that cannot say so throw.
+  virtual std::unique_ptr<Optimizer> clone_for(std::vector<nn::Parameter*> params) const;
 
  protected:
   std::vector<nn::Parameter*> params_;
@@ -48,8 +57,11 @@ class SGD : public Optimizer {
   SGD(std::vector<nn::Parameter*> params, SGDOptions o);
   void step() override;
   std::vector<Tensor*> state() override;
+  void release_state() override { buf_.clear(); }
+  std::unique_ptr<Optimizer> clone_for(std::vector<nn::Parameter*> params) const override;
 
  private:
+  void ensure_state();
   SGDOptions o_;
   std::vector<Tensor> buf_;
 };
@@ -67,8 +79,14 @@ class AdamW : public Optimizer {
   AdamW(std::vector<nn::Parameter*> params, AdamWOptions o);
   void step() override;
   std::vector<Tensor*> state() override;
+  void release_state() override {
+    m_.clear();
+    v_.clear();
+  }
+  std::unique_ptr<Optimizer> clone_for(std::vector<nn::Parameter*> params) const override;
 
  private:
+  void ensure_state();
   AdamWOptions o_;
   std::vector<Tensor> m_, v_;
 };
