@@ -205,7 +205,15 @@ class MpiCommunicator final : public Communicator {
     } else {
       OpTicket t("reduce_scatter", "mpi", count, dtype);
       EDP_CHECK(count <= INT_MAX, "comm::reduce_scatter: blocks of ", count, " elements are more than MPI's int counts");
-      MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), mpi_type(dtype), mpi_op(op), comm_));
+      const size_t block = static_cast<size_t>(count) * dtype_size(dtype);
+      if (recv == static_cast<const char*>(send) + static_cast<size_t>(rank_) * block) {
+        // In place: MPI's in-place form reduces the whole buffer into its first block.
+        void* buf = const_cast<void*>(send);
+        MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, static_cast<int>(count), mpi_type(dtype), mpi_op(op), comm_));
+        if (recv != buf && block > 0) std::memmove(recv, buf, block);
+      } else {
+        MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), mpi_type(dtype), mpi_op(op), comm_));
+      }
     }
     if (op == ReduceOp::Avg) divide_inplace(recv, count, dtype, size_);
   }

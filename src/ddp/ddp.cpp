@@ -22,7 +22,7 @@ namespace edp::ddp {
 struct DistributedDataParallel::Bucket {
   // Unsharded: [numel + 1], the gradients, then the order-check element. Sharded: one block of
   // part + 1 per rank (part = ceil(numel / ranks)), each ending in an order-check element, the
-  // last block's tail padding; `shard` [part + 1] receives this rank's reduced block.
+  // last block's tail padding; `shard` is this rank's block (a view), where its reduced part lands.
   Tensor buffer;
   Tensor shard;
   int64_t numel = 0, part = 0;
@@ -185,7 +185,8 @@ void DistributedDataParallel::build_buckets() {
       bucket->part = (off + w - 1) / w;
       // Zeros: the padding of the last block is reduced and gathered like the rest.
       bucket->buffer = Tensor::zeros({w * (bucket->part + 1)}, params_[0]->value.dtype(), params_[0]->value.device());
-      bucket->shard = Tensor::zeros({bucket->part + 1}, params_[0]->value.dtype(), params_[0]->value.device());
+      // This rank's own block: reduced in place, and allgathered from in place.
+      bucket->shard = bucket->buffer.narrow(comm_.rank() * (bucket->part + 1), bucket->part + 1);
     } else {
       bucket->buffer = Tensor({off + 1}, params_[0]->value.dtype(), params_[0]->value.device());
     }
@@ -550,6 +551,8 @@ void DistributedDataParallel::gather_optimizer_state(optim::Optimizer& opt) {
 void DistributedDataParallel::scatter_optimizer_state(optim::Optimizer& opt) {
   if (!zero_) return;
   if (!shard_opt_) make_shard_optimizer(opt);
+  shard_opt_->set_steps(opt.steps());
+  if (!opt.has_state()) return;  // fresh: the shards' own zeros, never the whole state at once
   const std::vector<Tensor*> full = opt.state();
   const size_t nq = state_per_param(full, params_.size(), "scatter_optimizer_state");
   const std::vector<Tensor*> mine = shard_opt_->state();

@@ -152,6 +152,12 @@ TYPED_TEST(Collectives, ReduceScatterGivesEachRankItsBlock) {
       const std::vector<T> all = expected_reduce<T>(size, n * size, op);
       ASSERT_TRUE(same(recv, std::vector<T>(all.begin() + n * rank, all.begin() + n * (rank + 1))));
       ASSERT_TRUE(same(send, input<T>(rank, n * size))) << "the send buffer was modified";
+      // In place: the result lands in this rank's own block of the buffer.
+      std::vector<T> buf = input<T>(rank, n * size);
+      W().reduce_scatter(buf.data(), buf.data() + n * rank, n, dt, op);
+      ASSERT_TRUE(same(std::vector<T>(buf.begin() + n * rank, buf.begin() + n * (rank + 1)),
+                       std::vector<T>(all.begin() + n * rank, all.begin() + n * (rank + 1))))
+          << "in place";
     }
 }
 

@@ -127,8 +127,9 @@ class Communicator {
   // points at this rank's own block of recv.
   virtual void allgather(const void* send, void* recv, int64_t count, DType dtype) = 0;
   virtual void barrier() = 0;
-  // send holds size() blocks of `count` elements; recv (count elements, not inside send) gets
-  // block rank() reduced over every rank. The reduction of block r is exactly the allreduce's
+  // send holds size() blocks of `count` elements; recv (count elements) gets block rank() reduced
+  // over every rank. In place when recv is this rank's own block of send (send's other blocks are
+  // then left undefined); recv must not overlap send otherwise. The reduction of block r is exactly the allreduce's
   // on that block where the backend reduces in rank order (the MPI backend on one host, the self
   // backend). The default allreduces a host copy and keeps this rank's block; the MPI backend
   // reduces each block once, on its own rank.

@@ -32,6 +32,9 @@ class Optimizer {
   virtual std::vector<Tensor*> state() = 0;
   // Frees the state tensors (they come back as zeros when next needed).
   virtual void release_state() {}
+  // Whether the state tensors exist now (a step or state() made them): a sharded step takes its
+  // parts from them, and makes fresh zeros of its own parts only when they do not.
+  virtual bool has_state() const { return true; }
   void set_steps(int64_t s) { steps_ = s; }
   // An optimizer of this kind with the same settings and learning rate over `params`, with fresh
   // state and this one's step count: the same update on other tensors (DistributedDataParallel
@@ -58,6 +61,7 @@ class SGD : public Optimizer {
   void step() override;
   std::vector<Tensor*> state() override;
   void release_state() override { buf_.clear(); }
+  bool has_state() const override { return !buf_.empty(); }
   std::unique_ptr<Optimizer> clone_for(std::vector<nn::Parameter*> params) const override;
 
  private:
@@ -83,6 +87,7 @@ class AdamW : public Optimizer {
     m_.clear();
     v_.clear();
   }
+  bool has_state() const override { return !m_.empty(); }
   std::unique_ptr<Optimizer> clone_for(std::vector<nn::Parameter*> params) const override;
 
  private:
