@@ -61,11 +61,7 @@ void SGD::ensure_state() {
 }
 
 std::unique_ptr<Optimizer> SGD::clone_for(std::vector<nn::Parameter*> params) const {
-  SGDOptions o = o_;
-  o.lr = lr_;
-  auto c = std::make_unique<SGD>(std::move(params), o);
-  c->set_steps(steps_);
-  return c;
+  return clone_as<SGD>(std::move(params), o_);
 }
 
 void SGD::step() {
@@ -110,11 +106,7 @@ void AdamW::ensure_state() {
 }
 
 std::unique_ptr<Optimizer> AdamW::clone_for(std::vector<nn::Parameter*> params) const {
-  AdamWOptions o = o_;
-  o.lr = lr_;
-  auto c = std::make_unique<AdamW>(std::move(params), o);
-  c->set_steps(steps_);
-  return c;
+  return clone_as<AdamW>(std::move(params), o_);
 }
 
 void AdamW::step() {

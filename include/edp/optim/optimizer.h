@@ -42,6 +42,15 @@ class Optimizer {
   virtual std::unique_ptr<Optimizer> clone_for(std::vector<nn::Parameter*> params) const;
 
  protected:
+  // clone_for of an optimizer of kind Opt with settings `o`: this one's rate and step count.
+  template <typename Opt, typename Options>
+  std::unique_ptr<Optimizer> clone_as(std::vector<nn::Parameter*> params, Options o) const {
+    o.lr = lr_;
+    auto c = std::make_unique<Opt>(std::move(params), o);
+    c->set_steps(steps_);
+    return c;
+  }
+
   std::vector<nn::Parameter*> params_;
   double lr_;
   int64_t steps_ = 0;
