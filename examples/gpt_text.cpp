@@ -95,6 +95,7 @@ int train_gpt(comm::Communicator& world, const train::Options& o) {
   jo.control_every = o.i64("control-every");
   jo.device = device;
   jo.max_grad_norm = o.f64("clip");
+  jo.zero_stage = static_cast<int>(o.i64("zero"));
   jo.progress = !o.flag("no-progress");
   // --threads given: that count, kept after a rescale; otherwise the threads follow the ranks on the host.
   jo.threads = o.given("threads") ? static_cast<int>(o.i64("threads")) : 0;
@@ -192,6 +193,9 @@ int main(int argc, char** argv) {
       .add("weight-decay", "0.1", "AdamW's decoupled weight decay (not on biases and LayerNorms)")
       .add("warmup-steps", "50", "linear LR warmup steps, then cosine decay to 0 at the end of the last epoch")
       .add("clip", "1.0", "clip the gradients' global norm to this (0: no clipping)")
+      .add("zero", "0", "1: the optimizer state sharded over the ranks (ZeRO stage 1, CPU); 0: every rank holds it all")
+      .int_range(0, 1)
+      .run_setting()
       .add("threads", std::to_string(default_threads), "CPU threads per rank")
       .add("seed", "1337", "seed for initialisation, data order and sampling")
       .add("eval-windows", "256", "validation windows to evaluate (0: all)").run_setting()

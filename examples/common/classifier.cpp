@@ -121,6 +121,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
                     .rescale_mode = "",
                     .device = device,
                     .bucket_cap_bytes = o.i64("bucket-cap-mb") << 20,
+                    .zero_stage = static_cast<int>(o.i64("zero")),
                     .on_nonfinite = o.str("on-nonfinite"),
                     .progress = true,
                     .settings = settings,
@@ -232,6 +233,9 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
       .add("limit", "0", "use only the first N training samples (0 = all)")
       .add("workers", "1", "data-loader threads per rank")
       .add("bucket-cap-mb", knobs::find("EDP_BUCKET_CAP_MB").def, "DDP gradient bucket cap in MiB").run_setting()
+      .add("zero", "0", "1: the optimizer state sharded over the ranks (ZeRO stage 1, CPU); 0: every rank holds it all")
+      .int_range(0, 1)
+      .run_setting()
       .add("device", "auto", "auto (cuda when a GPU is visible, else cpu), cpu, cuda or cuda:N")
       .add("checkpoint-dir", "", "keep checkpoints here and resume from the newest one (empty: none)").run_setting()
       .add("checkpoint-every", "0", "commit a checkpoint every N optimizer steps (0: at the end of every epoch)").run_setting()

@@ -141,6 +141,17 @@ struct Job::Impl {
   bool root() const { return world && world->rank() == 0; }
 
   // ---- state ----
+  // Sharded (JobOptions::zero_stage): every rank's parts of the optimizer state back into `opt`,
+  // on every rank (collective over the DDP's world), for what reads the whole state: a
+  // checkpoint, rank 0's state for new ranks, a change of size (the next DDP shards it again at
+  // its first step). release(): frees it again once read.
+  void unshard() {
+    if (ddp && ddp->sharded()) ddp->gather_optimizer_state(opt);
+  }
+  void release_unsharded() {
+    if (ddp && ddp->sharded()) opt.release_state();
+  }
+
   train::Checkpoint capture(const RescaleRequest* next, double requested_t) const {
     train::Checkpoint c = train::capture(*job.model_, &opt, &loader->sampler());
     c.meta["model"] = o.name;
@@ -218,8 +229,11 @@ struct Job::Impl {
   }
 
   std::string commit(const RescaleRequest* next, double requested_t) {
-    if (!ckpt || !root()) return "";
-    return ckpt->commit(job.step_, capture(next, requested_t));
+    if (!ckpt) return "";
+    unshard();  // collective: every rank commits at the same step boundary
+    const std::string written = root() ? ckpt->commit(job.step_, capture(next, requested_t)) : "";
+    release_unsharded();
+    return written;
   }
 
   // Rank 0's state to the ranks from `first` on (collective over the world); `global_batch` is
@@ -376,8 +390,9 @@ struct Job::Impl {
       loader->reshard(size(), rank(), global_batch / size());
     configure_schedule();
     device_comm = comm::make_device_communicator(*world, o.device);
-    ddp = std::make_unique<ddp::DistributedDataParallel>(job.model_, device_comm ? *device_comm : *world,
-                                                         ddp::DDPOptions{.bucket_cap_bytes = o.bucket_cap_bytes});
+    ddp = std::make_unique<ddp::DistributedDataParallel>(
+        job.model_, device_comm ? *device_comm : *world,
+        ddp::DDPOptions{.bucket_cap_bytes = o.bucket_cap_bytes, .zero_stage = o.zero_stage});
     if (root() && size() > 1)  // which path the gradients take between which ranks (docs/elastic.md)
       log::info(o.name, ": ", size(), " ranks, gradients over ", (device_comm ? *device_comm : *world).transport());
     // Alike on every rank: ranks of separate launches on a slower path than one launch gives them.
@@ -400,6 +415,7 @@ struct Job::Impl {
     settings.emplace_back("rescale mode", mode);
     settings.emplace_back("non-finite rule", o.on_nonfinite);
     settings.emplace_back("gradient clipping (max norm)", std::to_string(o.max_grad_norm));
+    settings.emplace_back("ZeRO stage", std::to_string(o.zero_stage));
     settings.emplace_back("build arithmetic", std::string(EDP_CPU_FLAGS) + " / " + EDP_COMPILER);
     comm::check_agreement(*world, settings, o.name);
     step_times.clear();  // the typical step is measured again at the new size
@@ -532,6 +548,7 @@ struct Job::Impl {
     Stopwatch sw;
     const double lr_before = job.lr_, begun = wall_time();
     fold_sums();
+    unshard();  // the staying ranks' next DDP shards the whole state over the smaller world
     const comm::CpuMask cores = comm::host_cores(*world);  // what this host's ranks have, before the change
     std::unique_ptr<comm::Communicator> nw;
     if (W2 < W) {
@@ -624,6 +641,7 @@ struct Job::Impl {
     ev.phases.emplace_back("background_s", begun - grow_requested_t);
     Stopwatch sw;
     fold_sums();
+    unshard();  // rank 0 sends the whole state; the grown world's DDP shards it again
     const comm::CpuMask cores = comm::host_cores(*world);
     std::unique_ptr<comm::Communicator> nw = grow->take();
     grow.reset();
@@ -1126,26 +1144,34 @@ void Job::step(double loss) {
   // non-finite loss) unless skipping was asked for, which must see every step.
   const bool skip_mode = m.o.on_nonfinite == "skip";
   const bool scan = m.o.device.is_cpu() || skip_mode || step_ % 50 == 0 || !std::isfinite(loss);
-  const nn::Parameter* bad = scan ? nn::first_nonfinite_grad(model_->parameters()) : nullptr;
+  const nn::Parameter* nonfinite = scan ? nn::first_nonfinite_grad(model_->parameters()) : nullptr;
+  std::string bad_name = nonfinite ? nonfinite->name : "";
+  if (scan && m.ddp->sharded()) {
+    // Sharded, a rank's grads are its own (the averaged ones are spread over the ranks): any
+    // rank's non-finite gradient makes every rank decide alike.
+    const int any = m.world->allreduce_value<int>(nonfinite ? 1 : 0, comm::ReduceOp::Max);
+    if (any && !nonfinite) bad_name = "a parameter on another rank";
+  }
+  const bool bad = !bad_name.empty();
   if (!skip_mode) {
     const std::string at = " at step " + std::to_string(step_ + 1) + " (epoch " + std::to_string(epoch_ + 1) + ")";
     const char* advice = " Lower the learning rate, or skip such steps (on_nonfinite = skip, the examples' "
                          "--on-nonfinite skip)";
     // The reduced gradient is the same on every rank: they stop together. The loss is this rank's.
-    if (bad) m.diverged("the gradient of " + bad->name + " is not finite" + at + ": the training diverged.", advice, true);
+    if (bad) m.diverged("the gradient of " + bad_name + " is not finite" + at + ": the training diverged.", advice, true);
     if (!std::isfinite(loss))
       m.diverged("the loss is " + detail::concat(loss) + at + ": the training diverged.", advice, false);
   }
   if (bad) {
-    if (m.root()) log::warn("step ", step_ + 1, ": the gradient of ", bad->name, " is not finite; skipping the update");
+    if (m.root()) log::warn("step ", step_ + 1, ": the gradient of ", bad_name, " is not finite; skipping the update");
     ++m.skipped_steps;
     const int64_t max_skipped = std::max<int64_t>(10, m.steps_per_epoch * m.o.epochs / 10);
     if (m.skipped_steps > max_skipped)
       throw Error("gave up after " + std::to_string(m.skipped_steps) + " skipped steps with non-finite gradients");
   } else {
     TimelineScope t("optimizer step", "compute");
-    if (m.o.max_grad_norm > 0) optim::clip_grad_norm(model_->parameters(), m.o.max_grad_norm);
-    m.opt.step();
+    if (m.o.max_grad_norm > 0) m.ddp->clip_grad_norm(m.o.max_grad_norm);
+    m.ddp->step(m.opt);
   }
   if (std::isfinite(loss)) {
     m.guard_sum += loss * static_cast<double>(m.local_count);
@@ -1205,7 +1231,10 @@ void Job::finish() {
   impl_->guard_end();
 }
 
-void Job::sync() { impl_->send_state(1, global_batch_, Impl::Meet::kSync); }
+void Job::sync() {
+  impl_->unshard();
+  impl_->send_state(1, global_batch_, Impl::Meet::kSync);
+}
 
 void Job::settle() {
   EDP_CHECK(!impl_->mid_step, impl_->o.name, ": settle() between next_batch() and step(): call it at a step boundary");

@@ -33,6 +33,9 @@
 #            window of both epochs seen exactly once, every new rank warmed up before it joined; then, under edprun with bfloat16 products
 #            where the CPU has them (EDP_BF16=1), rank 1 of 2 killed before step 17 and the job
 #            restarted from its step-15 checkpoint ends bitwise equal to an uninterrupted run.
+#   zero     the inplace sequence with the optimizer state sharded (--zero 1) and not: coverage, the
+#            same final parameters bitwise and the same bytes in their last checkpoints; then the
+#            sharded job's checkpoint resumed unsharded at 3 ranks for a third epoch.
 #   gpu      the inplace sequence with every rank on the GPU (--device cuda; ranks share it: the
 #            colocated communicator, rebuilt after each change): coverage, replicas checked, and
 #            test accuracy within 1 point of the same sequence on the CPU. Skipped without a GPU.
@@ -105,6 +108,39 @@ if(MODE STREQUAL "inplace")
     expect("${e}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(4 processes\\)"
       "\"workers\": 4, \"global_batch\": 128")
   endforeach()
+elseif(MODE STREQUAL "zero")
+  # The inplace sequence with the optimizer state sharded (--zero 1) and not, each committing a
+  # checkpoint at every epoch's end: coverage, replicas checked after each change, and the final
+  # parameters bitwise equal (every element's gradient is summed in rank order by edp's shared
+  # memory in the reduce-scatter as in the allreduce, and SGD is elementwise).
+  file(MAKE_DIRECTORY ${WORK}/z ${WORK}/u)
+  run(z ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --plan ${plan} --zero 1 --ckpt ${WORK}/z/ck
+    --record ${WORK}/z)
+  expect("${z}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(6 processes\\)"
+    "first step at 4 worker\\(s\\) done[^\n]*\\(in place\\)" "first step at 1 worker\\(s\\) done[^\n]*\\(in place\\)"
+    "\"workers\": 3, \"global_batch\": 96")
+  run(u ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --plan ${plan} --zero 0 --ckpt ${WORK}/u/ck
+    --record ${WORK}/u)
+  json_field("${z}" digest dz)
+  json_field("${u}" digest du)
+  if(NOT dz STREQUAL du)
+    message(FATAL_ERROR "sharded and unsharded runs of the same sequence end with other parameters: ${dz} vs ${du}")
+  endif()
+  message(STATUS "sharded and unsharded: the same parameters (digest ${dz})")
+  # Their last checkpoints are the same bytes: the sharded job gathers the whole state to commit.
+  foreach(run z u)
+    file(GLOB cks ${WORK}/${run}/ck/ckpt-*.edp)
+    list(SORT cks)
+    list(GET cks -1 last)
+    file(SHA256 ${last} sha_${run})
+  endforeach()
+  if(NOT sha_z STREQUAL sha_u)
+    message(FATAL_ERROR "the sharded and unsharded runs' last checkpoints differ")
+  endif()
+  # A sharded job's checkpoint holds the whole state: resumed unsharded at another size, it goes on.
+  run(r ${MPIEXEC} --oversubscribe -np 3 ${EXE} --zero 0 --epochs 3 --ckpt ${WORK}/z/ck --record ${WORK}/z
+    --no-coverage)
+  expect("${r}" "\"workers\": 3")
 elseif(MODE STREQUAL "gpu")
   file(MAKE_DIRECTORY ${WORK}/g ${WORK}/c)
   execute_process(COMMAND ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --device cuda --plan ${plan}
@@ -228,5 +264,5 @@ elseif(MODE STREQUAL "gpt")
     message(STATUS "GPT killed and restarted: parameters bitwise equal (${db})")
   endif()
 else()
-  message(FATAL_ERROR "MODE must be inplace, background, restart, slowpath, kill, gpt or gpu")
+  message(FATAL_ERROR "MODE must be inplace, background, restart, slowpath, kill, gpt, zero or gpu")
 endif()

@@ -101,6 +101,10 @@ struct JobOptions {
   std::string rescale_mode;      // "auto", "in-place", "restart"; empty: EDP_RESCALE_MODE
   Device device = Device::cpu();
   int64_t bucket_cap_bytes = 0;   // DistributedDataParallel's cap (0: EDP_BUCKET_CAP_MB)
+  // 1: the optimizer state sharded over the ranks (DistributedDataParallel's ZeRO stage 1; the
+  // CPU); gathered into the optimizer for a checkpoint and a change of size, sharded again over
+  // the new world at its first step. 0: every rank holds all of it.
+  int zero_stage = 0;
   // Clip the gradients' global L2 norm to this before every optimizer step (0: no clipping). It
   // runs after the allreduce, on the averaged gradients every rank holds, so every rank computes
   // the same norm and applies the same scale (also a rank without samples in an uneven last step).
