@@ -300,7 +300,15 @@ void DistributedDataParallel::launch_ready_buckets() {
   }
 }
 
+void DistributedDataParallel::check_step_made() const {
+  EDP_CHECK(!(zero_ && sync_ && step_pending_),
+            "DistributedDataParallel: the optimizer state is sharded (zero_stage 1) and the last synchronised "
+            "backward was not followed by step(opt): call ddp.step(opt) instead of opt.step() (each rank holds only "
+            "its part of the averaged gradient), or skip_step() to make no update");
+}
+
 Tensor DistributedDataParallel::backward(const Tensor& grad_out) {
+  check_step_made();
   Tensor dx;
   Stopwatch sw;
   {
@@ -323,6 +331,7 @@ Tensor DistributedDataParallel::backward(const Tensor& grad_out) {
 
 void DistributedDataParallel::sync_without_backward() {
   EDP_CHECK(sync_, "sync_without_backward inside no_sync(): nothing to synchronise");
+  check_step_made();
   finish();
 }
 
@@ -398,6 +407,7 @@ void DistributedDataParallel::finish() {
     b.launched = false;
   }
   next_launch_ = 0;
+  step_pending_ = zero_;
   step_weight_ = 1.0 / world;
   stats_.exposed_comm_s += sw.seconds();
   ++stats_.steps;
@@ -457,6 +467,7 @@ void DistributedDataParallel::step(optim::Optimizer& opt) {
   // The first sharded step takes this rank's parts of whatever state opt holds (zeros when fresh,
   // a checkpoint's when restored) and frees opt's.
   if (!shard_opt_) scatter_optimizer_state(opt);
+  step_pending_ = false;
   comm::StallLabel label("ddp sharded step");
   shard_opt_->set_lr(opt.lr());
   shard_opt_->step();

@@ -1164,6 +1164,7 @@ void Job::step(double loss) {
   }
   if (bad) {
     if (m.root()) log::warn("step ", step_ + 1, ": the gradient of ", bad_name, " is not finite; skipping the update");
+    m.ddp->skip_step();
     ++m.skipped_steps;
     const int64_t max_skipped = std::max<int64_t>(10, m.steps_per_epoch * m.o.epochs / 10);
     if (m.skipped_steps > max_skipped)

@@ -428,4 +428,19 @@ TEST(DDPZero, RefusesWhatItCannotShard) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("build it over module().parameters()"), std::string::npos) << e.what();
   }
+  // opt.step() in place of zero.step(opt) would update from the local gradients: the next
+  // backward says so (on every rank alike).
+  auto own = adamw()(m->parameters());
+  own->step();
+  ce.forward(zero.forward(x), y);
+  try {
+    zero.backward(ce.backward());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("call ddp.step(opt) instead of opt.step()"), std::string::npos) << e.what();
+  }
+  zero.skip_step();  // no update for that backward: the next one goes through
+  ce.forward(zero.forward(x), y);
+  zero.backward(ce.backward());
+  zero.step(*own);
 }

@@ -109,8 +109,12 @@ class DistributedDataParallel {
   NoSync no_sync() { return NoSync(*this); }
 
   // The optimizer step (see "Sharded" above): opt.step() unless sharded. Collective when sharded;
-  // opt's learning rate is read at every call and its step count follows the shards'.
+  // opt's learning rate is read at every call and its step count follows the shards'. Sharded, a
+  // synchronised backward must be followed by step(opt) or skip_step() before the next one (an
+  // opt.step() would update from the local gradients: the next backward throws, saying so).
   void step(optim::Optimizer& opt);
+  // No update for the last synchronised backward (a step skipped for non-finite gradients).
+  void skip_step() { step_pending_ = false; }
   // Global-norm clipping of the averaged gradients to max_norm (after backward, before step);
   // returns the norm before it. Sharded: the squares of every rank's parts, summed over the ranks
   // (collective), and the parts scaled.
@@ -154,6 +158,7 @@ class DistributedDataParallel {
   void on_grad_ready(size_t slot);
   void launch_ready_buckets();
   void finish();
+  void check_step_made() const;  // sharded: throws when the last synchronised backward awaits its step
   bool solo() const { return comm_.size() == 1 && step_weight_ == 1.0; }
   // Sharded: the flat bucket element's index in the bucket's buffer (rank blocks of part + 1).
   int64_t at(const Bucket& b, int64_t flat) const;
@@ -175,6 +180,7 @@ class DistributedDataParallel {
   size_t next_launch_ = 0;
   bool sync_ = true;
   bool in_backward_ = false;
+  bool step_pending_ = false;  // sharded: a synchronised backward awaits step(opt) or skip_step()
   double step_weight_;
   DDPStats stats_;
   bool zero_ = false;  // sharded (DDPOptions::zero_stage, 2 ranks or more)
