@@ -230,7 +230,8 @@ class Job {
 
   // ---- Horovod-style state handling ----
   // Rank 0 writes a checkpoint now (in checkpoint_dir) and returns its path; the other ranks
-  // return "" at once (the replicas are identical).
+  // return "" (the replicas are identical). Call it on every rank: with the optimizer state
+  // sharded (zero_stage 1) the ranks first gather it (collective).
   std::string commit();
   // Collective: every rank takes rank 0's state (parameters, buffers, optimizer, data position).
   void sync();
