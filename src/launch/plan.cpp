@@ -153,6 +153,13 @@ std::vector<HostSlots> read_hostfile(const std::string& path) {
   return out;
 }
 
+namespace {
+// The most hosts a node list may name: far above any cluster's, far below what would exhaust memory.
+constexpr int64_t kMaxNodelistHosts = 1 << 20, kMaxNodelistChars = int64_t{64} << 20;
+// A node list in a message: its first 80 characters.
+std::string shown_list(const std::string& list) { return list.size() <= 80 ? list : list.substr(0, 80) + "..."; }
+}  // namespace
+
 std::vector<std::string> expand_slurm_nodelist(const std::string& list) {
   std::vector<std::string> out;
   // Split on commas that are not inside brackets.
@@ -170,6 +177,7 @@ std::vector<std::string> expand_slurm_nodelist(const std::string& list) {
     }
   }
   if (!cur.empty()) items.push_back(cur);
+  int64_t chars = 0;  // of the names the ranges expand to
   for (const auto& item : items) {
     const auto lb = item.find('[');
     if (lb == std::string::npos) {
@@ -185,6 +193,11 @@ std::vector<std::string> expand_slurm_nodelist(const std::string& list) {
       const std::string b = dash == std::string::npos ? a : range.substr(dash + 1);
       const int lo = parse_int(a, "Slurm node list"), hi = parse_int(b, "Slurm node list");
       if (hi < lo) throw Error("Slurm node list '" + list + "': empty range " + range);
+      const int64_t count = static_cast<int64_t>(hi) - lo + 1;
+      chars += count * static_cast<int64_t>(prefix.size() + suffix.size() + std::max(a.size(), b.size()));
+      if (static_cast<int64_t>(out.size()) + count > kMaxNodelistHosts || chars > kMaxNodelistChars)
+        throw Error("Slurm node list '" + shown_list(list) + "': more than " + std::to_string(kMaxNodelistHosts) +
+                    " hosts or " + std::to_string(kMaxNodelistChars >> 20) + " MiB of names (range " + range + ")");
       for (int v = lo; v <= hi; ++v) {
         std::string num = std::to_string(v);
         if (num.size() < a.size()) num.insert(0, a.size() - num.size(), '0');  // keep zero padding

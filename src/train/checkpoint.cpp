@@ -240,9 +240,11 @@ Checkpoint decode_checkpoint(const std::vector<char>& b, const std::string& path
     }
     const uint64_t nbytes = r.pod<uint64_t>("byte count");
     const DType dtype = static_cast<DType>(dt);
-    if (nbytes != static_cast<uint64_t>(numel) * dtype_size(dtype))
+    if (static_cast<uint64_t>(numel) > std::numeric_limits<uint64_t>::max() / dtype_size(dtype) ||
+        nbytes != static_cast<uint64_t>(numel) * dtype_size(dtype))
       r.fail("tensor '" + name + "': " + std::to_string(nbytes) + " bytes for " + std::to_string(numel) + " " +
              dtype_name(dtype) + " elements");
+    r.need(nbytes, "tensor data");  // before the allocation: a shape the file cannot hold is not allocated
     Tensor t(Shape(dims), dtype);
     r.bytes(t.raw(), nbytes, "tensor data");
     c.tensors.emplace_back(std::move(name), std::move(t));

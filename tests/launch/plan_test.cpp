@@ -529,6 +529,16 @@ TEST(Parsers, Slurm) {
   EXPECT_EQ(expand_slurm_nodelist("a[8-10]"), (std::vector<std::string>{"a8", "a9", "a10"}));
   EXPECT_EQ(expand_slurm_tasks_per_node("4(x2),3"), (std::vector<int>{4, 4, 3}));
   EXPECT_THROW(expand_slurm_nodelist("n[3-1]"), edp::Error);
+  // A range that would name ten million hosts (a fuzzer's find: 2 GB) or run to INT_MAX: refused.
+  try {
+    (void)expand_slurm_nodelist("e[8-10101029]");
+    ADD_FAILURE() << "expected an error";
+  } catch (const edp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 1048576 hosts"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(expand_slurm_nodelist("n[0-2147483647]"), edp::Error);
+  EXPECT_THROW(expand_slurm_nodelist("n[1-100000]" + std::string(1000, 'x')), edp::Error);  // 100 MB of names
+  EXPECT_EQ(expand_slurm_nodelist("n[1-100000]").size(), 100000u);
   setenv("SLURM_JOB_ID", "77", 1);
   setenv("SLURM_JOB_NODELIST", "g[1-2]", 1);
   setenv("SLURM_TASKS_PER_NODE", "8(x2)", 1);

@@ -20,6 +20,7 @@
 
 #include "edp/config.h"
 #include "edp/core/error.h"
+#include "edp/core/files.h"
 #include "edp/core/process.h"
 #include "edp/core/random.h"
 #include "edp/data/dataset.h"
@@ -170,6 +171,31 @@ TEST(Checkpoint, DamageIsDetectedAndNamed) {
   }
   EXPECT_THROW(train::read_checkpoint((d / "missing.edp").string()), DataError);
   fs::remove_all(d);
+}
+
+// A tensor whose shape asks for more bytes than the file holds (2^60 here, a fuzzer's find): an
+// error naming what is missing, before anything is allocated.
+TEST(Checkpoint, ATensorLargerThanTheFileIsRefusedBeforeItIsAllocated) {
+  static const char body[] =
+      "\x45\x44\x50\x43\x4b\x50\x54\x31\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x04\x00\x00\x00"
+      "\x73\x74\x65\x70\x01\x00\x00\x00\x38\x0a\x00\x00\x00\x77\x6f\x72\x6c\x64\x5f\x73\x69\x7a\x65\x01"
+      "\x00\x00\x00\x32\x0b\x00\x00\x00\x63\x6f\x6e\x66\x69\x67\x2e\x2d\x2d\x6c\x72\x03\x00\x00\x00\x30"
+      "\x2e\x31\x03\x00\x00\x00\x0f\x00\x00\x00\x6d\x6f\x64\x65\x6c\x2e\x66\x63\x2e\x77\x65\x69\x67\x68"
+      "\x74\x00\x02\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x00\x00"
+      "\x00\x00\x18\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x3f\x00\x00\x00\x40\x00\x00"
+      "\x40\x40\x00\x00\x80\x40\x00\x00\xa0\x40\x07\x00\x00\x00\x6f\x70\x74\x69\x6d\x2e\x30\xff\x0e\x00"
+      "\x00\x00\x62\x75\x30\x66\x66\x65\x72\x2e\x62\x6e\x2e\x6d\x73\x61\x6e\x00\x01\x03\x00\x00\x00\x00"
+      "\x00\x00\x00\x0c\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x3f\x00\x00\x00\x40\x00\x00\x40\x40";
+  std::vector<char> bytes(body, body + sizeof body - 1);
+  const uint32_t crc = edp::files::crc32(bytes.data(), bytes.size());
+  bytes.insert(bytes.end(), reinterpret_cast<const char*>(&crc), reinterpret_cast<const char*>(&crc) + 4);
+  for (char c : std::string("EDPCKEND")) bytes.push_back(c);
+  try {
+    (void)edp::train::decode_checkpoint(bytes, "crafted");
+    FAIL() << "expected an error";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated: tensor data needs"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Checkpoint, DirKeepsTheNewestAndSkipsDamagedOnes) {
