@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "core/json_fields.h"
@@ -56,6 +58,23 @@ void append_event(const MembershipEvent& e) {
   }
 }
 
+// A field of a record edp reads back: `def` when absent, its value when it is an integer within
+// T's range; anything else (a string, a float such as 1e46, whose conversion by nlohmann would be
+// undefined behaviour) makes the record unreadable, like a field of the wrong type.
+template <typename T>
+static T int_at(const nlohmann::json& j, const char* key, T def) {
+  const auto it = j.find(key);
+  if (it == j.end()) return def;
+  if (it->is_number_unsigned() && it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max()))
+    return static_cast<T>(it->get<uint64_t>());
+  if (it->is_number_integer() && !it->is_number_unsigned()) {
+    const int64_t v = it->get<int64_t>();
+    if (v >= static_cast<int64_t>(std::numeric_limits<T>::min()) && v <= static_cast<int64_t>(std::numeric_limits<T>::max()))
+      return static_cast<T>(v);
+  }
+  throw std::invalid_argument(std::string("'") + key + "' is not an integer of its range");
+}
+
 std::vector<MembershipEvent> parse_events(const std::string& text) {
   std::vector<MembershipEvent> out;
   size_t pos = 0;
@@ -72,11 +91,11 @@ std::vector<MembershipEvent> parse_events(const std::string& text) {
     try {
       e.event = j["event"].get<std::string>();
       e.mode = j.value("mode", "");
-      e.from_workers = j.value("from_workers", 0);
-      e.workers = j.value("workers", 0);
-      e.from_global_batch = j.value("from_global_batch", int64_t{0});
-      e.global_batch = j.value("global_batch", int64_t{0});
-      e.step = j.value("step", int64_t{0});
+      e.from_workers = int_at(j, "from_workers", 0);
+      e.workers = int_at(j, "workers", 0);
+      e.from_global_batch = int_at(j, "from_global_batch", int64_t{0});
+      e.global_batch = int_at(j, "global_batch", int64_t{0});
+      e.step = int_at(j, "step", int64_t{0});
       e.requested_t = j.value("requested_t", 0.0);
       e.t = j.value("t", 0.0);
       e.pause_s = j.value("pause_s", 0.0);
@@ -87,10 +106,10 @@ std::vector<MembershipEvent> parse_events(const std::string& text) {
       if (j.contains("threads") && j["threads"].is_array())
         for (const auto& v : j["threads"])
           if (v.is_number_integer()) e.threads.push_back(v.get<int>());
-      e.steps = j.value("steps", int64_t{0});
+      e.steps = int_at(j, "steps", int64_t{0});
       e.samples_per_s = j.value("samples_per_s", 0.0);
-      e.samples = j.value("samples", int64_t{-1});
-    } catch (const nlohmann::json::exception&) {
+      e.samples = int_at(j, "samples", int64_t{-1});
+    } catch (const std::exception&) {  // nlohmann's type errors, int_at's
       continue;  // a field of the wrong type: not an event this reader understands
     }
     out.push_back(std::move(e));
@@ -127,19 +146,19 @@ std::optional<JobStatus> read_status(const std::string& path) {
     s.name = j.value("name", "");
     s.state = j.value("state", "");
     s.t = j.value("t", 0.0);
-    s.workers = j.value("workers", 0);
-    s.global_batch = j.value("global_batch", int64_t{0});
-    s.epoch = j.value("epoch", int64_t{0});
-    s.epochs = j.value("epochs", int64_t{0});
-    s.step = j.value("step", int64_t{0});
-    s.samples_done = j.value("samples_done", int64_t{0});
-    s.samples_total = j.value("samples_total", int64_t{0});
+    s.workers = int_at(j, "workers", 0);
+    s.global_batch = int_at(j, "global_batch", int64_t{0});
+    s.epoch = int_at(j, "epoch", int64_t{0});
+    s.epochs = int_at(j, "epochs", int64_t{0});
+    s.step = int_at(j, "step", int64_t{0});
+    s.samples_done = int_at(j, "samples_done", int64_t{0});
+    s.samples_total = int_at(j, "samples_total", int64_t{0});
     if (j.contains("configs") && j["configs"].is_array())
       for (const auto& c : j["configs"]) {
         ConfigMeasure m;
-        m.workers = c.value("workers", 0);
-        m.global_batch = c.value("global_batch", int64_t{0});
-        m.steps = c.value("steps", int64_t{0});
+        m.workers = int_at(c, "workers", 0);
+        m.global_batch = int_at(c, "global_batch", int64_t{0});
+        m.steps = int_at(c, "steps", int64_t{0});
         m.step_s = c.value("step_s", 0.0);
         m.comm_s = c.value("comm_s", 0.0);
         m.recent_step_s = c.value("recent_step_s", 0.0);
@@ -147,7 +166,7 @@ std::optional<JobStatus> read_status(const std::string& path) {
         if (m.workers >= 1 && m.global_batch >= 1 && m.steps >= 1 && m.step_s > 0 && std::isfinite(m.step_s))
           s.configs.push_back(m);
       }
-  } catch (const nlohmann::json::exception&) {
+  } catch (const std::exception&) {  // nlohmann's type errors, int_at's
     return std::nullopt;
   }
   return s;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "edp/elastic/events.h"
 #include "launch/history.h"
 
 using edp::elastic::MembershipEvent;
@@ -120,4 +121,20 @@ TEST(JobHistory, PollReadsOnlyWhatIsNewAndRereadsATornLine) {
   EXPECT_DOUBLE_EQ(h.entries()[0].pause_s, 0.5);
   std::remove(path.c_str());
   rmdir(dir);
+}
+
+// A record whose integer field holds a float beyond any integer (a fuzzer's find: converting it
+// was undefined behaviour) or a string is skipped whole; the good records around it are read.
+TEST(Events, RecordsWithFieldsOutOfTheirRangeAreSkipped) {
+  const std::string text =
+      "{\"event\": \"start\", \"workers\": 2, \"global_batch\": 64, \"step\": 0, \"t\": 1.5}\n"
+      "{\"event\": \"rate\", \"workers\": 4, \"global_batch\": 2.5e46, \"step\": 58, \"t\": 2.0}\n"
+      "{\"event\": \"rate\", \"workers\": 3000000000, \"global_batch\": 64, \"step\": 58, \"t\": 2.0}\n"
+      "{\"event\": \"rate\", \"workers\": \"4\", \"global_batch\": 64, \"step\": 58, \"t\": 2.0}\n"
+      "{\"event\": \"stop\", \"workers\": 4, \"global_batch\": 128, \"step\": 60, \"t\": 3.0}\n";
+  const auto events = edp::elastic::parse_events(text);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].event, "start");
+  EXPECT_EQ(events[1].event, "stop");
+  EXPECT_EQ(events[1].global_batch, 128);
 }
