@@ -36,7 +36,7 @@ echo "# bench/zero.sh: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | c
 echo "# $(mpirun --version 2>/dev/null | head -1); GPT ${LAYERS} layers, d ${DIM}, ${HEADS} heads, context ${CONTEXT}, batch ${BATCH} per rank, ${STEPS} timed steps, 1 thread per rank"
 for n in $RANKS; do
   for z in 0 1; do
-    EDP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np "$n" "$BIN" --zero "$z" "${MODEL[@]}" | grep '^{' >> "$LINES"
+    EDP_NUM_THREADS=1 mpirun --oversubscribe -np "$n" "$BIN" --zero "$z" "${MODEL[@]}" | grep '^{' >> "$LINES"
     if [ -n "$PY" ]; then
       (cd /tmp && "$PY" "$OLDPWD/bench/pytorch/zero_gpt.py" --ranks "$n" --zero "$z" "${MODEL[@]}") | grep '^{' >> "$LINES"
     fi
