@@ -19,6 +19,22 @@ void bias_act_forward(const float* x, const float* b, float* y, int64_t n, int64
 // dz[i] = dy[i] · act'(z[i]); for ReLU `z` may be the output y.
 void act_backward(const float* z, const float* dy, float* dz, int64_t n, Act act, cudaStream_t s);
 
+// ---- elementwise.cu: smooth activations, arithmetic -------------------------------------------
+enum class Unary : int { Sigmoid = 0, Tanh = 1, SiLU = 2 };
+// y[i] = f(x[i]);  dx[i] = dy[i] · f'(x[i]) (from the input x).
+void unary_forward(const float* x, float* y, int64_t n, Unary op, cudaStream_t s);
+void unary_backward(const float* x, const float* dy, float* dx, int64_t n, Unary op, cudaStream_t s);
+enum class Binary : int { Sub = 0, Mul = 1 };
+// y[i] = a[i] op b[i]; y may be a (in place).
+void binary(const float* a, const float* b, float* y, int64_t n, Binary op, cudaStream_t s);
+
+// ---- loss.cu: pointwise losses (kind: ops::PointLoss's order: mse, l1, huber, bce_logits) ------
+// l[i] = ℓ(p[i], t[i]);  g[i] = scale · ∂ℓ/∂p (p[i], t[i]).
+void point_loss_forward(const float* p, const float* t, float* l, int64_t n, int kind, float delta,
+                        cudaStream_t s);
+void point_loss_backward(const float* p, const float* t, float* g, int64_t n, int kind, float delta,
+                         float scale, cudaStream_t s);
+
 // ---- reduce.cu: reductions, axpy/scale, fill, per-channel sums ----------------------------------
 // partial[b] for b < reduce_blocks(n) (launch.h), then out[0] = Σ partial (double).
 void sum_partial(const float* x, int64_t n, bool squares, double* partial, int blocks, cudaStream_t s);

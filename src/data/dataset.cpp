@@ -1,5 +1,11 @@
 // TensorDataset (features in memory) and the helpers every reader shares: normalisation
 // tables and the checks on input files that turn "cannot open" into an actionable message.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -48,6 +54,13 @@ void TensorDataset::check_labels() {
                              " is outside [0, ", num_classes_, ")"));
   row_ = 1;
   for (int64_t d = 1; d < features_.ndim(); ++d) row_ *= features_.dim(d);
+}
+
+void Dataset::read_sample(int64_t i, void* x, void* y) const {
+  if (label_dtype() != DType::I32)
+    throw Error(concat("Dataset: a dataset whose targets are ", dtype_name(label_dtype()),
+                       " must override read_sample() (the default reads int32 labels)"));
+  get_sample(i, x, static_cast<int32_t*>(y));
 }
 
 Shape TensorDataset::sample_shape() const {
@@ -122,6 +135,33 @@ void check_input_file(const std::string& path, const std::string& hint) {
     throw DataError(msg);
   }
   if (fs::is_directory(st)) throw DataError(path + ": is a directory, expected a data file");
+}
+
+Mapping::~Mapping() {
+  if (p) ::munmap(p, n);
+}
+
+std::shared_ptr<const Mapping> map_file(const std::string& path, const std::string& hint) {
+  detail::check_input_file(path, hint);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw DataError(concat(path, ": cannot open (", std::strerror(errno), ")"));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw DataError(concat(path, ": not a regular file"));
+  }
+  auto m = std::make_shared<Mapping>();
+  m->n = static_cast<size_t>(st.st_size);
+  if (m->n > 0) {
+    void* p = ::mmap(nullptr, m->n, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      throw DataError(concat(path, ": cannot map (", std::strerror(errno), ")"));
+    }
+    m->p = p;
+  }
+  ::close(fd);
+  return m;
 }
 
 std::string idx_missing_hint(const std::string& path) {

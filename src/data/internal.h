@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,18 @@ void check_input_file(const std::string& path, const std::string& hint);
 std::optional<IdxImages> read_decoded_cache(const std::string& copy, uint64_t src_hash, uint64_t src_size,
                                             std::string& why);
 std::string encode_decoded_cache(const IdxImages& img, uint64_t src_hash, uint64_t src_size);
+// A file mapped read-only (the whole of it; an empty file maps to nothing), unmapped when the
+// last owner lets go.
+struct Mapping {
+  void* p = nullptr;
+  size_t n = 0;
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping();
+};
+// check_input_file(path, hint), then opens it non-blocking as a regular file and maps it.
+std::shared_ptr<const Mapping> map_file(const std::string& path, const std::string& hint);
 
 // The hint for IDX files: apt-get for the Debian Fashion-MNIST folder, else the dataset's site.
 std::string idx_missing_hint(const std::string& path);

@@ -166,15 +166,19 @@ Batch DataLoader::assemble(int64_t batch_index) const {
   std::vector<int64_t> ydims{count};
   ydims.insert(ydims.end(), ls.dims().begin(), ls.dims().end());
   const int64_t yrow = ls.numel();
-  const bool scalar_label = ls.ndim() == 0;
+  const DType ydt = dataset_->label_dtype();
+  // Class labels are checked here; sequence labels by the loss (which knows its ignore index),
+  // float targets (values) by nobody.
+  const bool class_label = ls.ndim() == 0 && ydt == DType::I32;
 
   Batch batch;
   batch.x = Tensor(Shape(dims), dataset_->feature_dtype());
-  batch.y = Tensor(Shape(ydims), DType::I32);
+  batch.y = Tensor(Shape(ydims), ydt);
   batch.indices.assign(order_.begin() + begin, order_.begin() + end);
   char* x = static_cast<char*>(batch.x.raw());
   const size_t xrow_bytes = static_cast<size_t>(row) * dtype_size(batch.x.dtype());
-  int32_t* y = batch.y.data<int32_t>();
+  char* y = static_cast<char*>(batch.y.raw());
+  const size_t yrow_bytes = static_cast<size_t>(yrow) * dtype_size(ydt);
   const int64_t size = dataset_->size();
   const int classes = dataset_->num_classes();
   for (int64_t r = 0; r < count; ++r) {
@@ -182,11 +186,14 @@ Batch DataLoader::assemble(int64_t batch_index) const {
     if (idx < 0 || idx >= size)
       throw Error(concat("DataLoader: the sampler gave index ", idx, " (position ", begin + r,
                          " of the epoch) but the dataset holds ", size, " samples"));
-    dataset_->get_sample(idx, x + static_cast<size_t>(r) * xrow_bytes, y + r * yrow);
-    // Class labels are checked here; sequence labels by the loss (which knows its ignore index).
-    if (scalar_label && (y[r] < 0 || y[r] >= classes))
-      throw DataError(concat("DataLoader: sample ", idx, " has label ", y[r],
-                             ", outside the dataset's classes 0..", classes - 1));
+    char* yr = y + static_cast<size_t>(r) * yrow_bytes;
+    dataset_->read_sample(idx, x + static_cast<size_t>(r) * xrow_bytes, yr);
+    if (class_label) {
+      const int32_t label = *reinterpret_cast<const int32_t*>(yr);
+      if (label < 0 || label >= classes)
+        throw DataError(concat("DataLoader: sample ", idx, " has label ", label,
+                               ", outside the dataset's classes 0..", classes - 1));
+    }
   }
   return batch;
 }

@@ -288,10 +288,11 @@ struct Job::Impl {
       // The samples as the loader reads them (token windows: int32 features, a label per position).
       Tensor x(Shape(dims), train->feature_dtype());
       const int64_t row = x.numel() / n;
-      std::vector<int32_t> labels(static_cast<size_t>(std::max<int64_t>(1, train->label_shape().numel())));
+      std::vector<char> labels(static_cast<size_t>(std::max<int64_t>(1, train->label_shape().numel())) *
+                               dtype_size(train->label_dtype()));
       char* xs = static_cast<char*>(x.raw());
       for (int64_t i = 0; i < n; ++i)
-        train->get_sample(i, xs + static_cast<size_t>(i * row) * dtype_size(x.dtype()), labels.data());
+        train->read_sample(i, xs + static_cast<size_t>(i * row) * dtype_size(x.dtype()), labels.data());
       if (uploader) x = uploader->upload(x);
       Tensor y = job.model_->forward(x);
       job.model_->backward(Tensor::full(y.shape(), 1.0, y.dtype(), y.device()));
@@ -1096,6 +1097,12 @@ void Job::end() {
   m.in_epoch = false;
   m.ended = true;
   if (!m.root()) return;
+  // The training's last state is committed, also when it ended between checkpoints (every
+  // checkpoint_every steps, or at a step limit of the program): nothing trained is lost.
+  if (m.ckpt) {
+    const std::vector<std::string> have = m.ckpt->list();
+    if (have.empty() || train::CheckpointDir::step_of(have.front()) != step_) m.commit(nullptr, 0);
+  }
   append_event(m.event_now("end"));
   m.status.finish();
 }

@@ -2,6 +2,7 @@
 // gradient contract of module.h (parameter grads +=, activation grads =, mark_grad_ready()).
 #include "edp/nn/layers.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "edp/core/random.h"
@@ -155,6 +156,32 @@ Tensor GELU::forward(const Tensor& x) {
 Tensor GELU::backward(const Tensor& dy) {
   require_forward(x_, "GELU");
   return ops::gelu_backward(x_, dy);
+}
+
+// ---- Sigmoid, Tanh, SiLU ---------------------------------------------------------------------
+Tensor Sigmoid::forward(const Tensor& x) {
+  x_ = x;
+  return ops::sigmoid_forward(x);
+}
+Tensor Sigmoid::backward(const Tensor& dy) {
+  require_forward(x_, "Sigmoid");
+  return ops::sigmoid_backward(x_, dy);
+}
+Tensor Tanh::forward(const Tensor& x) {
+  x_ = x;
+  return ops::tanh_forward(x);
+}
+Tensor Tanh::backward(const Tensor& dy) {
+  require_forward(x_, "Tanh");
+  return ops::tanh_backward(x_, dy);
+}
+Tensor SiLU::forward(const Tensor& x) {
+  x_ = x;
+  return ops::silu_forward(x);
+}
+Tensor SiLU::backward(const Tensor& dy) {
+  require_forward(x_, "SiLU");
+  return ops::silu_backward(x_, dy);
 }
 
 // ---- BatchNorm2d -----------------------------------------------------------------------------
@@ -426,6 +453,22 @@ Tensor SoftmaxCrossEntropy::backward(double scale) const {
   EDP_CHECK(probs_.defined(), "SoftmaxCrossEntropy.backward called before forward");
   return ops::softmax_cross_entropy_backward(probs_, labels_,
                                              scale / static_cast<double>(probs_.dim(0)));
+}
+
+// ---- pointwise losses ------------------------------------------------------------------------
+double PointwiseLoss::forward(const Tensor& pred, const Tensor& target) {
+  EDP_CHECK(pred.defined() && target.defined(), ops::point_loss_name(kind_), " loss: an operand is undefined");
+  // int32 0/1 labels (or float64 targets of a float32 model): converted where they are (CPU).
+  pred_ = pred;
+  target_ = target.dtype() == pred.dtype() || !target.device().is_cpu() ? target : target.to(pred.dtype());
+  const Tensor l = ops::point_loss_forward(kind_, pred_, target_, delta_);
+  return pred.numel() ? ops::sum(l) / static_cast<double>(pred.numel()) : 0.0;
+}
+
+Tensor PointwiseLoss::backward(double scale) const {
+  EDP_CHECK(pred_.defined(), ops::point_loss_name(kind_), " loss: backward called before forward");
+  return ops::point_loss_backward(kind_, pred_, target_, delta_,
+                                  scale / static_cast<double>(std::max<int64_t>(1, pred_.numel())));
 }
 
 }  // namespace edp::nn

@@ -15,6 +15,7 @@
 #include "edp/core/random.h"
 #include "edp/core/threads.h"
 #include "edp/nn/gpt.h"
+#include "edp/nn/gradcheck.h"
 #include "edp/nn/init.h"
 #include "edp/nn/layers.h"
 
@@ -23,9 +24,7 @@ using namespace edp::nn;
 
 namespace {
 
-constexpr double kStep = 1e-6;
-constexpr double kTol = 1e-6;
-
+// The public checker (edp/nn/gradcheck.h) is the one these tests use.
 Tensor random_input(Shape s, Rng& rng, bool away_from_zero = true) {
   Tensor t(s, DType::F64);
   double* p = t.data<double>();
@@ -43,57 +42,20 @@ double dot(const Tensor& a, const Tensor& b) {
   return s;
 }
 
-struct Mismatch {
-  int count = 0;
-  double max_err = 0;
-};
+using Mismatch = GradCheckResult;
 
-// Compares analytic vs numeric for every element of `target`; prints the first mismatches.
 void compare(const std::string& what, Tensor& target, const Tensor& analytic,
              const std::function<double()>& loss, Mismatch& mm) {
-  double* p = target.data<double>();
-  for (int64_t i = 0; i < target.numel(); ++i) {
-    const double orig = p[i];
-    p[i] = orig + kStep;
-    const double lp = loss();
-    p[i] = orig - kStep;
-    const double lm = loss();
-    p[i] = orig;
-    const double num = (lp - lm) / (2 * kStep);
-    const double ana = analytic.data<double>()[i];
-    const double err = std::abs(num - ana);
-    const double scale = std::max({1.0, std::abs(num), std::abs(ana)});
-    mm.max_err = std::max(mm.max_err, err / scale);
-    if (err > kTol * scale && ++mm.count <= 5)
-      ADD_FAILURE() << what << "[" << i << "]: analytic " << ana << " numeric " << num
-                    << " (err " << err << ")";
-  }
+  gradcheck_tensor(what, target, analytic, loss, mm);
+  for (const auto& r : mm.reports) ADD_FAILURE() << r;
+  mm.reports.clear();
 }
 
 // Checks dL/dx and dL/dθ of a module at input shape `in`.
 void gradcheck_module(Module& m, Shape in, uint64_t seed = 1) {
-  m.to(DType::F64);
-  Rng rng(seed);
-  Tensor x = random_input(in, rng);
-  Tensor y = m.forward(x);
-  Tensor r = random_input(y.shape(), rng, false);
-  m.zero_grad();
-  Tensor dx = m.backward(r);
-  ASSERT_TRUE(dx.defined());
-  ASSERT_EQ(dx.shape(), x.shape());
-
-  // Keep analytic parameter grads before the numeric loop runs more forwards.
-  std::vector<Tensor> pgrads;
-  for (Parameter* p : m.parameters()) pgrads.push_back(p->grad.clone());
-
-  auto loss = [&] { return dot(m.forward(x), r); };
-  Mismatch mm;
-  compare(m.type_name() + " dx", x, dx, loss, mm);
-  auto params = m.parameters();
-  for (size_t k = 0; k < params.size(); ++k)
-    compare(m.type_name() + " d" + params[k]->name, params[k]->value, pgrads[k], loss, mm);
-  EXPECT_EQ(mm.count, 0) << "max relative error " << mm.max_err;
-  ::testing::Test::RecordProperty("max_rel_err", std::to_string(mm.max_err));
+  const GradCheckResult r = gradcheck(m, in, {.seed = seed});
+  EXPECT_TRUE(r.ok()) << r.str();
+  ::testing::Test::RecordProperty("max_rel_err", std::to_string(r.max_rel_err));
 }
 
 }  // namespace
@@ -245,7 +207,7 @@ TEST(GradCheck, DropoutFixedMask) {
   };
   Mismatch mm;
   compare("dropout dx", x, dx, loss, mm);
-  EXPECT_EQ(mm.count, 0);
+  EXPECT_EQ(mm.mismatches, 0);
 }
 
 TEST(GradCheck, Sequential) {
@@ -280,7 +242,7 @@ TEST(GradCheck, SoftmaxCrossEntropy) {
   };
   Mismatch mm;
   compare("softmax_ce dlogits", z, dz, loss, mm);
-  EXPECT_EQ(mm.count, 0) << "max relative error " << mm.max_err;
+  EXPECT_EQ(mm.mismatches, 0) << "max relative error " << mm.max_rel_err;
 }
 
 // ---- transformer layers ------------------------------------------------------------------------
@@ -288,20 +250,8 @@ TEST(GradCheck, SoftmaxCrossEntropy) {
 namespace {
 // Checks dL/dθ of a module whose input is token ids (no input gradient).
 void gradcheck_ids(Module& m, const Tensor& ids, uint64_t seed = 1) {
-  m.to(DType::F64);
-  Rng rng(seed);
-  Tensor y = m.forward(ids);
-  Tensor r = random_input(y.shape(), rng, false);
-  m.zero_grad();
-  m.backward(r);
-  std::vector<Tensor> pgrads;
-  for (Parameter* p : m.parameters()) pgrads.push_back(p->grad.clone());
-  auto loss = [&] { return dot(m.forward(ids), r); };
-  Mismatch mm;
-  auto params = m.parameters();
-  for (size_t k = 0; k < params.size(); ++k)
-    compare(m.type_name() + " d" + params[k]->name, params[k]->value, pgrads[k], loss, mm);
-  EXPECT_EQ(mm.count, 0) << "max relative error " << mm.max_err;
+  const GradCheckResult r = gradcheck(m, ids, {.seed = seed});
+  EXPECT_TRUE(r.ok()) << r.str();
 }
 }  // namespace
 
@@ -355,7 +305,7 @@ TEST(GradCheck, AttentionCoreAcrossQueryBlocks) {
   };
   Mismatch mm;
   compare("attention dqkv", qkv, dqkv, loss, mm);
-  EXPECT_EQ(mm.count, 0) << "max relative error " << mm.max_err;
+  EXPECT_EQ(mm.mismatches, 0) << "max relative error " << mm.max_rel_err;
 }
 
 TEST(GradCheck, AttentionIsCausal) {
@@ -422,6 +372,99 @@ TEST(GradCheck, SequenceCrossEntropyIgnoreIndex) {
   };
   Mismatch mm;
   compare("sequence_ce dlogits", z, dz, loss, mm);
-  EXPECT_EQ(mm.count, 0) << "max relative error " << mm.max_err;
+  EXPECT_EQ(mm.mismatches, 0) << "max relative error " << mm.max_rel_err;
   EXPECT_THROW(ce.forward(z, Tensor::from_vector<int32_t>({2, 3}, {4, -2, 0, 2, 2, -1})), ShapeError);
+}
+
+// ---- smooth activations, pointwise losses, construction ------------------------------------------
+
+TEST(GradCheck, SigmoidTanhSiLU) {
+  // Inputs in [-1, 1] and, scaled by 8, far into the tails, where a wrong σ form would overflow
+  // or cancel.
+  for (double scale : {1.0, 8.0}) {
+    SCOPED_TRACE(scale);
+    Sigmoid s;
+    Tanh t;
+    SiLU u;
+    for (Module* m : std::initializer_list<Module*>{&s, &t, &u}) {
+      Tensor x = gradcheck_input({3, 7}, 60);
+      ops::scale_(x, scale);
+      const GradCheckResult r = gradcheck(*m, x);
+      EXPECT_TRUE(r.ok()) << m->type_name() << ": " << r.str();
+    }
+  }
+  // Values from the definitions.
+  Sigmoid s;
+  Tensor y = s.forward(Tensor::from_vector<double>({3}, {0.0, 2.0, -40.0}));
+  EXPECT_DOUBLE_EQ(y.item(0), 0.5);
+  EXPECT_NEAR(y.item(1), 1.0 / (1.0 + std::exp(-2.0)), 1e-15);
+  EXPECT_GT(y.item(2), 0.0);  // e^-40/(1+e^-40), not 0 from 1/(1+e^40) overflowing nothing
+  EXPECT_NEAR(y.item(2), std::exp(-40.0), 1e-30);
+}
+
+TEST(GradCheck, PointwiseLosses) {
+  Tensor p = gradcheck_input({6, 2}, 61);
+  Tensor t = gradcheck_input({6, 2}, 62, false);
+  for (int k = 0; k < 4; ++k) {
+    std::unique_ptr<PointwiseLoss> loss;
+    switch (k) {
+      case 0: loss = std::make_unique<MSELoss>(); break;
+      case 1: loss = std::make_unique<L1Loss>(); break;
+      case 2: loss = std::make_unique<HuberLoss>(0.3); break;  // both branches: |d| spans [0, 2]
+      default: loss = std::make_unique<BCEWithLogitsLoss>(); break;
+    }
+    SCOPED_TRACE(ops::point_loss_name(loss->kind()));
+    Tensor target = k == 3 ? Tensor::from_vector<double>({6, 2}, {0, 1, 1, 0, 0.25, 1, 0, 0, 1, 1, 0.5, 0}) : t;
+    loss->forward(p, target);
+    Tensor dp = loss->backward().clone();
+    auto again = [&] {
+      PointwiseLoss l2(loss->kind(), 0.3);
+      return l2.forward(p, target);
+    };
+    Mismatch mm;
+    compare("dpred", p, dp, again, mm);
+    EXPECT_EQ(mm.mismatches, 0) << mm.str();
+  }
+  // Values: mse of d = (1, -2) is 2.5; l1 1.5; huber(1) (0.5 + 1.5)/2 = 1; BCE of logit 0 is log 2.
+  Tensor a = Tensor::from_vector<double>({2, 1}, {1, -2});
+  Tensor z = Tensor::from_vector<double>({2}, {0, 0});  // [2] targets against [2, 1] predictions
+  EXPECT_DOUBLE_EQ(MSELoss().forward(a, z), 2.5);
+  EXPECT_DOUBLE_EQ(L1Loss().forward(a, z), 1.5);
+  EXPECT_DOUBLE_EQ(HuberLoss(1.0).forward(a, z), 1.0);
+  EXPECT_NEAR(BCEWithLogitsLoss().forward(z, Tensor::from_vector<double>({2}, {0, 1})), std::log(2.0), 1e-15);
+  // A large logit: the loss of the wrong class is the logit itself, not inf.
+  EXPECT_NEAR(BCEWithLogitsLoss().forward(Tensor::from_vector<double>({1}, {800}),
+                                          Tensor::from_vector<double>({1}, {0})), 800.0, 1e-9);
+  // int32 0/1 labels are converted; a count mismatch names both shapes.
+  EXPECT_NEAR(BCEWithLogitsLoss().forward(Tensor::from_vector<float>({2}, {0, 0}),
+                                          Tensor::from_vector<int32_t>({2}, {0, 1})), std::log(2.0), 1e-7);
+  EXPECT_THROW(MSELoss().forward(a, Tensor::from_vector<double>({3}, {0, 0, 0})), ShapeError);
+}
+
+TEST(GradCheck, SequentialFromABracedList) {
+  // make<Sequential>({...}) compiles and names the layers by index, like Sequential{...}.
+  manual_seed(63);
+  auto s = make<Sequential>({make<Linear>(3, 4), make<SiLU>(), make<Linear>(4, 2), make<Tanh>()});
+  EXPECT_EQ(s->size(), 4u);
+  EXPECT_EQ(s->parameters()[2]->name, "2.weight");
+  gradcheck_module(*s, {5, 3});
+}
+
+TEST(GradCheck, TheCheckerFindsAWrongGradient) {
+  // A layer whose backward is off by 1 % must fail the check (the checker cannot pass everything).
+  struct Wrong : Module {
+    Tensor forward(const Tensor& x) override { return x_ = x, ops::tanh_forward(x); }
+    Tensor backward(const Tensor& dy) override {
+      Tensor dx = ops::tanh_backward(x_, dy);
+      ops::scale_(dx, 1.01);
+      return dx;
+    }
+    std::string type_name() const override { return "Wrong"; }
+    Tensor x_;
+  } m;
+  const GradCheckResult r = gradcheck(m, Shape{2, 5});
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.mismatches, 10);
+  ASSERT_FALSE(r.reports.empty());
+  EXPECT_NE(r.reports[0].find("Wrong dx[0]"), std::string::npos) << r.reports[0];
 }

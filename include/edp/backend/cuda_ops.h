@@ -35,6 +35,17 @@ Tensor relu_forward(const Tensor& x);
 Tensor relu_backward(const Tensor& y, const Tensor& dy);
 Tensor gelu_forward(const Tensor& x);
 Tensor gelu_backward(const Tensor& x, const Tensor& dy);
+Tensor sigmoid_forward(const Tensor& x);
+Tensor sigmoid_backward(const Tensor& x, const Tensor& dy);
+Tensor tanh_forward(const Tensor& x);
+Tensor tanh_backward(const Tensor& x, const Tensor& dy);
+Tensor silu_forward(const Tensor& x);
+Tensor silu_backward(const Tensor& x, const Tensor& dy);
+Tensor sub(const Tensor& a, const Tensor& b);
+void mul_(Tensor& a, const Tensor& b);
+Tensor point_loss_forward(ops::PointLoss kind, const Tensor& pred, const Tensor& target, double delta);
+Tensor point_loss_backward(ops::PointLoss kind, const Tensor& pred, const Tensor& target, double delta,
+                           double scale);
 Tensor dropout_forward(const Tensor& x, double p, uint64_t seed, Tensor& mask);
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, double p);
 void axpy_(Tensor& y, double alpha, const Tensor& x);

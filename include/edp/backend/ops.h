@@ -7,7 +7,7 @@
 //   kernels/<name>.cu             its kernels (linear and conv2d use cuBLASLt / cuDNN instead)
 //   tests/backend/<name>_test.cpp the CUDA implementation against the CPU one
 // with <name> one of linear, conv2d, pool, activation, dropout, reduce, batchnorm,
-// softmax_xent, optim, embedding, layernorm, attention.
+// softmax_xent, optim, embedding, layernorm, attention, elementwise, loss.
 //
 // Conventions: activations are NCHW; weights of Linear are [out, in], of Conv2d
 // [out, in, k, k]. Functions named *_backward return the input gradient (a fresh tensor, or an
@@ -90,6 +90,38 @@ Tensor relu_backward(const Tensor& y, const Tensor& dy);  // uses the output: dy
 // GELU(x) = x Φ(x) (exact, erf form); dGELU = Φ(x) + x φ(x)
 Tensor gelu_forward(const Tensor& x);
 Tensor gelu_backward(const Tensor& x, const Tensor& dy);
+
+// ---- elementwise: smooth activations and arithmetic for layer authors ----------------------
+// Every op here is elementwise over tensors of one shape and dtype (float32 or float64 on the
+// CPU, OpenMP threads over elements; float32 on CUDA): results do not depend on the thread count.
+//   sigmoid  y = 1/(1 + e^-x)     dx = dy · σ(x)(1 - σ(x))
+//   tanh     y = tanh x           dx = dy · (1 - tanh² x)
+//   silu     y = x σ(x)           dx = dy · σ(x)(1 + x(1 - σ(x)))
+// The backward functions take the forward's INPUT x.
+Tensor sigmoid_forward(const Tensor& x);
+Tensor sigmoid_backward(const Tensor& x, const Tensor& dy);
+Tensor tanh_forward(const Tensor& x);
+Tensor tanh_backward(const Tensor& x, const Tensor& dy);
+Tensor silu_forward(const Tensor& x);
+Tensor silu_backward(const Tensor& x, const Tensor& dy);
+// a - b, a ⊙ b (fresh tensors), a ⊙= b (in place). add / add_ / axpy_ / scale_: reduce below.
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+void mul_(Tensor& a, const Tensor& b);
+
+// ---- loss: pointwise losses of predictions against targets (regression, multi-label) --------
+// pred and target hold the same number of elements in the same order (pred [N, 1] against
+// target [N] is fine), same dtype. With d = p - t:
+//   mse         ℓ = d²                                  ∂ℓ/∂p = 2d
+//   l1          ℓ = |d|                                 ∂ℓ/∂p = sign(d)   (0 at d = 0)
+//   huber(δ)    ℓ = ½d² for |d| ≤ δ, δ(|d| - ½δ) beyond  ∂ℓ/∂p = clamp(d, -δ, δ)
+//   bce_logits  ℓ = max(p, 0) - p t + log(1 + e^-|p|)   ∂ℓ/∂p = σ(p) - t   (p a logit, t in [0, 1])
+enum class PointLoss { mse, l1, huber, bce_logits };
+const char* point_loss_name(PointLoss kind);
+// The loss of every element (pred's shape); the mean loss is sum(...) / numel.
+Tensor point_loss_forward(PointLoss kind, const Tensor& pred, const Tensor& target, double delta = 1.0);
+// dpred = scale · ∂ℓ/∂p (scale = 1/numel for the mean loss), pred's shape.
+Tensor point_loss_backward(PointLoss kind, const Tensor& pred, const Tensor& target, double delta, double scale);
 
 // ---- dropout --------------------------------------------------------------------------------
 // Inverted dropout: y = x · mask / (1 - p), mask ~ Bernoulli(1 - p) from (seed, counter).

@@ -18,18 +18,28 @@ class Dataset {
   virtual int64_t size() const = 0;
   // Shape of one sample's features, e.g. [1, 28, 28].
   virtual Shape sample_shape() const = 0;
+  // Classes of a classification set; 0 for a set whose targets are values (label_dtype() float32).
   virtual int num_classes() const = 0;
   // Writes sample i's features (sample_shape().numel() float32 values) to `out`, returns its label.
   // Must be safe to call from several threads at once.
   virtual int32_t get(int64_t i, float* out) const = 0;
 
   // Sequence datasets (token windows) have int32 features and one label per position; the
-  // DataLoader reads every dataset through get_sample(), whose default is get().
+  // DataLoader reads every dataset through read_sample(), whose default is get_sample(), whose
+  // default is get().
   virtual DType feature_dtype() const { return DType::F32; }
-  virtual Shape label_shape() const { return Shape{}; }  // [] : one label per sample
+  virtual Shape label_shape() const { return Shape{}; }  // [] : one label (target) per sample
   // Writes sample i's features (sample_shape().numel() values of feature_dtype()) to `x` and its
   // label_shape().numel() labels to `y`.
   virtual void get_sample(int64_t i, void* x, int32_t* y) const { *y = get(i, static_cast<float*>(x)); }
+
+  // Targets: int32 class labels (the default: classification, sequences) or float32 values
+  // (regression, multi-label 0/1 targets), label_shape() of them per sample.
+  virtual DType label_dtype() const { return DType::I32; }
+  // Writes sample i's features to `x` and its label_shape().numel() targets of label_dtype() to
+  // `y`. Datasets with float32 targets override it (and label_dtype()); the default reads int32
+  // labels through get_sample().
+  virtual void read_sample(int64_t i, void* x, void* y) const;
 };
 
 // Per-channel affine normalisation applied after scaling bytes to [0, 1]: (x/255 - mean)/std.

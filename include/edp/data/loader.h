@@ -52,7 +52,7 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
 struct Batch {
   Tensor x;                      // feature_dtype() [b, ...sample_shape] (float32 for images)
-  Tensor y;                      // int32 [b, ...label_shape] ([b] for classification)
+  Tensor y;                      // label_dtype() [b, ...label_shape]: int32 [b] for classification
   std::vector<int64_t> indices;  // dataset indices of the rows
   int64_t size() const { return x.defined() ? x.dim(0) : 0; }
 };

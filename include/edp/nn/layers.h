@@ -5,6 +5,7 @@
 //   MaxPool2d    y = max over k×k windows      dx routes dy to each window's first maximum
 //   GlobalAvgPool y[n,c] = mean over H×W
 //   ReLU         y = max(x, 0)                 GELU y = x Φ(x) (exact erf form)
+//   Sigmoid      y = 1/(1 + e^-x)              Tanh y = tanh x          SiLU y = x σ(x)
 //   BatchNorm2d  y = γ (x - μ)/√(σ² + ε) + β   (batch stats in train, running stats in eval)
 //   Dropout      y = x·m/(1-p), m ~ Bernoulli(1-p), identity in eval
 //   Flatten      [N, ...] → [N, Π ...]
@@ -108,6 +109,36 @@ class GELU : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
   std::string type_name() const override { return "GELU"; }
+
+ private:
+  Tensor x_;
+};
+
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  std::string type_name() const override { return "Sigmoid"; }
+
+ private:
+  Tensor x_;
+};
+
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  std::string type_name() const override { return "Tanh"; }
+
+ private:
+  Tensor x_;
+};
+
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  std::string type_name() const override { return "SiLU"; }
 
  private:
   Tensor x_;
@@ -290,9 +321,52 @@ class SoftmaxCrossEntropy {
   Tensor probs_, labels_;
 };
 
+// The mean of a pointwise loss over every element of the predictions, against float targets
+// of the same element count (regression; multi-label with BCEWithLogitsLoss): the loss family of
+// edp/backend/ops.h. Targets of another dtype (int32 0/1 labels) are converted on the CPU.
+//   MSELoss  mean (p - t)²      L1Loss  mean |p - t|      HuberLoss(δ)  mean huber_δ(p - t)
+//   BCEWithLogitsLoss  mean of -[t log σ(p) + (1 - t) log(1 - σ(p))], p a logit
+class PointwiseLoss {
+ public:
+  explicit PointwiseLoss(ops::PointLoss kind, double delta = 1.0) : kind_(kind), delta_(delta) {}
+  // Returns the mean loss; keeps predictions and targets for backward.
+  double forward(const Tensor& pred, const Tensor& target);
+  // d(mean loss)/d pred (pred's shape), optionally scaled (gradient accumulation).
+  Tensor backward(double scale = 1.0) const;
+  ops::PointLoss kind() const { return kind_; }
+
+ private:
+  ops::PointLoss kind_;
+  double delta_;
+  Tensor pred_, target_;
+};
+
+class MSELoss : public PointwiseLoss {
+ public:
+  MSELoss() : PointwiseLoss(ops::PointLoss::mse) {}
+};
+class L1Loss : public PointwiseLoss {
+ public:
+  L1Loss() : PointwiseLoss(ops::PointLoss::l1) {}
+};
+class HuberLoss : public PointwiseLoss {
+ public:
+  explicit HuberLoss(double delta = 1.0) : PointwiseLoss(ops::PointLoss::huber, delta) {}
+};
+class BCEWithLogitsLoss : public PointwiseLoss {
+ public:
+  BCEWithLogitsLoss() : PointwiseLoss(ops::PointLoss::bce_logits) {}
+};
+
 template <typename M, typename... Args>
 std::shared_ptr<M> make(Args&&... args) {
   return std::make_shared<M>(std::forward<Args>(args)...);
+}
+// make<Sequential>({make<Linear>(4, 8), make<ReLU>(), ...}): a braced list of layers (the
+// variadic form above cannot deduce one).
+template <typename M>
+std::shared_ptr<M> make(std::initializer_list<ModulePtr> layers) {
+  return std::make_shared<M>(layers);
 }
 
 }  // namespace edp::nn
