@@ -55,11 +55,11 @@ void put32(std::vector<uint8_t>& v, uint32_t x) {
 
 // A zip archive of (name, contents) entries, stored (method 0) or deflated (method 8), as Python's
 // zipfile writes them.
-std::vector<uint8_t> zip(const std::vector<std::pair<std::string, std::vector<uint8_t>>>& entries, bool deflate) {
+std::vector<uint8_t> zip(const std::vector<std::pair<std::string, std::vector<uint8_t>>>& entries, bool compressed) {
   std::vector<uint8_t> out, cd;
   for (const auto& [name, data] : entries) {
     std::vector<uint8_t> body = data;
-    if (deflate) {
+    if (compressed) {
       z_stream z{};
       EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
       body.resize(deflateBound(&z, data.size()));
@@ -74,13 +74,13 @@ std::vector<uint8_t> zip(const std::vector<std::pair<std::string, std::vector<ui
     const uint32_t crc = static_cast<uint32_t>(crc32(0, data.data(), static_cast<uInt>(data.size())));
     const uint32_t local = static_cast<uint32_t>(out.size());
     put32(out, 0x04034b50);
-    put16(out, 20), put16(out, 0), put16(out, deflate ? 8 : 0), put16(out, 0), put16(out, 0);
+    put16(out, 20), put16(out, 0), put16(out, compressed ? 8 : 0), put16(out, 0), put16(out, 0);
     put32(out, crc), put32(out, static_cast<uint32_t>(body.size())), put32(out, static_cast<uint32_t>(data.size()));
     put16(out, static_cast<uint32_t>(name.size())), put16(out, 0);
     out.insert(out.end(), name.begin(), name.end());
     out.insert(out.end(), body.begin(), body.end());
     put32(cd, 0x02014b50);
-    put16(cd, 20), put16(cd, 20), put16(cd, 0), put16(cd, deflate ? 8 : 0), put16(cd, 0), put16(cd, 0);
+    put16(cd, 20), put16(cd, 20), put16(cd, 0), put16(cd, compressed ? 8 : 0), put16(cd, 0), put16(cd, 0);
     put32(cd, crc), put32(cd, static_cast<uint32_t>(body.size())), put32(cd, static_cast<uint32_t>(data.size()));
     put16(cd, static_cast<uint32_t>(name.size())), put16(cd, 0), put16(cd, 0), put16(cd, 0), put16(cd, 0);
     put32(cd, 0), put32(cd, local);
@@ -192,7 +192,7 @@ TEST(Npy, WriteNpyReadsBack) {
   Tensor t = Tensor::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6.5f});
   write_npy(d.file("t.npy"), t);
   const auto raw = edp_test::read_all(d.file("t.npy"));
-  EXPECT_EQ(raw.size() % 64, 0u);  // header padded to 64 bytes, then 24 data bytes: 64 + 24
+  EXPECT_EQ(raw.size() % 64, 24u);  // header padded to a multiple of 64 bytes (as NumPy does), then 24 data bytes
   Array a = Array::open_npy(d.file("t.npy"));
   EXPECT_EQ(a.shape(), (Shape{2, 3}));
   EXPECT_EQ(a.descr(), "<f4");
@@ -208,10 +208,11 @@ TEST(Npy, MalformedFilesNameTheFileAndOffset) {
   const std::string p = d.file("bad.npy");
   edp_test::write_plain(p, {'P', 'K', 3, 4, 0, 0, 0, 0, 0, 0, 0, 0});
   EXPECT_THROW_WITH(Array::open_npy(p), DataError, p, "at byte 0", "magic");
-  // Data shorter than the shape needs: named at the data's offset (64).
+  // Data shorter than the shape needs: named at the data's offset (the header, 10 bytes of
+  // preamble and the dict, padded to 128 as NumPy pads it).
   auto full = npy("<f4", "(4,)", bytes_of<float>({1, 2, 3}));
   edp_test::write_plain(p, full);
-  EXPECT_THROW_WITH(Array::open_npy(p), DataError, p, "at byte 64", "needs 16 data bytes", "holds 12");
+  EXPECT_THROW_WITH(Array::open_npy(p), DataError, p, "at byte 128", "needs 16 data bytes", "holds 12");
   edp_test::write_plain(p, npy("<f4", "(1,)", bytes_of<float>({1}), /*fortran=*/true));
   EXPECT_THROW_WITH(Array::open_npy(p), DataError, "Fortran");
   edp_test::write_plain(p, npy("<c8", "(1,)", bytes_of<float>({1, 2})));
@@ -219,16 +220,16 @@ TEST(Npy, MalformedFilesNameTheFileAndOffset) {
   edp_test::write_plain(p, npy("<i4", "(2, -1)", {}));
   EXPECT_THROW_WITH(Array::open_npy(p), DataError, "negative dimension");
   EXPECT_THROW_WITH(Array::open_npy(d.file("missing.npy")), DataError, "missing.npy", "not found");
-  // A label that is no class: the byte offset of that element (64 + 2 * 8).
+  // A label that is no class: the byte offset of that element (128 + 2 * 8).
   edp_test::write_plain(d.file("X.npy"), npy("<f4", "(3,)", bytes_of<float>({1, 2, 3})));
   edp_test::write_plain(d.file("y.npy"), npy("<i8", "(3,)", bytes_of<int64_t>({0, 1, -4})));
-  EXPECT_THROW_WITH(load_npy(d.file("X.npy"), d.file("y.npy")), DataError, "y.npy", "at byte 80", "-4",
+  EXPECT_THROW_WITH(load_npy(d.file("X.npy"), d.file("y.npy")), DataError, "y.npy", "at byte 144", "-4",
                     "class label");
   edp_test::write_plain(d.file("y2.npy"), npy("<i8", "(2,)", bytes_of<int64_t>({0, 1})));
   EXPECT_THROW_WITH(load_npy(d.file("X.npy"), d.file("y2.npy")), DataError, "y2.npy", "3 samples");
   edp_test::write_plain(d.file("y3.npy"), npy("<i8", "(3,)", bytes_of<int64_t>({0, 1, 4})));
   EXPECT_THROW_WITH(load_npy(d.file("X.npy"), d.file("y3.npy"), {.num_classes = 3}), DataError, "y3.npy",
-                    "at byte 80", "below num_classes = 3");
+                    "at byte 144", "below num_classes = 3");
 }
 
 TEST(Npz, StoredAndDeflatedArchives) {
