@@ -121,7 +121,14 @@ int train_gpt(comm::Communicator& world, const train::Options& o) {
   Stopwatch clock;
   double timed_s = 0, last_loss = 0;
   int64_t timed_tokens = 0;
-  bool done = false;
+  // A run resumed at or past --steps (started again after it finished) trains nothing more.
+  bool done = max_steps > 0 && job.steps() >= max_steps;
+  if (done) {
+    if (job.is_root())
+      std::fprintf(stderr, "gpt_text: the checkpoint is at step %lld, --steps %lld: nothing to train\n",
+                   static_cast<long long>(job.steps()), static_cast<long long>(max_steps));
+    job.end();
+  }
   while (!done && job.next_epoch()) {
     while (job.next_batch(b)) {
       if (job.steps() == warm) clock.reset();  // the first steps plan oneDNN primitives and fill caches

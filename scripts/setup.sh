@@ -11,6 +11,7 @@ PACKAGES=(
   libdnnl-dev  # oneDNN 2.x: the CPU convolutions (optional at build time: -DEDP_DNNL=OFF)
   dataset-fashion-mnist
   python3-matplotlib
+  python3-numpy  # the install test writes a user's .npy arrays with NumPy itself
   iproute2 util-linux  # scripts/testcluster.sh: network namespaces, nsenter (the cluster_* tests)
   # scripts/testcluster.sh slurm-up: a real Slurm on the test cluster (the cluster_slurm* tests).
   # The packages start their system services where systemd runs (munged, and slurmd/slurmctld

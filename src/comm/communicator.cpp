@@ -287,6 +287,15 @@ Communicator& world() {
 bool initialized() { return g_world != nullptr; }
 
 namespace {
+// Whether mpirun, a grow's spawn or srun started this process (their variables are set), rather
+// than a shell running it alone. Read when the program is loaded: a singleton's MPI_Init sets
+// some of them itself.
+const bool g_started_by_launcher = [] {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(v)) return true;
+  return false;
+}();
+
 [[noreturn]] void abort_with(const std::string& message, int code) {
   // One message per process even if several threads fail at once. Written directly (not through
   // edp::log): the cause of an abort is shown whatever EDP_LOG_LEVEL says.
@@ -294,7 +303,9 @@ namespace {
   std::fflush(stderr);
   std::fflush(stdout);
 #if EDP_HAVE_MPI
-  detail::mpi_abort(code);
+  // A process that no launcher started (MPI's singleton world of 1) has no other rank to end:
+  // MPI_Abort would only add its banner (and Open MPI's show-help noise) under the message.
+  if (g_started_by_launcher) detail::mpi_abort(code);
 #endif
   std::_Exit(code);
 }

@@ -1096,13 +1096,19 @@ void Job::end() {
   if (m.in_epoch && m.progress) m.progress->finish();
   m.in_epoch = false;
   m.ended = true;
-  if (!m.root()) return;
   // The training's last state is committed, also when it ended between checkpoints (every
-  // checkpoint_every steps, or at a step limit of the program): nothing trained is lost.
+  // checkpoint_every steps, or at a step limit of the program): nothing trained is lost. Rank 0
+  // reads the directory; the commit is collective (a sharded state is gathered for it).
   if (m.ckpt) {
-    const std::vector<std::string> have = m.ckpt->list();
-    if (have.empty() || train::CheckpointDir::step_of(have.front()) != step_) m.commit(nullptr, 0);
+    int64_t need = 0;
+    if (m.root()) {
+      const std::vector<std::string> have = m.ckpt->list();
+      need = have.empty() || train::CheckpointDir::step_of(have.front()) != step_;
+    }
+    m.world->broadcast(&need, 1, DType::I64, 0);
+    if (need) m.commit(nullptr, 0);
   }
+  if (!m.root()) return;
   append_event(m.event_now("end"));
   m.status.finish();
 }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -251,4 +252,73 @@ TEST(ElasticJob, ClipsTheAveragedGradientOnEveryRank) {
   EXPECT_LE(err, 1e-4 * scale) << "rank " << world.rank() << " of " << W << ": largest change " << scale;
   world.barrier();
   if (world.rank() == 0) std::remove(path.c_str());
+}
+
+// Nothing trained is lost when a training ends between checkpoints: at a step limit the program
+// keeps (Job::end after 5 steps, checkpoints every 4) and at the end of the last epoch (7 steps,
+// checkpoints every 4), the newest checkpoint is the last step's and holds the parameters the
+// model ended with, bit for bit; a training that ended on a checkpoint is not committed twice.
+// Sharded (zero_stage 1) the commit gathers the state on every rank, so the end must reach every
+// rank: this test hangs if only rank 0 commits.
+TEST(ElasticJob, EndCommitsTheLastStep) {
+  auto& world = edp::comm::world();
+  const int W = world.size();
+  for (int zero : {0, 1}) {
+    for (int64_t limit : {5, 8, -1}) {  // 5: between checkpoints; 8: on one; -1: the epoch's end (7)
+      SCOPED_TRACE(testing::Message() << "zero " << zero << " limit " << limit);
+      const std::string dir = shared_path(world, "end_ck_" + std::to_string(zero) + "_" + std::to_string(limit + 1));
+      const int64_t n = 7 * 4 * W;  // 7 steps of 4 samples per rank
+      Tensor x({n, 3}, DType::F32);
+      std::vector<int32_t> y(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        for (int j = 0; j < 3; ++j) x.data<float>()[i * 3 + j] = static_cast<float>((i * 7 + j * 3) % 11) / 11.0f;
+        y[static_cast<size_t>(i)] = static_cast<int32_t>(i % 2);
+      }
+      auto ds = std::make_shared<data::TensorDataset>(x, y, 2);
+      manual_seed(9);
+      auto model = nn::make<nn::Sequential>({nn::make<nn::Linear>(3, 4), nn::make<nn::ReLU>(), nn::make<nn::Linear>(4, 2)});
+      optim::AdamW opt(model->parameters(), {.lr = 0.01});
+      elastic::JobOptions jo;
+      jo.name = "end_test";
+      jo.epochs = limit == 8 ? 2 : 1;
+      jo.global_batch = 4 * W;
+      jo.lr = 0.01;
+      jo.progress = false;
+      jo.checkpoint_dir = dir;
+      jo.checkpoint_every = 4;
+      jo.zero_stage = zero;
+      int64_t steps = 0;
+      {
+        elastic::Job job(world, model, opt, ds, jo);
+        nn::SoftmaxCrossEntropy ce;
+        data::Batch b;
+        while ((limit < 0 || job.steps() < limit) && job.next_epoch())
+          while ((limit < 0 || job.steps() < limit) && job.next_batch(b)) {
+            const double loss = ce.forward(job.forward(b.x), b.y);
+            job.backward(ce.backward());
+            job.step(loss);
+          }
+        job.end();
+        steps = job.steps();
+      }
+      EXPECT_EQ(steps, limit < 0 ? 7 : limit);
+      if (world.rank() == 0) {
+        train::CheckpointDir cd(dir, 2);
+        const auto have = cd.list();
+        ASSERT_FALSE(have.empty());
+        EXPECT_EQ(train::CheckpointDir::step_of(have.front()), steps);
+        if (limit == 8) {
+          EXPECT_EQ(have.size(), 2u) << "steps 4 and 8, each once";
+        }
+        const train::Checkpoint c = train::read_checkpoint(have.front());
+        for (nn::Parameter* p : model->parameters()) {
+          const Tensor* t = c.find("model." + p->name);
+          ASSERT_NE(t, nullptr) << p->name;
+          EXPECT_EQ(0, std::memcmp(t->raw(), p->value.raw(), static_cast<size_t>(p->value.numel()) * 4)) << p->name;
+        }
+      }
+      world.barrier();
+      if (world.rank() == 0) fs::remove_all(dir);
+    }
+  }
 }

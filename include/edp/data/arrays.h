@@ -130,8 +130,8 @@ std::shared_ptr<ArrayDataset> load_npz(const std::string& path, NpzOptions optio
 // `features` the feature columns (empty: every other column). Feature fields must be numbers; an
 // empty or malformed one is a DataError naming the file, line, column and byte offset.
 struct CsvOptions {
-  std::vector<std::string> targets;
-  std::vector<std::string> features;
+  std::vector<std::string> targets = {};
+  std::vector<std::string> features = {};
   bool header = true;
   char delimiter = ',';
   Targets kind = Targets::automatic;
