@@ -8,8 +8,9 @@
 //   edp/launch/edprun.h          edprun's entry point (the launcher tool)
 //   edp/launch/process.h         process identity (pid, start time) for launchers' records
 //   edp/autoscale/cluster_sim.h  the autoscaler's optimizer, policies, simulators, throughput
-//   edp/autoscale/live.h         model and live planning (the edp-autoscale tool and programs that
-//   edp/autoscale/online.h       plan clusters)
+//   edp/autoscale/goodput.h      model and live planning (the edp-autoscale tool and programs that
+//   edp/autoscale/live.h         plan clusters)
+//   edp/autoscale/online.h
 //   edp/autoscale/optimizer.h
 //   edp/autoscale/plan.h
 //   edp/autoscale/policy.h

@@ -8,11 +8,13 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
 
 #include "csv.h"
+#include "edp/autoscale/goodput.h"
 #include "edp/autoscale/plan.h"
 #include "edp/core/error.h"
 
@@ -127,8 +129,7 @@ std::pair<double, double> ClusterApp::grad_stats(double batch, int epoch) const 
 
 double ClusterApp::gain(double batch, int epoch) const {
   const auto [sqr, var] = grad_stats(batch, epoch);
-  const double s = batch / init_batch;
-  return (var + sqr) / (var / s + sqr);
+  return statistical_gain(GradStats{sqr, var}, batch, init_batch);
 }
 
 double ClusterApp::iterations(double batch, int epoch) const {
@@ -260,48 +261,38 @@ const ClusterApp& ClusterProfiles::app(const std::string& name) const {
 
 BatchConfig fixed_batch_config(const ClusterApp& app, int replicas, int batch, bool force_single_gpu_accum) {
   EDP_CHECK(replicas >= 1 && batch >= 1, "fixed_batch_config: replicas and batch must be >= 1");
-  const int local = static_cast<int>(std::ceil(double(batch) / replicas - 1e-8));
-  BatchConfig c;
-  c.accum = static_cast<int>(std::ceil(double(local) / app.max_local - 1e-8)) - 1;
-  if (replicas == 1 && force_single_gpu_accum) c.accum = std::max(1, c.accum);
-  c.atomic = static_cast<int>(std::ceil(double(local) / (c.accum + 1) - 1e-8));
-  const int count = replicas * (c.accum + 1);
-  c.atomic = std::max(1, std::min(c.atomic, app.max_batch / count));
-  return c;
+  return split_global_batch(replicas, batch, app.max_local, app.max_batch, force_single_gpu_accum);
 }
+
+namespace {
+
+// The batch search's lower bound for a model: its initial batch, unless n GPUs cannot go that low.
+int64_t lowest_batch(const ClusterApp& app, int n, int min_batch) {
+  return int64_t{n} * app.min_local <= min_batch ? min_batch : 0;
+}
+
+}  // namespace
 
 AdaptiveChoice best_adaptive(const ClusterApp& app, const std::vector<int>& placement, int epoch, bool by_goodput) {
   const int n = std::accumulate(placement.begin(), placement.end(), 0);
   EDP_CHECK(n >= 1, "best_adaptive: empty placement");
   auto eval = [&](int atomic, int accum) {
     const auto [step, sync] = app.step_sync(placement, atomic);
-    const double total = step + accum * (step - sync);
+    const double total = accumulated_step_s(step, sync, accum);
     const double M = double(n) * atomic * (accum + 1);
     return AdaptiveChoice{atomic, accum, app.gain(M, epoch) / total, M / total};
   };
   if (app.name == "ncf") {  // the artifact fixes ncf's batch at 32768 for Pollux
-    const BatchConfig c = fixed_batch_config(app, n, 32768, 32768 > app.init_batch);
+    const BatchSplit c = split_batch(n, 32768, app.max_local, app.init_batch, app.max_batch, true);
     return eval(c.atomic, c.accum);
   }
-  AdaptiveChoice best;
-  double best_v = -1;
   const int min_batch = std::min(app.init_batch, app.max_batch);
-  for (int atomic : app.local_grid)
-    for (int accum = 0; accum < 16; ++accum) {
-      const int64_t M = int64_t{n} * atomic * (accum + 1);
-      if (M > app.max_batch) break;
-      if (M < min_batch && int64_t{n} * app.min_local <= min_batch) continue;
-      const AdaptiveChoice c = eval(atomic, accum);
-      const double v = by_goodput ? c.goodput : c.samples_per_s;
-      if (v > best_v) {
-        best_v = v;
-        best = c;
-      }
-    }
-  if (best_v < 0) {  // nothing in range (n x min_local > max_batch): the smallest micro-batch
-    return eval(std::max(1, std::min(app.min_local, app.max_batch / n)), 0);
-  }
-  return best;
+  const std::optional<AdaptiveChoice> best = best_batch<AdaptiveChoice>(
+      app.local_grid, n, lowest_batch(app, n, min_batch), app.max_batch,
+      [&](int atomic, int accum, int64_t) { return std::optional<AdaptiveChoice>(eval(atomic, accum)); },
+      [&](const AdaptiveChoice& c) { return by_goodput ? c.goodput : c.samples_per_s; });
+  // Nothing in range (n x min_local > max_batch): the smallest micro-batch.
+  return best ? *best : eval(std::max(1, std::min(app.min_local, app.max_batch / n)), 0);
 }
 
 NamedBatch best_named_batch(const ClusterApp& app, const std::vector<int>& placement, int epoch) {
@@ -310,23 +301,16 @@ NamedBatch best_named_batch(const ClusterApp& app, const std::vector<int>& place
   auto run = [&](int batch) {
     const BatchSplit sp = split_batch(n, batch, app.max_local, app.init_batch, app.max_batch, true);
     const auto [step, sync] = app.step_sync(placement, sp.atomic);
-    const double total = step + sp.accum * (step - sync);
+    const double total = accumulated_step_s(step, sync, sp.accum);
     const double M = double(n) * sp.atomic * (sp.accum + 1);
     return NamedBatch{static_cast<int>(M), AdaptiveChoice{sp.atomic, sp.accum, app.gain(M, epoch) / total, M / total}};
   };
   if (app.name == "ncf") return run(32768);  // the artifact fixes ncf's batch at 32768 for Pollux
-  NamedBatch best;
-  bool any = false;
-  for (int atomic : app.local_grid)
-    for (int accum = 0; accum < 16; ++accum) {
-      const int64_t M = int64_t{n} * atomic * (accum + 1);
-      if (M > app.max_batch) break;
-      if (M < app.init_batch && int64_t{n} * app.min_local <= app.init_batch) continue;
-      const NamedBatch c = run(static_cast<int>(M));
-      if (!any || c.run.goodput > best.run.goodput) best = c, any = true;
-    }
-  if (!any) return run(std::max(1, std::min(app.min_local, app.max_batch / n)) * n);
-  return best;
+  const std::optional<NamedBatch> best = best_batch<NamedBatch>(
+      app.local_grid, n, lowest_batch(app, n, app.init_batch), app.max_batch,
+      [&](int, int, int64_t M) { return std::optional<NamedBatch>(run(static_cast<int>(M))); },
+      [](const NamedBatch& c) { return c.run.goodput; });
+  return best ? *best : run(std::max(1, std::min(app.min_local, app.max_batch / n)) * n);
 }
 
 LearnSpec learn_spec_of(const ClusterApp& app, int max_gpus_per_job) {
@@ -520,7 +504,7 @@ class OptimusPolicy final : public ClusterPolicy {
     for (int left = n; left > 0; left -= 4) pl.push_back(std::min(left, 4));
     const BatchConfig c = fixed_batch_config(*j.app, n, j.target_batch, true);
     const auto [step, sync] = j.app->step_sync(pl, c.atomic);
-    const double v = step + (step - sync) * c.accum;
+    const double v = accumulated_step_s(step, sync, c.accum);
     cache_[key] = v;
     return v;
   }
@@ -806,7 +790,7 @@ void ClusterRunState::configure(size_t i) {
     r.accum = c.accum;
   } else {
     const int n = static_cast<int>(r.alloc.size());
-    const BatchConfig c = fixed_batch_config(*r.app, n, jobs_[i].batch, jobs_[i].batch > r.app->init_batch);
+    const BatchSplit c = split_batch(n, jobs_[i].batch, r.app->max_local, r.app->init_batch, r.app->max_batch, true);
     r.atomic = c.atomic;
     r.accum = c.accum;
   }
@@ -815,9 +799,8 @@ void ClusterRunState::configure(size_t i) {
 double ClusterRunState::goodput_of(const Run& r) const {
   if (r.alloc.empty()) return 0.0;
   const auto [step, sync] = r.app->step_sync(r.placement, r.atomic);
-  const double total = step + r.accum * (step - sync);
   const double M = double(r.alloc.size()) * r.atomic * (r.accum + 1);
-  return r.app->gain(M, r.epoch) / total;
+  return r.app->gain(M, r.epoch) / accumulated_step_s(step, sync, r.accum);
 }
 
 // One job over [t, t + seconds): the pause first, then epochs; the batch is re-tuned at every

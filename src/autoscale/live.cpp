@@ -1,8 +1,7 @@
 // The live autoscaler's pure part: job specs, the fit of a job's own step times, one planning
-// round. The controller around it (processes, files) is tools/edp-autoscale/serve.cpp.
+// round. The controller around it (processes, files) is src/autoscale/controller.cpp.
 #include "edp/autoscale/live.h"
 
-#include <Eigen/Dense>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,8 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "edp/autoscale/plan.h"
 #include "core/json_fields.h"
+#include "edp/autoscale/goodput.h"
+#include "edp/autoscale/plan.h"
 #include "edp/core/error.h"
 
 namespace edp::autoscale {
@@ -144,71 +144,21 @@ std::string job_spec_json(const JobSpec& s) {
 StepTimeModel fit_measured(const std::vector<Measured>& all) {
   StepTimeModel m;
   m.gpus_per_node = 1 << 20;  // one node: no cross-node term
-  std::vector<const Measured*> rows;
+  std::vector<StepSample> rows;
+  std::map<int, std::pair<double, int>> sync_by_w;  // workers -> (sum of comm_s, count)
   for (const Measured& r : all)
-    if (r.ranks_per_slot == 1 && r.workers >= 1 && r.batch >= r.workers && r.step_s > 0 && r.steps > 0) rows.push_back(&r);
+    if (r.ranks_per_slot == 1 && r.workers >= 1 && r.batch >= r.workers && r.step_s > 0 && r.steps > 0) {
+      rows.push_back(StepSample{static_cast<double>(r.batch) / r.workers, r.step_s, r.comm_s});
+      if (r.workers > 1) {
+        sync_by_w[r.workers].first += r.comm_s;
+        ++sync_by_w[r.workers].second;
+      }
+    }
   if (rows.empty()) return m;
-  auto compute = [](const Measured& r) { return std::max(1e-9, r.step_s - std::min(r.comm_s, 0.9 * r.step_s)); };
-  auto local = [](const Measured& r) { return static_cast<double>(r.batch) / r.workers; };
-  std::set<double> locals;
-  for (const Measured* r : rows) locals.insert(local(*r));
-  bool fitted = false;
-  if (locals.size() >= 2) {
-    const Eigen::Index n = static_cast<Eigen::Index>(rows.size());
-    Eigen::MatrixXd X(n, 2);
-    Eigen::VectorXd y(n);
-    for (Eigen::Index i = 0; i < n; ++i) {
-      const Measured& r = *rows[static_cast<size_t>(i)];
-      const double w = 1.0 / r.step_s;  // relative error of the step
-      X(i, 0) = w;
-      X(i, 1) = w * local(r);
-      y(i) = w * compute(r);
-    }
-    const Eigen::VectorXd c = X.colPivHouseholderQr().solve(y);
-    if (c(0) >= 0 && c(1) > 0) {
-      m.a = c(0);
-      m.c = c(1);
-      fitted = true;
-    }
-  }
-  if (!fitted) {  // through the origin: time per sample
-    double num = 0, den = 0;
-    for (const Measured* r : rows) {
-      num += compute(*r) / r->step_s;
-      den += local(*r) / r->step_s;
-    }
-    m.a = 0;
-    m.c = num / den;
-  }
-  std::map<int, std::pair<double, double>> sync_by_w;  // workers -> (sum of comm_s, count)
-  for (const Measured* r : rows)
-    if (r->workers > 1) {
-      sync_by_w[r->workers].first += r->comm_s;
-      sync_by_w[r->workers].second += 1;
-    }
-  if (sync_by_w.size() >= 2) {
-    const Eigen::Index n = static_cast<Eigen::Index>(sync_by_w.size());
-    Eigen::MatrixXd X(n, 2);
-    Eigen::VectorXd y(n);
-    Eigen::Index i = 0;
-    for (const auto& [w, sc] : sync_by_w) {
-      X(i, 0) = 1;
-      X(i, 1) = w;
-      y(i) = sc.first / sc.second;
-      ++i;
-    }
-    const Eigen::VectorXd c = X.colPivHouseholderQr().solve(y);
-    m.s0 = c(0);
-    m.s1 = c(1);
-    if (m.s1 < 0) {  // noise: no growth with size measured
-      m.s1 = 0;
-      m.s0 = y.mean();
-    }
-  } else if (sync_by_w.size() == 1) {
-    const auto& [w, sc] = *sync_by_w.begin();
-    m.s0 = 0;
-    m.s1 = sc.first / sc.second / w;
-  }
+  const ComputeLine line = fit_compute_line(rows, 0.9, 0.0);  // one batch measured: through the origin
+  m.a = line.a;
+  m.c = line.c;
+  fit_sync_line(sync_by_w, OnePoint::Proportional, m.s0, m.s1);
   return m;
 }
 
@@ -235,11 +185,13 @@ const char* action_name(Action a) {
 
 namespace {
 
+// One option of a job: the configuration decide() values (plan.h's Config: slots, ranks per slot,
+// throughput, efficiency) and what the decision log says of it.
 struct Opt {
-  int slots = 0, k = 1, workers = 0;
-  int64_t batch = 0;
-  double sps = 0, eff = 1, remaining_s = 0;
+  Config config;
+  int64_t batch = 0;  // the global batch (Config's is capped at INT32_MAX)
   bool measured = false, current = false;
+  int workers() const { return config.gpus * config.ranks_per_gpu; }
 };
 
 std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
@@ -328,38 +280,37 @@ double Predictor::samples_per_s(int workers, int k, int64_t batch, bool* was_mea
   double best = 0;
   for (const Measured& m : usable_) {
     if (m.ranks_per_slot != 1) continue;
-    const double d = std::abs(std::log(static_cast<double>(workers) / m.workers)) +
-                     std::abs(std::log(static_cast<double>(batch) / static_cast<double>(m.batch)));
+    const double d = log_distance(workers, m.workers) + log_distance(static_cast<double>(batch), static_cast<double>(m.batch));
     if (!near || d < best || (d == best && m.steps > near->steps)) near = &m, best = d;
   }
   const double at_near = static_cast<double>(near->batch) / near->step_s;
-  const double model_near = model(near->workers, 1, near->batch);
-  return at_near * std::pow(p / model_near, trust());
+  return shrink_toward(at_near, model(near->workers, 1, near->batch), p, trust());
 }
 
-double Predictor::trust() const { return static_cast<double>(anchors_) / (anchors_ + 1.0); }
+double Predictor::trust() const { return trust_of(anchors_); }
 
 namespace {
 
 // The options of one job (live.h, plan_live), with their predicted or measured throughput.
-std::vector<Opt> job_options(const LiveJob& j, const LivePolicy& P, const Predictor& pred, double remaining) {
+std::vector<Opt> job_options(const LiveJob& j, const LivePolicy& P, const Predictor& pred) {
   const JobSpec& s = j.spec;
   std::vector<Opt> opts;
   const int cur_slots = slots_of(j.workers, j.ranks_per_slot);
   auto add = [&](int slots, int k, int64_t batch) {
     for (const Opt& o : opts)
-      if (o.slots == slots && o.k == k && o.batch == batch) return;
+      if (o.config.gpus == slots && o.config.ranks_per_gpu == k && o.batch == batch) return;
     Opt o;
-    o.slots = slots;
-    o.k = k;
-    o.workers = slots * k;
     o.batch = batch;
-    o.sps = pred.samples_per_s(o.workers, k, batch, &o.measured);
-    if (P.name == "goodput" && s.grad_noise_scale > 0)
-      o.eff = (s.grad_noise_scale + static_cast<double>(s.min_batch)) / (s.grad_noise_scale + static_cast<double>(batch));
-    o.current = j.running && o.workers == j.workers && k == j.ranks_per_slot && batch == j.batch;
-    const double cost = o.current ? 0.0 : j.running ? (j.pause_s >= 0 ? j.pause_s : P.default_pause_s) : P.start_s;
-    o.remaining_s = remaining / o.sps + cost;
+    o.config.gpus = slots;
+    o.config.ranks_per_gpu = k;
+    o.config.batch = static_cast<int>(std::min<int64_t>(batch, INT32_MAX));
+    o.config.samples_per_s = pred.samples_per_s(o.workers(), k, batch, &o.measured);
+    if (P.name == "goodput" && s.grad_noise_scale > 0) {
+      const double b0 = static_cast<double>(s.min_batch);
+      o.config.efficiency =
+          statistical_efficiency(grad_stats_of_noise_scale(s.grad_noise_scale, b0), static_cast<double>(batch), b0);
+    }
+    o.current = j.running && o.workers() == j.workers && k == j.ranks_per_slot && batch == j.batch;
     opts.push_back(o);
   };
   if (j.running && !j.settled) {
@@ -396,22 +347,24 @@ std::vector<Opt> job_options(const LiveJob& j, const LivePolicy& P, const Predic
   return opts;
 }
 
-// The reason the decision log shows for a job's choice.
-void explain(const LiveJob& j, const Opt& o, const LivePolicy& P, LiveChoice& c) {
-  const std::string rate = fmt("%.0f samples/s", o.sps) + (o.measured ? " measured" : " predicted");
+// The reason the decision log shows for a job's choice, from the valuation decide() made it on.
+void explain(const LiveJob& j, const Opt& o, const Valuation& v, LiveChoice& c) {
+  std::string rate = fmt("%.0f samples/s", o.config.samples_per_s) + (o.measured ? " measured" : " predicted");
+  if (o.config.efficiency != 1.0) rate += fmt(" x efficiency %.2f", o.config.efficiency);
   if (!j.running) {
     c.action = Action::Start;
-    c.reason = "start at " + config_str(o.workers, o.k, o.batch) + ": " + rate +
-               fmt(", about %.0f s to finish", o.remaining_s);
+    c.reason = "start at " + config_str(o.workers(), o.config.ranks_per_gpu, o.batch) + ": " + rate +
+               fmt(", about %.0f s to finish", v.finish_s);
   } else if (o.current) {
     c.action = Action::Hold;
     c.reason = j.settled ? "the best option is where it is (" + rate + ")" : "holds until it is measured at its size";
   } else {
-    c.action = o.workers > j.workers ? Action::Grow : o.workers < j.workers ? Action::Shrink : Action::Rebatch;
-    const double pause = j.pause_s >= 0 ? j.pause_s : P.default_pause_s;
-    c.reason = config_str(j.workers, j.ranks_per_slot, j.batch) + " -> " + config_str(o.workers, o.k, o.batch) + ": " +
-               rate + fmt(", finishes in %.1f s instead of %.1f s (%.1f s rescale cost included", o.remaining_s,
-                          c.stay_remaining_s, pause) +
+    const int w = o.workers();
+    c.action = w > j.workers ? Action::Grow : w < j.workers ? Action::Shrink : Action::Rebatch;
+    c.reason = config_str(j.workers, j.ranks_per_slot, j.batch) + " -> " + config_str(w, o.config.ranks_per_gpu, o.batch) +
+               ": " + rate +
+               fmt(", finishes in %.1f s instead of %.1f s (%.1f s rescale cost included", v.finish_s,
+                   c.stay_remaining_s, v.pause_s) +
                (j.pause_s >= 0 ? ", measured)" : ", default)");
   }
 }
@@ -481,8 +434,9 @@ LivePlan plan_live(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
   for (size_t i = 0; i < jobs.size(); ++i) {
     const LiveJob& j = jobs[i];
     LiveChoice& c = plan.choices[i];
-    for (const Opt& o : opts[i])
-      if (o.current) c.stay_remaining_s = o.remaining_s;
+    // The times the log gives are decide()'s valuation: the chosen option's, and the current one's.
+    for (size_t k = 0; k < opts[i].size(); ++k)
+      if (opts[i][k].current) c.stay_remaining_s = option_valuation(req, req.jobs[i], req.jobs[i].options[k]).finish_s;
     const PlanChoice& ch = sol.choices[i];
     if (ch.config.gpus == 0) {
       c.action = j.running ? Action::Stop : Action::Wait;
@@ -490,15 +444,15 @@ LivePlan plan_live(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
       continue;
     }
     const Opt& o = opts[i][static_cast<size_t>(ch.option)];
-    c.slots = o.slots;
-    c.ranks_per_slot = o.k;
-    c.workers = o.workers;
+    c.slots = o.config.gpus;
+    c.ranks_per_slot = o.config.ranks_per_gpu;
+    c.workers = o.workers();
     c.batch = o.batch;
-    c.samples_per_s = o.sps;
+    c.samples_per_s = o.config.samples_per_s;
     c.measured = o.measured;
-    c.remaining_s = o.remaining_s;
-    plan.slots_used += o.slots;
-    explain(j, o, P, c);
+    c.remaining_s = ch.valuation.finish_s;
+    plan.slots_used += o.config.gpus;
+    explain(j, o, ch.valuation, c);
   }
   plan.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;
@@ -525,7 +479,7 @@ PlanRequest build_request(const std::vector<LiveJob>& jobs, const LivePolicy& P,
     const double remaining = std::max(1.0, j.samples_total > 0 ? static_cast<double>(std::max<int64_t>(0, j.samples_total - j.samples_done))
                                            : s.samples > 0     ? static_cast<double>(s.samples)
                                                                : prior.total);
-    opts[i] = job_options(j, P, pred, remaining);
+    opts[i] = job_options(j, P, pred);
     PlanJob pj;
     pj.id = j.id;
     pj.weight = s.weight;
@@ -537,8 +491,7 @@ PlanRequest build_request(const std::vector<LiveJob>& jobs, const LivePolicy& P,
       pj.current = Config{slots_of(j.workers, j.ranks_per_slot), static_cast<int>(std::min<int64_t>(j.batch, INT32_MAX)),
                           j.ranks_per_slot, 0, 1.0};
     pj.pause_s = j.pause_s >= 0 ? j.pause_s : -1;
-    for (const Opt& o : opts[i])
-      pj.options.push_back(Config{o.slots, static_cast<int>(std::min<int64_t>(o.batch, INT32_MAX)), o.k, o.sps, o.eff});
+    for (const Opt& o : opts[i]) pj.options.push_back(o.config);
     req.jobs.push_back(std::move(pj));
   }
   if (opts_out) *opts_out = std::move(opts);

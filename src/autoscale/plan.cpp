@@ -42,36 +42,44 @@ bool is_rebatch(const PlanJob& job, const Config& o) {
 
 }  // namespace
 
-double option_value(const PlanRequest& req, const PlanJob& job, const Config& o) {
+Valuation option_valuation(const PlanRequest& req, const PlanJob& job, const Config& o) {
   const bool running = job.current.gpus > 0;
   const bool current = is_current(job, o);
-  const double held = 1.0 + req.pause_per_gpu * job.current.gpus;  // a restart idles every GPU it holds
-  const double change_pause = (job.pause_s >= 0 ? job.pause_s : req.pause_s) * held;
   const bool rebatch = is_rebatch(job, o);
-  const double rebatch_pause = job.rebatch_s >= 0 ? job.rebatch_s * held : change_pause;
   const bool free_change = rebatch && job.rebatch_s == 0;  // rebatches in place: no change at all
-  double v = 0;
+  Valuation val;
+  val.rate = o.samples_per_s * o.efficiency;
+  double& v = val.value;
   switch (req.objective) {
     case Objective::Throughput:
       v = job.weight * (o.samples_per_s / job.own.samples_per_s) * o.efficiency;
       break;
     case Objective::Remaining:
-      v = job.weight * (o.samples_per_s * o.efficiency) / job.remaining;
+      v = job.weight * val.rate / job.remaining;
       break;
     case Objective::RestartAware: {
-      const double pause = current ? 0.0
-                           : rebatch ? rebatch_pause
-                           : running ? change_pause
-                                     : (job.start_s >= 0 ? job.start_s : req.start_s);
-      const double margin = running && !current && !free_change ? req.margin_s : 0.0;
-      v = job.weight / (job.remaining / (o.samples_per_s * o.efficiency) + pause + margin);
+      const double held = 1.0 + req.pause_per_gpu * job.current.gpus;  // a restart idles every GPU it holds
+      const double change_pause = (job.pause_s >= 0 ? job.pause_s : req.pause_s) * held;
+      const double rebatch_pause = job.rebatch_s >= 0 ? job.rebatch_s * held : change_pause;
+      val.pause_s = current ? 0.0
+                    : rebatch ? rebatch_pause
+                    : running ? change_pause
+                              : (job.start_s >= 0 ? job.start_s : req.start_s);
+      val.margin_s = running && !current && !free_change ? req.margin_s : 0.0;
+      val.finish_s = job.remaining / val.rate + val.pause_s + val.margin_s;
+      v = job.weight / val.finish_s;
       break;
     }
     case Objective::Fifo:
-      return 0.0;
+      v = 0.0;
+      return val;
   }
   if (running && !current && !free_change) v *= 1.0 - req.hysteresis;
-  return v;
+  return val;
+}
+
+double option_value(const PlanRequest& req, const PlanJob& job, const Config& o) {
+  return option_valuation(req, job, o).value;
 }
 
 namespace {
@@ -249,6 +257,7 @@ const Plan& Planner::decide(const PlanRequest& in) {
     c.option = ch.tag;
     c.config = req.jobs[i].options[static_cast<size_t>(ch.tag)];
     c.value = ch.value;
+    c.valuation = option_valuation(req, req.jobs[i], c.config);
   }
   place(req);
   return plan_;
@@ -431,13 +440,13 @@ double check_table_job(const TableJob& j, size_t i, std::set<std::string>& ids) 
 
 PlanRequest from_v1(const TableRequest& v1) {
   if (v1.gpus < 0) throw DataError("field 'gpus': must be >= 0, got " + std::to_string(v1.gpus));
-  if (!(v1.rescale_penalty >= 0.0 && v1.rescale_penalty < 1.0))
+  if (!(v1.hysteresis >= 0.0 && v1.hysteresis < 1.0))
     throw DataError("field 'rescale_penalty': must be in [0, 1)");
   PlanRequest r;
   r.version = 1;
   r.gpus = v1.gpus;
   r.objective = Objective::Throughput;
-  r.hysteresis = v1.rescale_penalty;
+  r.hysteresis = v1.hysteresis;
   std::set<std::string> ids;
   for (size_t i = 0; i < v1.jobs.size(); ++i) {
     const TableJob& j = v1.jobs[i];

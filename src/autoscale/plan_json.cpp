@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/json_fields.h"
+#include "edp/autoscale/goodput.h"
 #include "edp/autoscale/plan.h"
 #include "edp/core/error.h"
 
@@ -48,7 +49,7 @@ TableRequest parse_v1_header(const Json& in, const std::string& where) {
   req.allow({"gpus", "jobs", "rescale_penalty"});
   TableRequest r;
   r.gpus = static_cast<int>(req.integer("gpus", 0, kMaxGpus));
-  r.rescale_penalty = req.number("rescale_penalty", 0, 0.999999, 0.05);
+  r.hysteresis = req.number("rescale_penalty", 0, 0.999999, 0.05);
   (void)req.array("jobs");  // the elements come one by one (parse_v1_job)
   return r;
 }
@@ -194,7 +195,8 @@ PlanJob parse_job(const Fields& j, const PlanRequest& r) {
                           ", ranks_per_gpu " + std::to_string(c.ranks_per_gpu) + ") is listed twice");
     if (std::isnan(c.efficiency)) {
       if (ref_batch > 0 && c.batch == 0) of.fail("efficiency", "needed: batch 0 (adaptive) has no efficiency to compute");
-      c.efficiency = ref_batch > 0 ? (noise + ref_batch) / (noise + c.batch) : 1.0;
+      c.efficiency =
+          ref_batch > 0 ? statistical_efficiency(grad_stats_of_noise_scale(noise, ref_batch), c.batch, ref_batch) : 1.0;
     }
     p.options.push_back(c);
   }

@@ -11,7 +11,7 @@ namespace {
 
 enum class Offer { Own, FixedBatch, Elastic, Goodput };
 
-const std::vector<JobConfig>* offered(const JobState& j, Offer offer) {
+const std::vector<Config>* offered(const JobState& j, Offer offer) {
   return offer == Offer::FixedBatch ? j.fixed_batch : offer == Offer::Elastic ? j.elastic : j.elastic_goodput;
 }
 
@@ -35,7 +35,7 @@ void fill_request(PlanRequest& req, const std::vector<JobState>& active, int cap
                   : cfg.restart_aware             ? Objective::RestartAware
                   : cfg.weighting == Weighting::Remaining ? Objective::Remaining
                                                           : Objective::Throughput;
-  req.hysteresis = cfg.rescale_penalty;
+  req.hysteresis = cfg.hysteresis;
   req.pause_s = cfg.pause_s;
   req.start_s = cfg.pause_s;
   req.jobs.resize(active.size());
@@ -51,11 +51,12 @@ void fill_request(PlanRequest& req, const std::vector<JobState>& active, int cap
     pj.start_s = j.started ? cfg.pause_s : 0.0;  // the simulator charges a pause to restarts, not to first starts
     pj.options.clear();
     if (offer == Offer::Own) continue;
-    const std::vector<JobConfig>* cfgs = offered(j, offer);
+    const std::vector<Config>* cfgs = offered(j, offer);
     EDP_CHECK(cfgs != nullptr && j.ref_samples_per_s > 0, "policy: job #", j.index, " has no configurations");
-    for (const JobConfig& c : *cfgs)
-      pj.options.push_back(
-          Config{c.gpus, c.batch, c.ranks_per_gpu, c.samples_per_s, offer == Offer::Goodput ? c.efficiency : 1.0});
+    for (const Config& c : *cfgs) {
+      pj.options.push_back(c);
+      if (offer != Offer::Goodput) pj.options.back().efficiency = 1.0;
+    }
   }
 }
 
@@ -78,9 +79,9 @@ class PlanPolicy final : public Policy {
 
   bool can_run(const JobState& j, int capacity) const override {
     if (offer_ == Offer::Own) return j.req_gpus <= capacity;
-    const std::vector<JobConfig>* cfgs = offered(j, offer_);
+    const std::vector<Config>* cfgs = offered(j, offer_);
     if (!cfgs) return false;
-    for (const JobConfig& c : *cfgs)
+    for (const Config& c : *cfgs)
       if (c.gpus <= capacity) return true;
     return false;
   }
@@ -98,8 +99,8 @@ class PlanPolicy final : public Policy {
 std::vector<std::string> policy_names() { return {"static", "baseline", "dp", "goodput"}; }
 
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& cfg) {
-  EDP_CHECK(cfg.rescale_penalty >= 0 && cfg.rescale_penalty < 1, "rescale penalty must be in [0, 1), got ",
-            cfg.rescale_penalty);
+  EDP_CHECK(cfg.hysteresis >= 0 && cfg.hysteresis < 1, "hysteresis (rescale penalty) must be in [0, 1), got ",
+            cfg.hysteresis);
   EDP_CHECK(cfg.pause_s >= 0, "restart pause must be >= 0, got ", cfg.pause_s);
   return std::make_unique<PlanPolicy>(name, cfg);
 }

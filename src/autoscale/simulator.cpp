@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "csv.h"
+#include "edp/autoscale/goodput.h"
 #include "edp/core/error.h"
 #include "edp/core/files.h"
 #include "edp/core/random.h"
@@ -125,9 +126,11 @@ std::vector<TraceJob> load_pollux_workload(const std::string& path, const std::v
 
 namespace {
 
+// The model's statistical efficiency at `batch` relative to the job's own (goodput.h); 1 when its
+// gradient noise scale is unknown.
 double efficiency(const ModelProfile& p, int ref_batch, int batch) {
   if (p.grad_noise_scale <= 0) return 1.0;
-  return (p.grad_noise_scale + ref_batch) / (p.grad_noise_scale + batch);
+  return statistical_efficiency(grad_stats_of_noise_scale(p.grad_noise_scale, ref_batch), batch, ref_batch);
 }
 
 }  // namespace
@@ -173,24 +176,24 @@ JobModel make_job_model(const ModelProfile& p, int req_gpus, const SimConfig& cf
     };
     if (ref_fits) {
       batches.push_back(jm.ref_batch);
-      JobConfig best{g, jm.ref_batch, -1, 1.0};
+      Config best{g, jm.ref_batch, 1, -1, 1.0};
       each_k(jm.ref_batch, [&](int k, double sps) {
         if (sps > best.samples_per_s) best.samples_per_s = sps, best.ranks_per_gpu = k;
       });
       jm.fixed_batch.push_back(best);
     }
-    JobConfig best_t, best_g;
+    Config best_t, best_g;
     double vt = -1, vg = -1;
     for (int B : batches) {
       const double eff = efficiency(p, jm.ref_batch, B);
       each_k(B, [&](int k, double sps) {
         if (sps > vt) {
           vt = sps;
-          best_t = JobConfig{g, B, sps, eff, k};
+          best_t = Config{g, B, k, sps, eff};
         }
         if (sps * eff > vg) {
           vg = sps * eff;
-          best_g = JobConfig{g, B, sps, eff, k};
+          best_g = Config{g, B, k, sps, eff};
         }
       });
     }
@@ -277,7 +280,7 @@ class PoolSim {
 PoolSim::PoolSim(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles, const SimConfig& cfg)
     : cfg_(cfg) {
   PolicyConfig pc;
-  pc.rescale_penalty = cfg.rescale_penalty;
+  pc.hysteresis = cfg.hysteresis;
   pc.weighting = cfg.weighting;
   pc.restart_aware = cfg.restart_aware;
   pc.pause_s = cfg.rescale_pause_s;
@@ -537,13 +540,13 @@ std::vector<JobBound> job_bounds(const std::vector<TraceJob>& trace, const std::
     b.model = p.name;
     b.own_gpu_s = tj.gpus * tj.duration_s;
     // Work is defined by the own configuration, so ratios of rates give times directly.
-    std::vector<JobConfig> own = {JobConfig{tj.gpus, jm.ref_batch, jm.ref_samples_per_s, 1.0}};
-    const std::vector<JobConfig>& cfgs = pol == "static"     ? own
+    std::vector<Config> own = {Config{tj.gpus, jm.ref_batch, 1, jm.ref_samples_per_s, 1.0}};
+    const std::vector<Config>& cfgs = pol == "static"     ? own
                                          : pol == "baseline" ? jm.fixed_batch
                                          : pol == "dp"       ? jm.elastic
                                                              : jm.elastic_goodput;
     b.min_time_s = b.min_gpu_s = std::numeric_limits<double>::infinity();
-    for (const JobConfig& c : cfgs) {
+    for (const Config& c : cfgs) {
       const double rate = c.samples_per_s * (cfg.statistical_efficiency ? c.efficiency : 1.0);
       if (!(rate > 0)) continue;
       const double t = tj.duration_s * jm.ref_samples_per_s / rate;

@@ -86,14 +86,14 @@ void expect_same_values(const Plan& want, const Plan& got, const std::string& wh
 
 // The pool simulator's view: configurations per job, remaining seconds at the own rate.
 struct PoolState {
-  std::vector<std::vector<JobConfig>> configs;
+  std::vector<std::vector<Config>> configs;
   std::vector<JobState> jobs;
 };
 PoolState pool_state() {
   PoolState p;
   for (const StateJob& j : state()) {
-    std::vector<JobConfig> c;
-    for (const auto& [g, step] : j.steps) c.push_back(JobConfig{g, static_cast<int>(j.batch), sps(j, step), 1.0, 1});
+    std::vector<Config> c;
+    for (const auto& [g, step] : j.steps) c.push_back(Config{g, static_cast<int>(j.batch), 1, sps(j, step), 1.0});
     p.configs.push_back(c);
   }
   for (size_t i = 0; i < state().size(); ++i) {
@@ -116,7 +116,7 @@ PoolState pool_state() {
 PolicyConfig pool_config() {
   PolicyConfig c;
   c.restart_aware = true;
-  c.rescale_penalty = 0.15;
+  c.hysteresis = 0.15;
   c.pause_s = kPause;
   return c;
 }
@@ -236,7 +236,7 @@ TEST(Agreement, BatchAndEfficiencyAgreeToo) {
   p.id = "e";
   p.remaining = 1 << 22;
   p.current = Config{1, 64, 1, 0, 1.0};
-  std::vector<JobConfig> configs;
+  std::vector<Config> configs;
   // Options in the order the live controller generates them: per size, its start batch, its
   // largest, then the doublings from the smallest (64, 256, 128).
   for (int w : {1, 2})
@@ -245,7 +245,7 @@ TEST(Agreement, BatchAndEfficiencyAgreeToo) {
       l.measured.push_back(Measured{w, 1, b, 100, step, 0.0});
       const double x = static_cast<double>(b) / step;
       p.options.push_back(Config{w, static_cast<int>(b), 1, x, eff(b)});
-      configs.push_back(JobConfig{w, static_cast<int>(b), x, eff(b), 1});
+      configs.push_back(Config{w, static_cast<int>(b), 1, x, eff(b)});
     }
   r.jobs = {p};
   const Plan want = decide(r);
@@ -275,7 +275,7 @@ TEST(Agreement, StaticIsOneFifo) {
   r.objective = Objective::Fifo;
   const int own[] = {2, 3, 1, 1};
   const int cur[] = {2, 0, 0, 0};  // the first runs; 2 free: the second (3) blocks the rest
-  std::vector<JobConfig> none;
+  std::vector<Config> none;
   std::vector<JobState> pool;
   std::vector<LiveJob> live;
   for (int i = 0; i < 4; ++i) {

@@ -337,7 +337,7 @@ TEST(PoolPolicy, RestartAwareDpKeepsAJobAboutToFinishAndGrowsALongOne) {
   // The pool simulator's dp with restart awareness: a running job at 1 GPU whose remaining time
   // (10 s) is below the pause keeps its allocation although 8 GPUs would be 4x faster; with
   // hours left it grows. Without restart awareness it grows in both cases.
-  const std::vector<JobConfig> cfgs = {{1, 64, 100.0, 1.0}, {8, 512, 400.0, 1.0}};
+  const std::vector<Config> cfgs = {{1, 64, 1, 100.0, 1.0}, {8, 512, 1, 400.0, 1.0}};
   JobState j;
   j.req_gpus = 1;
   j.ref_batch = 64;

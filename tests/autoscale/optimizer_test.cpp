@@ -199,7 +199,7 @@ TEST(AutoscaleOptimizer, MakeProblemAppliesTheContractsFeasibilityRules) {
   r.jobs[0].weight = 2;
   r.jobs[0].current_gpus = 2;
   r.jobs[0].current_batch = 64;
-  r.rescale_penalty = 0.1;
+  r.hysteresis = 0.1;
   const auto q = make_problem(r);
   EXPECT_DOUBLE_EQ(q[0].options[1].value, 3.8);        // current: no penalty
   EXPECT_DOUBLE_EQ(q[0].options[2].value, 7.0 * 0.9);  // others lose 10%

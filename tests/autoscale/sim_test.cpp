@@ -219,8 +219,8 @@ TEST(AutoscaleSim, RemainingWeightComparesJobsByRemainingWorkNotByReference) {
   // With "remaining" weights an option's value is rate / remaining work: which configuration is
   // the job's reference must not matter, and the same for baseline and dp. A job that states its
   // reference throughput twice as high (and so a remaining time half as long) gets the same plan.
-  std::vector<JobConfig> cfgs_a = {{1, 64, 100.0, 1.0}, {2, 128, 190.0, 1.0}, {4, 256, 360.0, 1.0}};
-  std::vector<JobConfig> cfgs_b = {{1, 32, 40.0, 1.0}, {2, 64, 75.0, 1.0}, {4, 128, 140.0, 1.0}};
+  std::vector<Config> cfgs_a = {{1, 64, 1, 100.0, 1.0}, {2, 128, 1, 190.0, 1.0}, {4, 256, 1, 360.0, 1.0}};
+  std::vector<Config> cfgs_b = {{1, 32, 1, 40.0, 1.0}, {2, 64, 1, 75.0, 1.0}, {4, 128, 1, 140.0, 1.0}};
   auto make = [&](double ref_a) {
     std::vector<JobState> js(2);
     js[0].index = 0;

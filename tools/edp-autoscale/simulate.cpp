@@ -154,7 +154,7 @@ SimConfig sim_config(const cli::Options& o) {
   SimConfig c;
   c.rescale_pause_s = default_pause(o);
   c.replan_interval_s = o.f64("sim-replan");
-  c.rescale_penalty = o.f64("rescale-penalty");
+  c.hysteresis = o.f64("rescale-penalty");
   c.weighting = o.str("weighting") == "equal" ? Weighting::Equal : Weighting::Remaining;
   c.max_scale = static_cast<int>(o.i64("max-scale"));
   c.own_batch = own_batch_of(o);
@@ -273,7 +273,7 @@ void write_summary(const cli::Options& o, const fs::path& out, size_t jobs, cons
                      {"jobs", jobs},
                      {"pause_s", base.rescale_pause_s},
                      {"replan_s", base.replan_interval_s},
-                     {"rescale_penalty", base.rescale_penalty},
+                     {"rescale_penalty", base.hysteresis},
                      {"weighting", o.str("weighting")},
                      {"max_scale", base.max_scale},
                      {"own_batch", o.str("own-batch")},

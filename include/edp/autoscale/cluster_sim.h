@@ -95,10 +95,7 @@ std::string placement_key(std::vector<int> placement);
 // accumulation steps (the artifact's rule: a batch above max_local per GPU is accumulated; a
 // single GPU with a batch above init_batch always accumulates at least once; the micro-batch is
 // cut so that the total stays <= max_batch).
-struct BatchConfig {
-  int atomic = 0;
-  int accum = 0;
-};
+using BatchConfig = BatchSplit;  // goodput.h
 BatchConfig fixed_batch_config(const ClusterApp& app, int replicas, int batch, bool force_single_gpu_accum);
 
 // A job of a Pollux workload file (name,time,application,num_replicas,batch_size).

@@ -8,7 +8,8 @@
 // its exposed synchronisation there, and its latest gradient statistics (|g|^2 and the gradient
 // variance, AdaScale's / Pollux's sqr and var) at the batch it runs.
 //
-// The model (GoodputModel), fitted to the job's own observations only:
+// The model (GoodputModel), fitted to the job's own observations only, with the pieces of the one
+// goodput model (goodput.h):
 //   compute(b) = a + c*b           least squares on (step - sync) when two micro-batches were
 //                                  seen, else the share fixed_share fixed and the rest per sample
 //                                  through the one seen
@@ -29,6 +30,8 @@
 #pragma once
 #include <utility>
 #include <vector>
+
+#include "edp/autoscale/goodput.h"
 
 namespace edp::autoscale {
 
@@ -54,15 +57,6 @@ struct LearnSpec {
   bool has_grad = false;
   double grad_sqr = 0, grad_var = 0;
 };
-
-// How a job runs global batch `batch` on `gpus` GPUs: the per-GPU batch ceil(B/g) accumulated in
-// as few micro-batches of at most max_local as it takes (at least two on one GPU above init_batch
-// when accumulate_on_one_gpu), the micro-batch cut so that the total stays <= max_batch.
-struct BatchSplit {
-  int atomic = 0;  // micro-batch per GPU
-  int accum = 0;   // extra accumulation steps
-};
-BatchSplit split_batch(int gpus, int batch, int max_local, int init_batch, int max_batch, bool accumulate_on_one_gpu);
 
 // One configuration's prediction.
 struct LearnedConfig {

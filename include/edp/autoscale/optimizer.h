@@ -34,7 +34,7 @@ struct TableJob {
   int ref_batch = 0;
   std::vector<ThroughputPoint> throughput;
   // Extensions (optional in the JSON): the job's allocation now (0 GPUs: not running). An option
-  // other than the current one loses the fraction `rescale_penalty` of its value, which models
+  // other than the current one loses the fraction `hysteresis` of its value, which models
   // the pause a rescale costs and damps flapping between near-equal allocations.
   int current_gpus = 0;
   int current_batch = 0;
@@ -43,7 +43,7 @@ struct TableJob {
 struct TableRequest {
   int gpus = 0;
   std::vector<TableJob> jobs;
-  double rescale_penalty = 0.0;  // in [0, 1)
+  double hysteresis = 0.0;  // in [0, 1); the JSON key is "rescale_penalty" (the v1 contract)
 };
 
 // One allowed choice of a job. gpus == 0 is "wait" (value 0).

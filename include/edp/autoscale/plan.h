@@ -87,6 +87,15 @@ struct PlanRequest {
   std::vector<PlanJob> jobs;
 };
 
+// An option's value and its terms (the formulas above).
+struct Valuation {
+  double rate = 0;      // progress per second there: samples_per_s x efficiency
+  double pause_s = 0;   // restart-aware: what taking it costs the job (0 for its current configuration)
+  double margin_s = 0;  // restart-aware: what a change must save beyond its pause
+  double finish_s = 0;  // restart-aware: remaining / rate + pause + margin, the time to finish there
+  double value = 0;     // what decide() maximises (hysteresis included)
+};
+
 // A job's decision: the option chosen (index into its options; -1 when it waits, or, under fifo,
 // when the configuration is its own or its current one and not among its options) and the
 // configuration itself (gpus == 0: it waits).
@@ -94,6 +103,7 @@ struct PlanChoice {
   int option = -1;
   Config config;
   double value = 0;
+  Valuation valuation;  // the chosen option's valuation (option_valuation; not under fifo)
 };
 
 struct Plan {
@@ -104,9 +114,12 @@ struct Plan {
   int gpus_used = 0;
 };
 
-// The value of one option of a job under the request's objective (above). Exposed for the
-// callers' decision logs and for tests; decide() uses exactly this.
+// The value of one option of a job under the request's objective (above). Exposed for tests;
+// decide() uses exactly this.
 double option_value(const PlanRequest& req, const PlanJob& job, const Config& option);
+// The same value with the terms it is made of: what a decision log reports, so that the reason it
+// gives is the valuation the decision was made on.
+Valuation option_valuation(const PlanRequest& req, const PlanJob& job, const Config& option);
 bool is_current(const PlanJob& job, const Config& option);
 
 // Validates the request (edp::DataError naming the job and field), builds learned jobs' options,
@@ -151,7 +164,7 @@ std::vector<int> most_free_nodes(std::vector<int>& free, int need);
 // form, converted with from_v1). `where` names the input in errors; every error is an
 // edp::DataError naming the job and the field. gpus_override >= 0 replaces the request's "gpus".
 PlanRequest parse_plan_request(const std::string& json_text, const std::string& where, int gpus_override = -1);
-// The v1 request as v2: objective throughput, hysteresis = rescale_penalty, the options its
+// The v1 request as v2: objective throughput, hysteresis as given (the v1 key rescale_penalty), the options its
 // throughput rows that are feasible, own = the ref row.
 PlanRequest from_v1(const TableRequest& v1);
 // The request as v2 JSON (what parse_plan_request reads back to the same request).

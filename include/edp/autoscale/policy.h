@@ -18,27 +18,19 @@
 
 namespace edp::autoscale {
 
-// One elastic configuration of a job and what it achieves.
-struct JobConfig {
-  int gpus = 0;
-  int batch = 0;
-  double samples_per_s = 0;
-  double efficiency = 1.0;  // statistical efficiency relative to the job's own batch (<= ~1)
-  int ranks_per_gpu = 1;    // collocation: ranks sharing each GPU (SimConfig::max_ranks_per_gpu)
-};
-
 struct JobState {
   int index = 0;  // the simulator's job index (stable)
   double submit_s = 0;
   int req_gpus = 0;
   int ref_batch = 0;
   double ref_samples_per_s = 0;  // at (req_gpus, ref_batch)
-  // Allowed configurations, best batch per GPU count (dp/goodput use them)...
-  const std::vector<JobConfig>* elastic = nullptr;
+  // Allowed configurations (plan.h's Config: efficiency relative to the job's own batch, ranks per
+  // GPU for collocation), best batch per GPU count (dp/goodput use them)...
+  const std::vector<Config>* elastic = nullptr;
   // ...best batch per GPU count by goodput (samples/s x efficiency; the goodput policy)...
-  const std::vector<JobConfig>* elastic_goodput = nullptr;
+  const std::vector<Config>* elastic_goodput = nullptr;
   // ...and those with batch == ref_batch (baseline).
-  const std::vector<JobConfig>* fixed_batch = nullptr;
+  const std::vector<Config>* fixed_batch = nullptr;
   int cur_gpus = 0;
   int cur_batch = 0;
   int cur_ranks_per_gpu = 1;
@@ -59,8 +51,8 @@ struct Assignment {
 enum class Weighting { Equal, Remaining };
 
 struct PolicyConfig {
-  double rescale_penalty = 0.05;  // value fraction an option other than the current one loses
-  Weighting weighting = Weighting::Equal;
+  double hysteresis = 0.05;  // value fraction an option other than the current one loses (--rescale-penalty)
+  Weighting weighting = Weighting::Remaining;  // the documented default (docs/autoscaler.md §3)
   // Restart-aware values (elastic policies): an option is worth 1 / (the time the job still needs
   // at it + `pause_s` if taking it restarts the job), so a change must pay for its pause over the
   // job's remaining time (docs/autoscaler.md §7). Replaces the weighting when on.

@@ -75,8 +75,8 @@ struct SimConfig {
   std::string policy = "dp";
   double rescale_pause_s = 30;     // Pollux's simulator default re-allocation cost
   double replan_interval_s = 300;  // periodic re-plan besides arrivals and completions
-  double rescale_penalty = 0.05;   // DP hysteresis: value fraction a change must overcome
-  Weighting weighting = Weighting::Equal;  // DP job weights (policy.h)
+  double hysteresis = 0.05;        // value fraction a change must overcome (--rescale-penalty)
+  Weighting weighting = Weighting::Remaining;  // DP job weights (policy.h; the documented default)
   double window_s = 7 * 86400.0;   // "completed within the window" counts finish <= window
   int max_scale = 4;               // elastic max GPUs = min(64, max(gpus_per_node, max_scale * requested))
   OwnBatch own_batch = OwnBatch::Model;  // a trace job's own batch (above)
@@ -160,9 +160,9 @@ struct JobModel {
   int ref_batch = 0;
   double ref_samples_per_s = 0;
   int max_gpus = 0;
-  std::vector<JobConfig> elastic;          // best (batch, ranks per GPU) per GPU count (throughput)
-  std::vector<JobConfig> elastic_goodput;  // best (batch, ranks per GPU) per GPU count (throughput x efficiency)
-  std::vector<JobConfig> fixed_batch;  // batch == ref_batch (best ranks per GPU)
+  std::vector<Config> elastic;          // best (batch, ranks per GPU) per GPU count (throughput)
+  std::vector<Config> elastic_goodput;  // best (batch, ranks per GPU) per GPU count (throughput x efficiency)
+  std::vector<Config> fixed_batch;  // batch == ref_batch (best ranks per GPU)
 };
 // `batch` is the job's own global batch (0: own_batch()'s default).
 JobModel make_job_model(const ModelProfile& profile, int req_gpus, const SimConfig& cfg, int batch = 0);
