@@ -88,6 +88,7 @@ int train_gpt(comm::Communicator& world, const train::Options& o) {
   jo.lr = o.f64("lr");
   jo.lr_scaling = "none";  // AdamW: the same peak rate at any size
   jo.warmup_steps = o.i64("warmup-steps");
+  jo.max_micro_batch = o.i64("max-micro-batch");
   jo.seed = static_cast<uint64_t>(o.i64("seed"));
   jo.checkpoint_dir = o.str("checkpoint-dir");
   jo.checkpoint_every = o.i64("checkpoint-every");
@@ -199,6 +200,7 @@ int main(int argc, char** argv) {
       .add("beta2", "0.99", "AdamW's second-moment decay")
       .add("weight-decay", "0.1", "AdamW's decoupled weight decay (not on biases and LayerNorms)")
       .add("warmup-steps", "50", "linear LR warmup steps, then cosine decay to 0 at the end of the last epoch")
+      .add("max-micro-batch", "0", "the most windows per forward/backward on a rank; a larger per-rank batch is accumulated in micro-batches (0: no limit)").int_range(0, 1 << 30).run_setting()
       .add("clip", "1.0", "clip the gradients' global norm to this (0: no clipping)")
       .add("zero", "0", "1: the optimizer state sharded over the ranks (ZeRO stage 1, CPU); 0: every rank holds it all")
       .int_range(0, 1)

@@ -118,6 +118,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
                     .control_file = o.str("control-file"),
                     .control_every = o.i64("control-every"),
                     .max_worker_batch = 0,
+                    .max_micro_batch = o.i64("max-micro-batch"),
                     .rescale_mode = "",
                     .device = device,
                     .bucket_cap_bytes = o.i64("bucket-cap-mb") << 20,
@@ -140,7 +141,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
                  spec.name.c_str(), static_cast<long long>(train_set->size()),
                  static_cast<long long>(test_set->size()), static_cast<long long>(model->num_parameters()),
                  job.size(), static_cast<long long>(job.batch_per_rank()), static_cast<long long>(job.global_batch()),
-                 job.lr(), o.str("lr-scaling").c_str(), num_threads(), job.gradient_buckets(), device.str().c_str());
+                 job.peak_lr(), o.str("lr-scaling").c_str(), num_threads(), job.gradient_buckets(), device.str().c_str());
 
   const int64_t stop_after = o.i64("stop-after-steps");
   EDP_CHECK(stop_after >= 0, "--stop-after-steps must be >= 0");
@@ -202,7 +203,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
         "\"comm_ms\": %.3f, \"peak_rss_mb_per_rank\": %.1f, \"cpu_conv\": \"%s\", "
         "\"train_mflop_per_sample\": %.3f, \"gflops\": %.2f}\n",
         spec.name.c_str(), job.size(), num_threads(), static_cast<long long>(job.batch_per_rank()),
-        static_cast<long long>(job.global_batch()), static_cast<long long>(o.i64("epochs")), job.lr(),
+        static_cast<long long>(job.global_batch()), static_cast<long long>(o.i64("epochs")), job.peak_lr(),
         train_seconds > 0 ? samples_seen / train_seconds : 0.0, test.accuracy, job.last_epoch().train_loss,
         train_seconds, 1e3 * step_s, 1e3 * exposed, step_s > 0 ? exposed / step_s : 0.0,
         1e3 * st.comm_s / std::max<int64_t>(1, st.steps), rss, ops::cpu_conv_name(), flops_per_sample / 1e6,
@@ -227,6 +228,7 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
       .add("momentum", "0.9", "SGD momentum")
       .add("weight-decay", "5e-4", "L2 weight decay")
       .add("warmup-steps", "100", "linear LR warmup steps, then cosine decay to 0")
+      .add("max-micro-batch", "0", "the most samples per forward/backward on a rank; a larger per-rank batch is accumulated in micro-batches (0: no limit)").int_range(0, 1 << 30).run_setting()
       .add("threads", std::to_string(default_threads), "CPU threads per rank")
       .add("data", spec.default_data, "directory with the data set's files")
       .add("seed", "42", "seed for initialisation and shuffling")

@@ -24,6 +24,7 @@
 #include "edp/elastic/events.h"
 #include "edp/nn/module.h"
 #include "edp/optim/optimizer.h"
+#include "edp/backend/ops.h"
 #include "edp/optim/schedule.h"
 #include "edp/train/checkpoint.h"
 #include "edp/train/progress.h"
@@ -89,6 +90,22 @@ struct Job::Impl {
   int64_t local_count = 0;  // this rank's samples in the step being taken
   int64_t global_count = 0;  // the whole job's samples in the step being taken
   bool mid_step = false;     // next_batch() gave a batch, step() has not ended it yet
+  // Gradient accumulation (JobOptions::max_micro_batch): the step's batch of this rank, cut into
+  // `micros` micro-batches; `micro` is the one handed out last; the loss of the step so far,
+  // weighted by the micro-batches' shares.
+  data::Batch step_batch;
+  int64_t micros = 1, micro = 0, micro_size = 0;
+  double micro_loss = 0;
+  // Micro-batch k of the step's batch (rows split as evenly as possible, larger ones first).
+  void take_micro(int64_t k, data::Batch& b) {
+    const int64_t n = step_batch.size(), base = n / micros, extra = n % micros;
+    const int64_t start = k * base + std::min(k, extra);
+    micro_size = base + (k < extra ? 1 : 0);
+    b.x = step_batch.x.narrow(start, micro_size);
+    b.y = step_batch.y.narrow(start, micro_size);
+    b.indices.assign(step_batch.indices.begin() + start, step_batch.indices.begin() + start + micro_size);
+    micro = k;
+  }
   std::vector<int> threads;  // compute threads of each rank in the current world
 
   // The settled speed at the current size (the "rate" event): armed by each start or rescale,
@@ -356,6 +373,12 @@ struct Job::Impl {
     job.lr_ = optim::scale_lr(o.lr, o.lr_base_batch, gb, o.lr_scaling);
     steps_per_epoch = loader->steps_per_epoch();
     const int64_t total = steps_per_epoch * o.epochs;
+    if (o.schedule) {
+      schedule = o.schedule(LRContext{.peak_lr = job.lr_, .global_batch = gb, .steps_per_epoch = steps_per_epoch,
+                                      .total_steps = total, .warmup_steps = o.warmup_steps});
+      EDP_CHECK(schedule != nullptr, o.name, ": JobOptions::schedule returned no schedule");
+      return;
+    }
     schedule = std::make_unique<optim::WarmupLR>(std::make_shared<optim::CosineLR>(job.lr_, total),
                                                  std::min<int64_t>(o.warmup_steps, total));
   }
@@ -935,6 +958,11 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
   EDP_CHECK(o.epochs >= 1, o.name, ": epochs must be >= 1, got ", o.epochs);
   EDP_CHECK(o.global_batch >= 1, o.name, ": the global batch must be >= 1, got ", o.global_batch);
   EDP_CHECK(o.lr_base_batch >= 1, o.name, ": lr_base_batch must be >= 1");
+  EDP_CHECK(o.lr >= 0, o.name, ": the learning rate must be >= 0 (0: the optimizer's), got ", o.lr);
+  if (o.lr == 0) o.lr = m.opt.lr();  // given once, to the optimizer
+  EDP_CHECK(o.max_micro_batch >= 0, o.name, ": max_micro_batch must be >= 0, got ", o.max_micro_batch);
+  EDP_CHECK(o.max_micro_batch == 0 || o.zero_stage == 0, o.name,
+            ": micro-batches (max_micro_batch) with a sharded optimizer state (zero_stage 1) are not supported");
   EDP_CHECK(o.checkpoint_every >= 0 && o.keep_checkpoints >= 1 && o.control_every >= 1 && o.warmup_steps >= 0,
             o.name, ": checkpoint_every and warmup_steps must be >= 0, keep_checkpoints and control_every >= 1");
   EDP_CHECK(o.divergence_factor == 0 || o.divergence_factor > kGuardRecovered, o.name,
@@ -1051,6 +1079,7 @@ comm::Communicator& Job::world() {
   EDP_CHECK(impl_->world != nullptr, impl_->o.name, ": this rank has left the job (a shrink); it has no communicator");
   return *impl_->world;
 }
+double Job::lr() const { return impl_->opt.lr(); }
 int Job::rank() const { return impl_->world ? impl_->world->rank() : -1; }
 int Job::size() const { return impl_->world ? impl_->world->size() : 0; }
 int64_t Job::batch_per_rank() const { return impl_->world ? global_batch_ / impl_->world->size() : 0; }
@@ -1115,6 +1144,11 @@ void Job::end() {
 
 bool Job::next_batch(data::Batch& b) {
   Impl& m = *impl_;
+  if (m.micro + 1 < m.micros && !left_ && exit_code_ == 0 && m.in_epoch) {  // the step's next micro-batch
+    m.take_micro(m.micro + 1, b);
+    m.mid_step = true;
+    return true;
+  }
   for (;;) {
     if (left_ || exit_code_ != 0 || !m.in_epoch) return false;
     if (m.loader->steps_remaining() == 0) {
@@ -1135,6 +1169,13 @@ bool Job::next_batch(data::Batch& b) {
       b.x = m.uploader ? m.uploader->upload(s.batch.x) : s.batch.x;
       b.y = m.uploader ? m.uploader->upload(s.batch.y) : s.batch.y;
       b.indices = std::move(s.batch.indices);
+      m.micro = 0;
+      m.micros = m.o.max_micro_batch > 0 ? (s.local + m.o.max_micro_batch - 1) / m.o.max_micro_batch : 1;
+      m.micro_loss = 0;
+      if (m.micros > 1) {
+        m.step_batch = std::move(b);
+        m.take_micro(0, b);
+      }
       m.mid_step = true;
       return true;
     }
@@ -1145,12 +1186,39 @@ bool Job::next_batch(data::Batch& b) {
 }
 
 Tensor Job::forward(const Tensor& x) { return impl_->ddp->forward(x); }
-void Job::backward(const Tensor& grad_out) { impl_->ddp->backward(grad_out); }
+void Job::backward(const Tensor& grad_out) {
+  Impl& m = *impl_;
+  if (m.micros <= 1) {
+    m.ddp->backward(grad_out);
+    return;
+  }
+  // The loop's loss is the micro-batch's mean: weighted by the micro-batch's share of the rank's
+  // samples, the accumulated gradient is that of the rank's mean loss, which the allreduce (with
+  // the last micro-batch's backward) weights by the rank's share of the step as without micro-batches.
+  Tensor g = grad_out.clone();
+  ops::scale_(g, static_cast<double>(m.micro_size) / static_cast<double>(m.local_count));
+  if (m.micro + 1 < m.micros) {
+    auto local_only = m.ddp->no_sync();
+    m.ddp->backward(g);
+  } else {
+    m.ddp->backward(g);
+  }
+}
 
 void Job::step(double loss) {
   Impl& m = *impl_;
   EDP_CHECK(m.in_epoch && m.world, m.o.name, ": step() outside an epoch");
   m.mid_step = false;
+  if (m.micros > 1) {
+    m.micro_loss += loss * static_cast<double>(m.micro_size) / static_cast<double>(m.local_count);
+    if (m.micro + 1 < m.micros) {  // the step goes on with the next micro-batch
+      m.mid_step = true;
+      return;
+    }
+    loss = m.micro_loss;
+    m.micros = 1;
+    m.step_batch = data::Batch{};
+  }
   // Numerical guard: a non-finite loss on this rank, or a non-finite reduced gradient (the same
   // on every rank, so every rank decides alike). The scan is one pass over the gradients on the
   // CPU, but one host-device sync per parameter on a GPU: there it runs every 50 steps (and on a

@@ -322,3 +322,102 @@ TEST(ElasticJob, EndCommitsTheLastStep) {
     }
   }
 }
+
+// Gradient accumulation (JobOptions::max_micro_batch): a step whose per-rank batch (8) is taken
+// in micro-batches of at most 3 (3 + 3 + 2) updates the model as the whole batch does. The data
+// set ends in an uneven step (5 samples over the ranks), so micro-batches of unequal ranks are
+// weighted too. Tolerance: 1e-5 of the largest parameter — the whole batch's gradient is one
+// GEMM over 8 rows, the micro-batches' three GEMMs summed, which round differently in float32
+// (about 1e-7 relative per step, over 6 steps of SGD); a weight left out (each micro-batch's mean
+// taken as the rank's) changes the update by its full size.
+TEST(ElasticJob, MicroBatchesUpdateAsTheWholeBatch) {
+  auto& world = edp::comm::world();
+  const int W = world.size();
+  const int64_t n = 5 * 8 * W + 5;
+  Tensor x({n, 6}, DType::F32);
+  std::vector<int32_t> y(static_cast<size_t>(n));
+  Rng rng(21);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int j = 0; j < 6; ++j) x.data<float>()[i * 6 + j] = static_cast<float>(rng.normal());
+    y[static_cast<size_t>(i)] = static_cast<int32_t>(rng.below(3));
+  }
+  auto ds = std::make_shared<data::TensorDataset>(x, y, 3);
+  auto train = [&](int64_t micro, double& loss) {
+    manual_seed(5);
+    auto model = nn::make<nn::Sequential>({nn::make<nn::Linear>(6, 16), nn::make<nn::Tanh>(), nn::make<nn::Linear>(16, 3)});
+    optim::SGD opt(model->parameters(), {.lr = 0.2});
+    elastic::JobOptions jo;
+    jo.name = "micro_test";
+    jo.global_batch = 8 * W;
+    jo.lr_scaling = "none";
+    jo.progress = false;
+    jo.max_micro_batch = micro;
+    elastic::Job job(world, model, opt, ds, jo);
+    EXPECT_DOUBLE_EQ(job.peak_lr(), 0.2) << "JobOptions::lr 0: the optimizer's";
+    nn::SoftmaxCrossEntropy ce;
+    data::Batch b;
+    int64_t batches = 0;
+    while (job.next_epoch())
+      while (job.next_batch(b)) {
+        EXPECT_LE(b.size(), micro > 0 ? micro : 8);
+        ++batches;
+        const double l = ce.forward(job.forward(b.x), b.y);
+        job.backward(ce.backward());
+        job.step(l);
+      }
+    EXPECT_EQ(job.steps(), 6);
+    if (micro == 3) EXPECT_GE(batches, 5 * 3) << "the full steps come in 3 micro-batches each";
+    loss = job.last_epoch().train_loss;
+    std::vector<Tensor> ps;
+    for (auto* p : model->parameters()) ps.push_back(p->value.clone());
+    return ps;
+  };
+  double whole_loss = 0, micro_loss = 0;
+  const auto whole = train(0, whole_loss);
+  const auto micro = train(3, micro_loss);
+  double scale = 0, err = 0;
+  for (size_t k = 0; k < whole.size(); ++k)
+    for (int64_t i = 0; i < whole[k].numel(); ++i) {
+      scale = std::max(scale, std::abs(whole[k].item(i)));
+      err = std::max(err, std::abs(whole[k].item(i) - micro[k].item(i)));
+    }
+  EXPECT_LE(err, 1e-5 * scale) << "rank " << world.rank() << " of " << W;
+  EXPECT_NEAR(micro_loss, whole_loss, 1e-5 * std::abs(whole_loss));
+}
+
+// JobOptions::schedule: the user's schedule, built from the peak rate at the global batch; the
+// rate before each step is its lr(step), and Job::lr() reports it.
+TEST(ElasticJob, TakesTheUsersSchedule) {
+  auto& world = edp::comm::world();
+  const int W = world.size();
+  const int64_t n = 6 * 4 * W;
+  Tensor x({n, 2}, DType::F32);
+  std::vector<int32_t> y(static_cast<size_t>(n), 0);
+  for (int64_t i = 0; i < 2 * n; ++i) x.data<float>()[i] = static_cast<float>(i % 5);
+  auto ds = std::make_shared<data::TensorDataset>(x, y, 2);
+  auto model = nn::make<nn::Sequential>({nn::make<nn::Linear>(2, 2)});
+  optim::SGD opt(model->parameters(), {.lr = 0.4});
+  elastic::JobOptions jo;
+  jo.name = "schedule_test";
+  jo.global_batch = 4 * W;
+  jo.lr_base_batch = 4 * W;
+  jo.progress = false;
+  int64_t seen_total = 0;
+  jo.schedule = [&](const elastic::LRContext& c) {
+    seen_total = c.total_steps;
+    return std::make_unique<optim::StepLR>(c.peak_lr, 2, 0.5);
+  };
+  elastic::Job job(world, model, opt, ds, jo);
+  EXPECT_EQ(seen_total, 6);
+  nn::SoftmaxCrossEntropy ce;
+  data::Batch b;
+  std::vector<double> rates;
+  while (job.next_epoch())
+    while (job.next_batch(b)) {
+      rates.push_back(job.lr());
+      const double l = ce.forward(job.forward(b.x), b.y);
+      job.backward(ce.backward());
+      job.step(l);
+    }
+  EXPECT_EQ(rates, (std::vector<double>{0.4, 0.4, 0.2, 0.2, 0.1, 0.1}));
+}

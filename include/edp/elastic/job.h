@@ -45,6 +45,7 @@
 #include "edp/core/tensor.h"
 #include "edp/data/loader.h"
 #include "edp/ddp/ddp.h"
+#include "edp/optim/schedule.h"
 #include "edp/elastic/elastic.h"
 
 namespace edp::comm {
@@ -68,6 +69,15 @@ constexpr int64_t kGuardWindow = 10;   // steps per window of the divergence gua
 constexpr int kGuardPatience = 3;      // windows in a row above the limit (or not back from it)
 constexpr double kGuardRecovered = 1.2;  // a window back within this multiple of the level ends a blow-up
 
+// What a learning-rate schedule is built from (JobOptions::schedule), at the current global batch.
+struct LRContext {
+  double peak_lr = 0;           // JobOptions::lr scaled to this global batch by lr_scaling
+  int64_t global_batch = 0;
+  int64_t steps_per_epoch = 0;  // at this global batch
+  int64_t total_steps = 0;      // steps_per_epoch x epochs
+  int64_t warmup_steps = 0;     // JobOptions::warmup_steps
+};
+
 struct JobOptions {
   std::string name = "job";  // in messages, and the checkpoints' "model"
   int64_t epochs = 1;
@@ -75,12 +85,22 @@ struct JobOptions {
   // rescale, changes it); the world size must divide it.
   int64_t global_batch = 64;
   // The learning rate for a global batch of lr_base_batch, scaled to the actual global batch by
-  // lr_scaling ("none", "linear", "sqrt"); linear warmup over warmup_steps (counted at the
-  // starting global batch), then cosine decay to 0 at the end of the last epoch.
-  double lr = 0.1;
+  // lr_scaling ("none", "linear", "sqrt"); 0 (the default): the optimizer's own rate, as it was
+  // constructed. Its course over the training is `schedule`'s (default: linear warmup over
+  // warmup_steps, counted at the starting global batch, then cosine decay to 0 at the end of the
+  // last epoch).
+  double lr = 0;
   int64_t lr_base_batch = 64;
   std::string lr_scaling = "linear";
   int64_t warmup_steps = 0;
+  // The learning-rate schedule, built at the start and after every change of the global batch
+  // from what holds at that batch (LRContext); the job sets the optimizer's rate to its lr(t)
+  // before every step, t counted at the current global batch from the start of the training
+  // (a resumed or rescaled job continues the curve). Any optim schedule, e.g.
+  //   o.schedule = [](const elastic::LRContext& c) {
+  //     return std::make_unique<optim::StepLR>(c.peak_lr, c.steps_per_epoch * 30, 0.1); };
+  // Empty: warmup + cosine (above).
+  std::function<std::unique_ptr<optim::LRSchedule>(const LRContext&)> schedule;
   uint64_t seed = 42;           // the data order (the model's initialisation is the caller's)
   int loader_workers = 1;       // threads assembling batches
   // Compute threads per rank. 0 (the default): follow the layout — after the start and after
@@ -98,6 +118,13 @@ struct JobOptions {
   std::string control_file;
   int64_t control_every = 1;
   int64_t max_worker_batch = 0;  // refuse requests above this per-rank batch (memory); 0: no limit
+  // The most samples one forward/backward takes on a rank (what fits in its memory); 0: no
+  // limit. A step whose per-rank batch is larger is taken in micro-batches of at most this many:
+  // next_batch() hands them out one by one, the loop runs forward, backward and step(loss) on
+  // each as on a batch, and the job accumulates their gradients (each weighted by its share of
+  // the rank's samples, the allreduce once, with the last) and updates once — the step of the
+  // whole batch, whatever global batch a request or the autoscaler chose. Not with zero_stage 1.
+  int64_t max_micro_batch = 0;
   std::string rescale_mode;      // "auto", "in-place", "restart"; empty: EDP_RESCALE_MODE
   Device device = Device::cpu();
   int64_t bucket_cap_bytes = 0;   // DistributedDataParallel's cap (0: EDP_BUCKET_CAP_MB)
@@ -210,7 +237,8 @@ class Job {
   int64_t steps() const { return step_; }   // optimizer steps since the start of the training
   int64_t global_batch() const { return global_batch_; }
   int64_t batch_per_rank() const;
-  double lr() const { return lr_; }  // after scaling to the current global batch
+  double lr() const;                  // the optimizer's rate now (the schedule's at this step)
+  double peak_lr() const { return lr_; }  // JobOptions::lr after scaling to the current global batch
   const EpochSummary& last_epoch() const { return summary_; }
   bool left() const { return left_; }
   // The job resumed from a checkpoint of its finished training: there was nothing left to train
