@@ -29,8 +29,7 @@ int main(int argc, char** argv) {
     elastic::JobOptions o;
     o.name = "elastic_mnist";
     o.epochs = 2;
-    o.global_batch = 128;  // the LR follows it (linear rule from 64)
-    o.lr = 0.1;
+    o.global_batch = 128;  // the optimizer's LR is for a global batch of 64: it follows (linear rule)
     o.warmup_steps = 50;
     o.checkpoint_dir = opts.str("checkpoint-dir");
     o.resume_may_change = opts.run_settings();

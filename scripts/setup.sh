@@ -12,6 +12,7 @@ PACKAGES=(
   dataset-fashion-mnist
   python3-matplotlib
   python3-numpy  # the install test writes a user's .npy arrays with NumPy itself
+  libstb-dev     # image decoding for data::load_image_folder (PNG, JPEG, ...)
   iproute2 util-linux  # scripts/testcluster.sh: network namespaces, nsenter (the cluster_* tests)
   # scripts/testcluster.sh slurm-up: a real Slurm on the test cluster (the cluster_slurm* tests).
   # The packages start their system services where systemd runs (munged, and slurmd/slurmctld

@@ -55,6 +55,7 @@
 #include "edp/data/dataset.h"
 #include "edp/data/distributed_loader.h"
 #include "edp/data/distributed_sampler.h"
+#include "edp/data/image_folder.h"
 #include "edp/data/loader.h"
 #include "edp/data/tokens.h"
 #include "edp/train/checkpoint.h"
