@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "common/classifier.h"
@@ -22,6 +24,26 @@
 using namespace edp;
 
 namespace {
+
+// Where the corpus is: --data when given; else .cache/corpus (a source tree, where
+// scripts/prepare_text_corpus.sh writes it), else the user's cache (where the installed script
+// writes it: ${XDG_CACHE_HOME:-~/.cache}/edp/corpus). None there: an error naming the script.
+std::string corpus_dir(const std::string& given) {
+  namespace fs = std::filesystem;
+  if (!given.empty()) return given;
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string user = xdg && *xdg ? std::string(xdg) + "/edp/corpus"
+                           : home && *home ? std::string(home) + "/.cache/edp/corpus"
+                                           : std::string();
+  for (const std::string& d : {std::string(".cache/corpus"), user})
+    if (!d.empty() && fs::exists(d + "/train.tok")) return d;
+  const fs::path exe = self_executable();
+  const fs::path installed = exe.parent_path().parent_path() / "share/edp/scripts/prepare_text_corpus.sh";
+  const std::string script = !exe.empty() && fs::exists(installed) ? installed.string() : "scripts/prepare_text_corpus.sh";
+  throw DataError("gpt_text: no corpus: neither .cache/corpus nor " + (user.empty() ? "~/.cache/edp/corpus" : user) +
+                  " holds train.tok. Make it with " + script + " (once, a few seconds), or give --data DIR");
+}
 
 // Mean next-token loss over the first `limit` validation windows (0: all), split over the ranks
 // and summed in double, in eval mode.
@@ -61,7 +83,7 @@ int train_gpt(comm::Communicator& world, const train::Options& o) {
   }
   ops::set_matmul_bf16(bf16);
 
-  const std::string dir = o.str("data");
+  const std::string dir = corpus_dir(o.str("data"));
   auto train_tokens = std::make_shared<data::TokenFile>(dir + "/train.tok");
   auto val_tokens = std::make_shared<data::TokenFile>(dir + "/val.tok");
   const int64_t T = o.i64("context");
@@ -188,7 +210,7 @@ int train_gpt(comm::Communicator& world, const train::Options& o) {
 int main(int argc, char** argv) {
   const int default_threads = examples::default_threads_per_rank();
   train::Options o("gpt_text", "a small GPT on English text (byte-level), data-parallel and elastic");
-  o.add("data", ".cache/corpus", "directory with train.tok and val.tok (scripts/prepare_text_corpus.sh)")
+  o.add("data", "", "directory with train.tok and val.tok (default: .cache/corpus in a source tree, else ~/.cache/edp/corpus; prepare_text_corpus.sh makes it)")
       .add("layers", "4", "transformer blocks")
       .add("dim", "256", "model width")
       .add("heads", "4", "attention heads (dim must be a multiple)")

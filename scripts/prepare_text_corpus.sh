@@ -8,13 +8,33 @@
 #   OUT/corpus.json      sizes and provenance
 # Fortunes are separated by a blank line in the token stream. Idempotent: nothing is redone when
 # the outputs exist and are newer than the package's files.
-#   scripts/prepare_text_corpus.sh [OUT]     (default: $EDP_CORPUS_DIR or .cache/corpus)
+#   scripts/prepare_text_corpus.sh [OUT]
+# OUT defaults to $EDP_CORPUS_DIR, else .cache/corpus of the source tree the script is in, else
+# (the installed copy, <prefix>/share/edp/scripts) ${XDG_CACHE_HOME:-~/.cache}/edp/corpus: the
+# places gpt_text looks.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-OUT=${1:-${EDP_CORPUS_DIR:-.cache/corpus}}
+here=$(cd "$(dirname "$0")/.." && pwd)
+if [ -n "${1:-}" ]; then
+  OUT=$(realpath -m -- "$1")
+elif [ -n "${EDP_CORPUS_DIR:-}" ]; then
+  OUT=$(realpath -m -- "$EDP_CORPUS_DIR")
+elif [ -f "$here/CMakeLists.txt" ] && [ -d "$here/src" ]; then
+  OUT=$here/.cache/corpus
+else
+  OUT=${XDG_CACHE_HOME:-$HOME/.cache}/edp/corpus
+fi
+cd "$here"
 SRC=/usr/share/games/fortunes
 if [ ! -d "$SRC" ]; then
-  ./scripts/setup.sh fortunes >&2
+  if [ -f "$here/CMakeLists.txt" ]; then
+    ./scripts/setup.sh fortunes >&2
+  else  # the installed copy: only the corpus's package
+    SUDO=""
+    if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq >&2
+    $SUDO apt-get install -y -qq --no-install-recommends fortunes >&2
+  fi
 fi
 mkdir -p "$OUT"
 if [ -s "$OUT/train.tok" ] && [ -s "$OUT/val.tok" ] && [ -z "$(find "$SRC" -newer "$OUT/train.tok" -print -quit)" ]; then

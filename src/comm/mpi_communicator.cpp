@@ -569,12 +569,6 @@ std::vector<std::string> own_command_line() {
   return out;
 }
 
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "";
-  return std::string(buf, static_cast<size_t>(n));
-}
 
 }  // namespace
 
@@ -630,7 +624,7 @@ SpawnPlan plan_spawn(const Communicator& current, int count, const std::vector<s
     for (std::string word; w >> word;) p.cmd.push_back(word);
   }
   const std::vector<std::string> line = own_command_line();
-  p.cmd.push_back(self_exe());
+  p.cmd.push_back(self_executable());
   for (size_t i = 1; i < line.size(); ++i) p.cmd.push_back(line[i]);
   p.env = "EDP_SPAWN_RANK_BASE=" + std::to_string(current.size()) + "\n";
   p.env += "EDP_SPAWN_JOB_PROCESSES=" + std::to_string(g_job_processes + count) + "\n";

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <climits>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -48,6 +49,12 @@ unsigned long long process_start_time(long pid) {
 std::string pid_namespace() {
   char buf[128] = {0};
   const ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+std::string self_executable() {
+  char buf[PATH_MAX] = {0};
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
 }
 

@@ -23,6 +23,7 @@
 
 #include "edp/core/error.h"
 #include "edp/core/knobs.h"
+#include "edp/core/process.h"
 
 namespace edp::launch {
 
@@ -260,9 +261,8 @@ std::string find_in_path(const std::string& name) {
 }
 
 std::string self_exe_path() {
-  char buf[PATH_MAX] = {0};
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "edprun";
+  const std::string exe = self_executable();
+  return exe.empty() ? "edprun" : exe;
 }
 
 pid_t fork_exec(const std::vector<std::string>& argv, const char* who,

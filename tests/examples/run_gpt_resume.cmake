@@ -6,6 +6,8 @@
 # (--threads is honoured). A changed --lr is refused naming it and the flag that accepts it
 # (--accept-config-change, which gpt_text takes), and accepted with that flag. The corpus is a few
 # kilobytes of text written here as byte-level token files (the format of edp/data/tokens.h).
+# A run that stops at --steps between checkpoints commits its last step, and started again with
+# the same --steps trains nothing more.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK}/data)
 execute_process(COMMAND ${PYTHON} -c "
@@ -61,3 +63,16 @@ expect("${d}" failure "another configuration:[^|]*--lr: '0.002' in the checkpoin
   "a resume with another --lr")
 run(e --steps 8 --no-progress --threads 1 --accept-config-change)
 expect("${e}" 0 "resuming [^\n]* with a changed configuration, as asked" "a resume with --accept-config-change")
+
+# --steps 7 with checkpoints every 3: the last step (7) is committed too; again: nothing to train.
+file(REMOVE_RECURSE ${WORK}/ck)
+string(REPLACE "--lr;0.004" "--lr;0.002" model "${model}")
+run(f --steps 7 --checkpoint-every 3 --no-progress --threads 1)
+expect("${f}" 0 "\"steps\": 7" "a run stopped at --steps 7")
+if(NOT EXISTS ${WORK}/ck/ckpt-000000000007.edp)
+  file(GLOB have ${WORK}/ck/*)
+  message(FATAL_ERROR "the run stopped at --steps 7 did not commit step 7 (the directory holds: ${have})")
+endif()
+run(g --steps 7 --checkpoint-every 3 --no-progress --threads 1)
+expect("${g}" 0 "the checkpoint is at step 7, --steps 7: nothing to train" "the same run started again")
+expect("${g}" 0 "\"steps\": 7" "the same run started again")

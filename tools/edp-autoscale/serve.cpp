@@ -52,6 +52,7 @@
 #include "edp/core/files.h"
 #include "edp/elastic/elastic.h"
 #include "edp/launch/placement.h"
+#include "edp/core/process.h"
 #include "edp/launch/process.h"
 
 namespace fs = std::filesystem;
@@ -69,9 +70,8 @@ double now_s() { return elastic::wall_time(); }
 bool alive(long pid, unsigned long long st) { return pid > 0 && st != 0 && launch::process_start_time(pid) == st; }
 
 std::string self_exe() {
-  std::error_code ec;
-  const fs::path exe = fs::canonical("/proc/self/exe", ec);
-  return ec ? "edp-autoscale" : exe.string();
+  const std::string exe = self_executable();
+  return exe.empty() ? "edp-autoscale" : exe;
 }
 
 std::string default_edprun() {

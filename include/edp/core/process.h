@@ -24,6 +24,10 @@ unsigned long long process_start_time(long pid);
 // This process's pid namespace (the target of /proc/self/ns/pid), "" when unknown.
 std::string pid_namespace();
 
+// The path of this process's program (the target of /proc/self/exe), "" when unknown: a program
+// finds what is installed beside it (<prefix>/bin/.. -> <prefix>/share/edp) or starts itself again.
+std::string self_executable();
+
 struct ProcessId {
   long pid = 0;
   unsigned long long start_time = 0;
