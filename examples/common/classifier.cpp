@@ -215,7 +215,7 @@ int train(comm::Communicator& world, const train::Options& o, const ClassifierSp
 
 int default_threads_per_rank() {
   const comm::LaunchInfo li = comm::launch_info();
-  return knobs::is_set("EDP_NUM_THREADS") ? num_threads() : std::max(1, available_cores() / std::max(1, li.local_size));
+  return knobs::is_set("EDP_NUM_THREADS") ? num_threads() : share_of_cores(available_cores(), li.local_size);
 }
 
 int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {

@@ -16,6 +16,7 @@
 #include "csv.h"
 #include "edp/autoscale/goodput.h"
 #include "edp/autoscale/plan.h"
+#include "edp/autoscale/policy.h"
 #include "edp/core/error.h"
 
 namespace edp::autoscale {
@@ -687,28 +688,25 @@ void fill_cluster_request(PlanRequest& req, const std::vector<ClusterDpJob>& job
   }
 }
 
-std::vector<std::string> cluster_policy_names() {
-  return {"tiresias", "optimus", "goodput", "goodput-oracle", "dp", "goodput-eager"};
-}
-
 std::unique_ptr<ClusterPolicy> make_cluster_policy(const std::string& name, const ClusterPolicyConfig& cfg) {
   using Mode = EdpDpPolicy::Mode;
-  if (name == "tiresias") return std::make_unique<TiresiasPolicy>(cfg);
-  if (name == "optimus") return std::make_unique<OptimusPolicy>(cfg);
-  if (name == "goodput") return std::make_unique<EdpDpPolicy>(name, Mode::Learned, true, true, cfg);
-  if (name == "goodput-oracle") return std::make_unique<EdpDpPolicy>(name, Mode::Oracle, true, true, cfg);
-  if (name == "dp") return std::make_unique<EdpDpPolicy>(name, Mode::JobTuned, false, cfg.restart_aware, cfg);
-  if (name == "goodput-eager") {
-    // The formulation before restart awareness: value rate / remaining work, the pool
-    // simulator's 5% hysteresis, no pause in the value.
-    ClusterPolicyConfig c = cfg;
-    c.hysteresis = 0.05;
-    c.margin_s = c.pause_per_gpu = 0;
-    return std::make_unique<EdpDpPolicy>(name, Mode::JobTuned, true, false, c);
+  switch (parse_policy(name, PolicyScope::Cluster)) {
+    case PolicyKind::Tiresias: return std::make_unique<TiresiasPolicy>(cfg);
+    case PolicyKind::Optimus: return std::make_unique<OptimusPolicy>(cfg);
+    case PolicyKind::Goodput: return std::make_unique<EdpDpPolicy>(name, Mode::Learned, true, true, cfg);
+    case PolicyKind::GoodputOracle: return std::make_unique<EdpDpPolicy>(name, Mode::Oracle, true, true, cfg);
+    case PolicyKind::Dp: return std::make_unique<EdpDpPolicy>(name, Mode::JobTuned, false, cfg.restart_aware, cfg);
+    case PolicyKind::GoodputEager: {
+      // The formulation before restart awareness: value rate / remaining work, the pool
+      // simulator's 5% hysteresis, no pause in the value.
+      ClusterPolicyConfig c = cfg;
+      c.hysteresis = 0.05;
+      c.margin_s = c.pause_per_gpu = 0;
+      return std::make_unique<EdpDpPolicy>(name, Mode::JobTuned, true, false, c);
+    }
+    default: break;
   }
-  std::string all;
-  for (const auto& n : cluster_policy_names()) all += (all.empty() ? "" : ", ") + n;
-  throw Error("unknown node-level policy '" + name + "' (known: " + all + ")");
+  throw Error("make_cluster_policy: '" + name + "' is not a node-level policy");  // parse_policy refused it already
 }
 
 // ---- the simulation -----------------------------------------------------------------------
@@ -747,6 +745,7 @@ class ClusterRunState {
   const ClusterSimConfig& cfg_;
   std::unique_ptr<ClusterPolicy> policy_;
   bool adaptive_ = false, names_batch_ = false;
+  bool tune_goodput_ = false;  // a batch tuned inside the job: for goodput (else throughput; dp)
   std::vector<Run> run_;
   ClusterSimResult res_;
   std::vector<ClusterJobView> views_;
@@ -761,6 +760,7 @@ ClusterRunState::ClusterRunState(const std::vector<ClusterJob>& jobs, const Clus
   policy_ = make_cluster_policy(cfg.policy, pc);
   adaptive_ = policy_->adaptive_batch();
   names_batch_ = policy_->chooses_batch();
+  tune_goodput_ = parse_policy(cfg.policy, PolicyScope::Cluster) != PolicyKind::Dp;
   const size_t N = jobs.size();
   run_.resize(N);
   res_.policy = cfg.policy;
@@ -785,7 +785,7 @@ void ClusterRunState::configure(size_t i) {
     r.atomic = c.atomic;
     r.accum = c.accum;
   } else if (adaptive_) {
-    const AdaptiveChoice c = best_adaptive(*r.app, r.placement, r.epoch, cfg_.policy != "dp");
+    const AdaptiveChoice c = best_adaptive(*r.app, r.placement, r.epoch, tune_goodput_);
     r.atomic = c.atomic;
     r.accum = c.accum;
   } else {

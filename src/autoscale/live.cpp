@@ -294,6 +294,7 @@ namespace {
 // The options of one job (live.h, plan_live), with their predicted or measured throughput.
 std::vector<Opt> job_options(const LiveJob& j, const LivePolicy& P, const Predictor& pred) {
   const JobSpec& s = j.spec;
+  const bool goodput = parse_policy(P.name, PolicyScope::Live) == PolicyKind::Goodput;
   std::vector<Opt> opts;
   const int cur_slots = slots_of(j.workers, j.ranks_per_slot);
   auto add = [&](int slots, int k, int64_t batch) {
@@ -305,7 +306,7 @@ std::vector<Opt> job_options(const LiveJob& j, const LivePolicy& P, const Predic
     o.config.ranks_per_gpu = k;
     o.config.batch = static_cast<int>(std::min<int64_t>(batch, INT32_MAX));
     o.config.samples_per_s = pred.samples_per_s(o.workers(), k, batch, &o.measured);
-    if (P.name == "goodput" && s.grad_noise_scale > 0) {
+    if (goodput && s.grad_noise_scale > 0) {
       const double b0 = static_cast<double>(s.min_batch);
       o.config.efficiency =
           statistical_efficiency(grad_stats_of_noise_scale(s.grad_noise_scale, b0), static_cast<double>(batch), b0);
@@ -419,12 +420,12 @@ PlanRequest build_request(const std::vector<LiveJob>& jobs, const LivePolicy& P,
 LivePlan plan_live(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
   const auto t0 = std::chrono::steady_clock::now();
   EDP_CHECK(P.slots >= 1, "plan_live: slots must be >= 1");
-  if (P.name == "static") {  // FIFO at the requested size and batch; never rescales or preempts
+  // static: FIFO at the requested size and batch; never rescales or preempts.
+  if (parse_policy(P.name, PolicyScope::Live) == PolicyKind::Static) {
     LivePlan plan = plan_static(jobs, P);
     plan.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return plan;
   }
-  EDP_CHECK(P.name == "dp" || P.name == "goodput", "plan_live: unknown policy '", P.name, "' (static, dp, goodput)");
   std::vector<std::vector<Opt>> opts;
   const PlanRequest req = build_request(jobs, P, &opts);
   const Plan sol = decide(req);

@@ -1,12 +1,83 @@
-// The simulator's policies (policy.h): each active job becomes a job of plan.h's request, and
-// decide() values and solves it as it does for every other caller.
+// The policy registry (every caller's names) and the pool simulator's policies (policy.h): each
+// active job becomes a job of plan.h's request, and decide() values and solves it as it does for
+// every other caller.
 #include "edp/autoscale/policy.h"
 
 #include <algorithm>
 
+#include "core/text.h"
 #include "edp/core/error.h"
 
 namespace edp::autoscale {
+
+// ---- the registry --------------------------------------------------------------------------
+
+const std::vector<PolicyInfo>& policy_table() {
+  static const std::vector<PolicyInfo> table = {
+      {PolicyKind::Static, "static",
+       "FIFO, gang-scheduled at the requested GPUs and the job's own batch; never preempts or rescales; strictly in "
+       "order (a job that does not fit blocks later ones)"},
+      {PolicyKind::Baseline, "baseline",
+       "the MASCOTS'20 paper's baseline: the GPU count chosen by the same DP as dp, the batch fixed at the job's own "
+       "(so the per-GPU batch = batch / GPUs must fit in memory)"},
+      {PolicyKind::Dp, "dp",
+       "the paper's autoscaler: the DP picks GPUs and batch (node-level: the restart-aware throughput DP, the batch "
+       "tuned inside the job at every epoch from the true tables)"},
+      {PolicyKind::Goodput, "goodput",
+       "like dp, but an option is worth its throughput x statistical efficiency (Pollux): progress in samples at the "
+       "reference batch per second (node-level: each job's goodput learned online from what it reports)"},
+      {PolicyKind::GoodputOracle, "goodput-oracle",
+       "goodput from the true tables: the measured step times of the placement and the gradient statistics of every "
+       "batch"},
+      {PolicyKind::GoodputEager, "goodput-eager",
+       "the goodput DP before restart awareness: value rate / remaining work, 5% hysteresis, no pause in the value, "
+       "the batch tuned inside the job"},
+      {PolicyKind::Tiresias, "tiresias",
+       "Tiresias (NSDI'19) as the Pollux artifact runs it: discretised 2D-LAS, two queues, gang-scheduled at the "
+       "job's own GPUs"},
+      {PolicyKind::Optimus, "optimus",
+       "Optimus (EuroSys'18) with oracle throughput as the Pollux artifact runs it: GPUs one at a time to the job "
+       "whose remaining time drops most"},
+  };
+  return table;
+}
+
+const char* policy_name(PolicyKind kind) { return policy_table()[static_cast<size_t>(kind)].name; }
+
+namespace {
+
+struct ScopeInfo {
+  const char* label;  // in "unknown <label> 'x'"
+  std::vector<PolicyKind> kinds;  // in the order help and errors list them
+};
+
+const ScopeInfo& scope_info(PolicyScope scope) {
+  using K = PolicyKind;
+  static const ScopeInfo pool{"policy", {K::Static, K::Baseline, K::Dp, K::Goodput}};
+  static const ScopeInfo cluster{"node-level policy",
+                                 {K::Tiresias, K::Optimus, K::Goodput, K::GoodputOracle, K::Dp, K::GoodputEager}};
+  static const ScopeInfo live{"live policy", {K::Static, K::Dp, K::Goodput}};
+  return scope == PolicyScope::Pool ? pool : scope == PolicyScope::Cluster ? cluster : live;
+}
+
+}  // namespace
+
+std::vector<std::string> policy_names(PolicyScope scope) {
+  std::vector<std::string> out;
+  for (PolicyKind k : scope_info(scope).kinds) out.emplace_back(policy_name(k));
+  return out;
+}
+
+PolicyKind parse_policy(const std::string& name, PolicyScope scope) {
+  const ScopeInfo& s = scope_info(scope);
+  for (PolicyKind k : s.kinds)
+    if (name == policy_name(k)) return k;
+  throw Error(std::string("unknown ") + s.label + " '" + name + "' (known: " + text::join(policy_names(scope), ", ") +
+              ")");
+}
+
+// ---- the pool simulator's policies -----------------------------------------------------------
+
 namespace {
 
 enum class Offer { Own, FixedBatch, Elastic, Goodput };
@@ -16,13 +87,12 @@ const std::vector<Config>* offered(const JobState& j, Offer offer) {
 }
 
 Offer offer_of(const std::string& name) {
-  if (name == "static") return Offer::Own;
-  if (name == "baseline") return Offer::FixedBatch;
-  if (name == "dp") return Offer::Elastic;
-  if (name == "goodput") return Offer::Goodput;
-  std::string all;
-  for (const auto& n : policy_names()) all += (all.empty() ? "" : ", ") + n;
-  throw Error("unknown policy '" + name + "' (known: " + all + ")");
+  switch (parse_policy(name, PolicyScope::Pool)) {
+    case PolicyKind::Static: return Offer::Own;
+    case PolicyKind::Baseline: return Offer::FixedBatch;
+    case PolicyKind::Dp: return Offer::Elastic;
+    default: return Offer::Goodput;
+  }
 }
 
 // The simulator's jobs as a request of plan.h (reusing `req`'s buffers). Work is counted in the
@@ -95,8 +165,6 @@ class PlanPolicy final : public Policy {
 };
 
 }  // namespace
-
-std::vector<std::string> policy_names() { return {"static", "baseline", "dp", "goodput"}; }
 
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& cfg) {
   EDP_CHECK(cfg.hysteresis >= 0 && cfg.hysteresis < 1, "hysteresis (rescale penalty) must be in [0, 1), got ",

@@ -527,9 +527,7 @@ SimResult simulate(const std::vector<TraceJob>& trace, const std::vector<ModelPr
 
 std::vector<JobBound> job_bounds(const std::vector<TraceJob>& trace, const std::vector<ModelProfile>& profiles,
                                  const SimConfig& cfg) {
-  const std::string& pol = cfg.policy;
-  EDP_CHECK(pol == "static" || pol == "baseline" || pol == "dp" || pol == "goodput", "job_bounds: unknown policy '",
-            pol, "'");
+  const PolicyKind pol = parse_policy(cfg.policy, PolicyScope::Pool);
   std::vector<JobBound> out;
   out.reserve(trace.size());
   for (size_t i = 0; i < trace.size(); ++i) {
@@ -541,10 +539,10 @@ std::vector<JobBound> job_bounds(const std::vector<TraceJob>& trace, const std::
     b.own_gpu_s = tj.gpus * tj.duration_s;
     // Work is defined by the own configuration, so ratios of rates give times directly.
     std::vector<Config> own = {Config{tj.gpus, jm.ref_batch, 1, jm.ref_samples_per_s, 1.0}};
-    const std::vector<Config>& cfgs = pol == "static"     ? own
-                                         : pol == "baseline" ? jm.fixed_batch
-                                         : pol == "dp"       ? jm.elastic
-                                                             : jm.elastic_goodput;
+    const std::vector<Config>& cfgs = pol == PolicyKind::Static     ? own
+                                      : pol == PolicyKind::Baseline ? jm.fixed_batch
+                                      : pol == PolicyKind::Dp       ? jm.elastic
+                                                                    : jm.elastic_goodput;
     b.min_time_s = b.min_gpu_s = std::numeric_limits<double>::infinity();
     for (const Config& c : cfgs) {
       const double rate = c.samples_per_s * (cfg.statistical_efficiency ? c.efficiency : 1.0);

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/text.h"
 #include "edp/core/error.h"
 #include "edp/core/files.h"
 #include "edp/elastic/elastic.h"
@@ -30,10 +31,8 @@ const char* const kSinfoFormat = "%N|%T";
 
 namespace {
 
-std::string trim(const std::string& s) {
-  const size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
-  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
-}
+using text::join;
+using text::trim;
 
 // `line` split at `sep` into at most `n` fields (the last keeps the rest).
 std::vector<std::string> fields(const std::string& line, char sep, size_t n) {
@@ -47,12 +46,6 @@ std::vector<std::string> fields(const std::string& line, char sep, size_t n) {
   }
   out.push_back(line.substr(pos));
   return out;
-}
-
-std::string join(const std::vector<std::string>& v, const char* sep = ",") {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
 }
 
 std::string base_state(const std::string& state) {

@@ -153,7 +153,7 @@ int follow_layout(Communicator& world, int fixed, const CpuMask* before) {
   int sharing = 0;
   for (int r : here)
     if (overlap(all[static_cast<size_t>(r)].mask, me.mask)) ++sharing;
-  const int derived = std::max(1, me.mask.count() / std::max(1, sharing));
+  const int derived = share_of_cores(me.mask.count(), sharing);
   if (fixed <= 0) fixed = user_fixed_threads();
   const int n = fixed > 0 ? fixed : derived;
   if (n != num_threads()) set_num_threads(n);

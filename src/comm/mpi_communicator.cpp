@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "core/text.h"
 #include "edp/comm/membership.h"
 #include "edp/core/knobs.h"
 #include "edp/core/log.h"
@@ -518,9 +519,7 @@ class MpiCommunicator final : public Communicator {
       parts.emplace_back(std::string("other hosts: MPI (Open MPI's network transport") +
                          (host_path_ && max_local_ > 1 ? ", one rank per host)" : ")"));
     if (parts.empty()) return "one rank";
-    std::string out;
-    for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
-    return out;
+    return text::join(parts, "; ");
   }
 
   MPI_Comm comm_;

@@ -11,28 +11,15 @@
 #include <map>
 #include <sstream>
 
+#include "core/text.h"
 #include "edp/core/error.h"
 
 namespace edp::cli {
 
 namespace {
 
-bool parse_double(const std::string& s, double& out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  out = std::strtod(s.c_str(), &end);
-  return end && *end == '\0';
-}
-
-bool parse_int(const std::string& s, int64_t& out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (!end || *end != '\0' || errno == ERANGE) return false;
-  out = v;
-  return true;
-}
+using text::parse_double;
+using text::parse_int;
 
 std::string num_text(double x) {
   char buf[32];
@@ -137,9 +124,7 @@ std::string Options::check_value(const Opt& o) const {
   if (v.empty() && o.source == "default") return "";  // no default: not set
   if (!d.choices.empty()) {
     if (std::find(d.choices.begin(), d.choices.end(), v) != d.choices.end()) return "";
-    std::string list;
-    for (const auto& c : d.choices) list += (list.empty() ? "" : ", ") + c;
-    return who + " must be one of " + list + ", got '" + v + "'";
+    return who + " must be one of " + text::join(d.choices, ", ") + ", got '" + v + "'";
   }
   double x = 0;
   const bool ranged = d.lo <= d.hi;
@@ -292,9 +277,7 @@ std::string Options::usage() const {
     std::string lhs = "  --" + d.name + (d.flag ? "" : " V");
     os << lhs << std::string(lhs.size() < 24 ? 24 - lhs.size() : 1, ' ') << d.help;
     if (!d.choices.empty()) {
-      std::string list;
-      for (const auto& c : d.choices) list += (list.empty() ? "" : "|") + c;
-      os << " (" << list << ")";
+      os << " (" << text::join(d.choices, "|") << ")";
     } else if (!d.flag && d.lo <= d.hi) {
       os << " (" << range_text(d) << ")";
     }

@@ -2,12 +2,12 @@
 #include "edp/core/knobs.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
 
+#include "core/text.h"
 #include "edp/core/error.h"
 
 namespace edp::knobs {
@@ -275,17 +275,14 @@ bool parse_bool(const Knob& k, const std::string& v) {
 }
 
 int64_t parse_int(const Knob& k, const std::string& v) {
-  char* end = nullptr;
-  errno = 0;
-  const long long r = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || !end || *end || errno == ERANGE || r < k.min || r > k.max) bad(k, v);
+  int64_t r = 0;
+  if (!text::parse_int(v, r) || r < k.min || r > k.max) bad(k, v);
   return r;
 }
 
 double parse_double(const Knob& k, const std::string& v) {
-  char* end = nullptr;
-  const double r = std::strtod(v.c_str(), &end);
-  if (v.empty() || !end || *end || !std::isfinite(r)) bad(k, v);
+  double r = 0;
+  if (!text::parse_double(v, r) || !std::isfinite(r)) bad(k, v);
   if ((k.min != kNoMin && r < static_cast<double>(k.min)) || (k.max != kNoMax && r > static_cast<double>(k.max))) bad(k, v);
   return r;
 }
@@ -411,10 +408,8 @@ OmpiWorld ompi_world() {
   auto read = [](const char* name, int min_value) {
     const char* s = std::getenv(name);
     if (!s || !*s) return -1;
-    char* end = nullptr;
-    errno = 0;
-    const long v = std::strtol(s, &end, 10);
-    if (!end || *end || errno == ERANGE || v < min_value || v > INT_MAX)
+    int64_t v = 0;
+    if (!text::parse_int(s, v) || v < min_value || v > INT_MAX)
       throw Error(std::string("environment variable ") + name + "='" + s +
                   "' is not a rank number; was this process started by Open MPI's mpirun?");
     return static_cast<int>(v);
@@ -436,9 +431,9 @@ std::vector<LaunchHost> launch_hosts() {
     if (comma == std::string::npos) comma = v.size();
     const std::string item = v.substr(pos, comma - pos);
     const size_t colon = item.rfind(':');
-    char* end = nullptr;
-    const long cap = colon == std::string::npos ? -1 : std::strtol(item.c_str() + colon + 1, &end, 10);
-    if (colon == std::string::npos || colon == 0 || !end || *end || cap < 1 || cap > INT_MAX)
+    int64_t cap = -1;
+    if (colon == std::string::npos || colon == 0 || !text::parse_int(item.substr(colon + 1), cap) || cap < 1 ||
+        cap > INT_MAX)
       throw Error("EDP_LAUNCH_HOSTS='" + v + "': '" + item + "' is not HOST:RANKS (set by edprun; e.g. a:2,b:2)");
     out.push_back({item.substr(0, colon), static_cast<int>(cap)});
     pos = comma + 1;

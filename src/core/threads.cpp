@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -54,6 +55,8 @@ int available_cores() {
   }
   return 1;
 }
+
+int share_of_cores(int cores, int ranks) { return std::max(1, cores / std::max(1, ranks)); }
 
 void bind_process(const std::vector<int>& cpus) {
   cpu_set_t set;

@@ -2,9 +2,9 @@
 #include "edp/elastic/allowed.h"
 
 #include <algorithm>
-#include <cctype>
 #include <string>
 
+#include "core/text.h"
 #include "edp/core/error.h"
 
 namespace edp::elastic {
@@ -13,21 +13,16 @@ namespace {
 
 // A count: digits only, 1..kMaxAllowedWorkers-sized values (a longer number is garbage, not a size).
 int parse_count(const std::string& item, const std::string& text) {
-  const bool digits = !item.empty() && item.size() <= 9 &&
-                      std::all_of(item.begin(), item.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-  if (!digits)
+  int v = 0;
+  if (!::edp::text::parse_digits(item, v))
     throw Error("EDP_ALLOWED_WORKERS '" + text + "': '" + item +
                 "' is not a worker count (expected counts and ranges such as 1-4,6,8)");
-  const int v = std::stoi(item);
   if (v < 1) throw Error("EDP_ALLOWED_WORKERS '" + text + "': worker counts start at 1, got " + item);
   return v;
 }
 
-std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
+// Blanks and tabs only: a newline inside the list is not a separator.
+std::string trim(const std::string& s) { return ::edp::text::trim(s, " \t"); }
 
 }  // namespace
 

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "core/text.h"
 #include "edp/core/cli.h"
 #include "edp/core/error.h"
 #include "edp/core/files.h"
@@ -111,23 +112,6 @@ int pending_stop_signal() {
       return s;
     }
   return 0;
-}
-
-std::string join_ints(const std::vector<int>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) out += ',';
-    out += std::to_string(v[i]);
-  }
-  return out;
-}
-std::string join_strings(const std::vector<std::string>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) out += ',';
-    out += v[i];
-  }
-  return out;
 }
 
 int status_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1; }
@@ -654,7 +638,7 @@ std::vector<HostSpec> current_hosts(const Setup& s, const std::vector<std::strin
   hs.erase(std::remove_if(hs.begin(), hs.end(), [&](const HostSpec& h) {
              return std::find(lost.begin(), lost.end(), h.name) != lost.end();
            }), hs.end());
-  if (hs.empty()) throw Error("the hostfile " + s.hostfile + " names no host that is not lost (" + join_strings(lost) + ")");
+  if (hs.empty()) throw Error("the hostfile " + s.hostfile + " names no host that is not lost (" + text::join(lost) + ")");
   return hs;
 }
 
@@ -694,7 +678,7 @@ void move_to(Setup& s, MpsController& mps, Job& job, int np, const std::vector<s
       const RunResult r = run_capture(argv);
       if (r.status != 0)
         std::fprintf(stderr, "edprun: warning: stopping the MPS daemons on host(s) %s failed (status %d): %s%s\n",
-                     join_strings(stop).c_str(), r.status, r.out.c_str(), r.err.c_str());
+                     text::join(stop).c_str(), r.status, r.out.c_str(), r.err.c_str());
     }
     // Until the next start's daemons run, the exit paths stop those of every host involved.
     for (const auto& h : remote_now ? plan.mps_hosts : std::vector<std::string>{})
@@ -707,7 +691,7 @@ void move_to(Setup& s, MpsController& mps, Job& job, int np, const std::vector<s
       if (verbose) std::fprintf(stderr, "edprun: %s\n", shell_join(argv).c_str());
       const RunResult r = run_capture(argv);
       if (r.status != 0)
-        throw Error(concat("starting the MPS daemons on host(s) ", join_strings(start), " failed (status ", r.status,
+        throw Error(concat("starting the MPS daemons on host(s) ", text::join(start), " failed (status ", r.status,
                            "): ", r.out, r.err));
     }
     if (!remote_next)
@@ -715,8 +699,8 @@ void move_to(Setup& s, MpsController& mps, Job& job, int np, const std::vector<s
     job.remote_stop = p2.mps_host_stop_argv;
     if (!stop.empty() || !start.empty())
       std::fprintf(stderr, "edprun: MPS daemons stopped on %s, started on %s\n",
-                   stop.empty() ? "no host" : join_strings(stop).c_str(),
-                   start.empty() ? "no host" : join_strings(start).c_str());
+                   stop.empty() ? "no host" : text::join(stop).c_str(),
+                   start.empty() ? "no host" : text::join(start).c_str());
   } else {
     auto gpus_of = [](const Plan& p) {
       std::vector<std::string> g;
@@ -844,14 +828,14 @@ MpirunEnd run_mpirun(Setup& s, Job& job, JobHistory& history, sigset_t& sigs, do
                                      std::chrono::duration<double>(grace));
           std::fprintf(stderr, "edprun: the job stalled in %s; %s\n", stall.collective.c_str(),
                        stall.silent_ranks.empty() ? "every rank answered"
-                                                  : concat("rank(s) ", join_ints(stall.silent_ranks), " on host(s) ",
-                                                           join_strings(stall.silent_hosts), " did not answer").c_str());
+                                                  : concat("rank(s) ", text::join(stall.silent_ranks), " on host(s) ",
+                                                           text::join(stall.silent_hosts), " did not answer").c_str());
         }
       }
     }
     if (!stall_killed && now > stall_deadline) {
       std::fprintf(stderr, "edprun: mpirun has not ended %.0f s after the stall (it waits for host(s) it cannot "
-                   "reach: %s); killing it\n", grace, join_strings(stall.silent_hosts).c_str());
+                   "reach: %s); killing it\n", grace, text::join(stall.silent_hosts).c_str());
       kill(child, SIGKILL);
       stall_killed = true;
     }
@@ -986,7 +970,7 @@ int supervise(const cli::Options& o, Setup& s, MpsController& mps, Job& job, sig
       std::string left;
       for (const auto& h : s.req.hosts) left += (left.empty() ? std::string() : std::string(",")) + h.name;
       std::fprintf(stderr, "edprun: host(s) %s lost (rank(s) %s did not answer); restart %d of %d on %s at %d rank(s) "
-                   "in %.0f s\n", join_strings(step.without).c_str(), join_ints(e.silent_ranks).c_str(), step.restart,
+                   "in %.0f s\n", text::join(step.without).c_str(), text::join(e.silent_ranks).c_str(), step.restart,
                    static_cast<int>(o.i64("max-restarts")), left.c_str(), s.plan.np, step.wait_s);
     } else {
       std::fprintf(stderr, "edprun: %s; restart %d of %d at %d rank(s) in %.0f s\n", step.failure.c_str(), step.restart,

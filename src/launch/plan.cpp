@@ -3,15 +3,16 @@
 #include "launch/plan.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdlib>
 #include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
 
+#include "core/text.h"
 #include "edp/core/error.h"
 #include "edp/core/files.h"
+#include "edp/core/threads.h"
 #include "edp/elastic/allowed.h"
 #include "edp/launch/placement.h"
 
@@ -21,27 +22,14 @@ using ::edp::detail::concat;
 
 namespace {
 
-bool is_integer(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
-}
-
 int parse_int(const std::string& s, const std::string& what) {
-  if (!is_integer(s) || s.size() > 9) throw Error(concat(what, ": '", s, "' is not a non-negative integer"));
-  return std::atoi(s.c_str());
+  int v = 0;
+  if (!text::parse_digits(s, v)) throw Error(concat(what, ": '", s, "' is not a non-negative integer"));
+  return v;
 }
 
-std::string trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
-
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
+using text::join;
+using text::trim;
 
 }  // namespace
 
@@ -291,8 +279,10 @@ std::vector<GpuInfo> select_gpus(const std::vector<GpuInfo>& gpus, const std::ve
   for (const auto& g : gpus) have += (have.empty() ? "" : ", ") + std::to_string(g.index) + " (" + g.uuid + ")";
   if (have.empty()) have = "none";
   for (const auto& tok : selection) {
+    int index = -1;
+    const bool by_index = text::parse_digits(tok, index);
     auto it = std::find_if(gpus.begin(), gpus.end(), [&](const GpuInfo& g) {
-      return is_integer(tok) ? g.index == std::atoi(tok.c_str()) : g.uuid == tok;
+      return by_index ? g.index == index : g.uuid == tok;
     });
     if (it == gpus.end())
       throw Error("--gpus: no GPU '" + tok + "' on this host; it has: " + have);
@@ -316,7 +306,7 @@ std::string mps_log_dir(const std::string& job_dir, int gpu) {
 std::vector<std::pair<std::string, std::string>> rank_environment(const RankContext& c) {
   std::vector<std::pair<std::string, std::string>> env;
   auto set = [&](const std::string& k, const std::string& v) { env.emplace_back(k, v); };
-  const int threads = c.bound ? std::max(1, c.cores) : std::max(1, c.cores / std::max(1, c.local_size));
+  const int threads = c.bound ? std::max(1, c.cores) : share_of_cores(c.cores, c.local_size);
   set("EDP_RANK", std::to_string(c.rank));
   set("EDP_WORLD_SIZE", std::to_string(c.size));
   set("EDP_LOCAL_RANK", std::to_string(c.local_rank));
@@ -502,7 +492,7 @@ void plan_cores(const LaunchRequest& req, Plan& p, Layout& L) {
   p.bind = bind;
   int pe = 1 << 30;
   for (int h = 0; h < H; ++h)
-    if (ranks_on[h] > 0) pe = std::min(pe, std::max(1, req.local_cores / ranks_on[h]));
+    if (ranks_on[h] > 0) pe = std::min(pe, share_of_cores(req.local_cores, ranks_on[h]));
   p.pe = pe == (1 << 30) ? 1 : pe;
   if (bind == BindMode::Core)
     p.notes.push_back(concat("binding: each rank bound to ", p.pe, " core(s)"));
@@ -514,7 +504,7 @@ void plan_cores(const LaunchRequest& req, Plan& p, Layout& L) {
     hp.name = hosts[h].name;
     hp.ranks = ranks_on[h];
     hp.capacity = cap[h];
-    hp.threads_per_rank = bind == BindMode::Core ? p.pe : std::max(1, req.local_cores / std::max(1, ranks_on[h]));
+    hp.threads_per_rank = bind == BindMode::Core ? p.pe : share_of_cores(req.local_cores, ranks_on[h]);
     hp.gpus_used = p.gpu_mode && ranks_on[h] > 0 ? gpus_needed(ranks_on[h], K) : 0;
     p.hosts.push_back(hp);
   }

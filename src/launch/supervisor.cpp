@@ -2,8 +2,8 @@
 #include "launch/supervisor.h"
 
 #include <algorithm>
-#include <sstream>
 
+#include "core/text.h"
 #include "edp/comm/communicator.h"
 #include "edp/core/error.h"
 #include "edp/elastic/elastic.h"
@@ -12,12 +12,7 @@ namespace edp::launch {
 
 namespace {
 
-template <typename T>
-std::string join(const std::vector<T>& v) {
-  std::ostringstream out;
-  for (size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
-  return out.str();
-}
+using text::join;
 
 Step finish(int code, std::vector<std::string> say = {}) {
   Step s;

@@ -21,6 +21,7 @@
 #include <regex>
 #include <sstream>
 
+#include "core/text.h"
 #include "edp/core/error.h"
 #include "edp/core/knobs.h"
 #include "edp/core/process.h"
@@ -29,14 +30,7 @@ namespace edp::launch {
 
 using ::edp::detail::concat;
 
-namespace {
-std::string trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
-}  // namespace
+using text::trim;
 
 std::vector<GpuInfo> parse_nvidia_smi_csv(const std::string& text, bool has_cc) {
   std::vector<GpuInfo> gpus;

@@ -311,7 +311,7 @@ TEST(ClusterSim, EverySimulatedPolicyFinishesEveryJobWithinCapacity) {
   std::vector<ClusterJob> jobs;
   for (int i = 0; i < 24; ++i)
     jobs.push_back(ClusterJob{std::string("j").append(std::to_string(i)), i % 5 == 0 ? "ncf" : "toy", 37.0 * i, 1 + i % 4 * 2, 64 << (i % 4)});
-  for (const std::string& p : cluster_policy_names()) {
+  for (const std::string& p : policy_names(PolicyScope::Cluster)) {
     ClusterSimConfig cfg;
     cfg.nodes = 2;
     cfg.policy = p;

@@ -45,6 +45,36 @@ void check_invariants(const SimResult& r, int gpus, const std::string& what) {
 
 }  // namespace
 
+// The one registry of policy names: each caller takes its own policies, in the order its help and
+// errors list them, and refuses any other name with the same message as before the registry.
+TEST(AutoscalePolicies, EachCallerTakesItsNamesAndRefusesOthersByName) {
+  for (size_t i = 0; i < policy_table().size(); ++i)
+    EXPECT_EQ(static_cast<size_t>(policy_table()[i].kind), i) << policy_table()[i].name;
+  using V = std::vector<std::string>;
+  EXPECT_EQ(policy_names(PolicyScope::Pool), (V{"static", "baseline", "dp", "goodput"}));
+  EXPECT_EQ(policy_names(PolicyScope::Cluster),
+            (V{"tiresias", "optimus", "goodput", "goodput-oracle", "dp", "goodput-eager"}));
+  EXPECT_EQ(policy_names(PolicyScope::Live), (V{"static", "dp", "goodput"}));
+  for (PolicyScope scope : {PolicyScope::Pool, PolicyScope::Cluster, PolicyScope::Live})
+    for (const std::string& n : policy_names(scope)) EXPECT_EQ(policy_name(parse_policy(n, scope)), n);
+  EXPECT_EQ(parse_policy("dp", PolicyScope::Cluster), PolicyKind::Dp);
+  EXPECT_EQ(parse_policy("goodput", PolicyScope::Live), PolicyKind::Goodput);
+  auto refusal = [](const std::string& name, PolicyScope scope) {
+    try {
+      parse_policy(name, scope);
+    } catch (const edp::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal("tiresias", PolicyScope::Pool), "unknown policy 'tiresias' (known: static, baseline, dp, goodput)");
+  EXPECT_EQ(refusal("static", PolicyScope::Cluster),
+            "unknown node-level policy 'static' (known: tiresias, optimus, goodput, goodput-oracle, dp, goodput-eager)");
+  EXPECT_EQ(refusal("baseline", PolicyScope::Live), "unknown live policy 'baseline' (known: static, dp, goodput)");
+  EXPECT_EQ(refusal("DP", PolicyScope::Pool), "unknown policy 'DP' (known: static, baseline, dp, goodput)");
+  EXPECT_THROW(make_policy("nonsense"), edp::Error);
+}
+
 TEST(AutoscaleSim, InvariantsHoldForEveryPolicyOnSyntheticJobs) {
   const auto profiles = synthetic_model_profiles();
   const auto trace = small_trace(150, 60, 3);

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "core/text.h"
+#include "edp/autoscale/policy.h"
 #include "edp/core/error.h"
 
 namespace edp::autoscale_tool {
@@ -12,6 +14,10 @@ namespace edp::autoscale_tool {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The policies a command takes, from the one registry (policy.h).
+std::string names(autoscale::PolicyScope scope) { return text::join(autoscale::policy_names(scope), ", "); }
+using autoscale::PolicyScope;
 
 cli::OptionDef opt(std::string name, std::string def, std::string help) {
   cli::OptionDef d;
@@ -51,10 +57,10 @@ const std::vector<cli::OptionDef>& table() {
       num("poisson-rate", "40", "synthetic arrivals per hour", 1e-9, kInf),
       opt("profiles", "", "model_profiles directory (default: model_profiles beside the trace or up to two folders "
                           "above, else synthetic)"),
-      opt("policy", "", "the policy: serve one of goodput, dp, static (default goodput); simulate and workload a "
-                        "comma-separated list of static, baseline, dp, goodput (default static,baseline,dp); with "
-                        "--compare-published of tiresias, optimus, goodput, goodput-oracle, dp, goodput-eager "
-                        "(default tiresias,optimus,goodput)"),
+      opt("policy", "", "the policy: serve one of " + names(PolicyScope::Live) + " (default goodput); simulate and "
+                        "workload a comma-separated list of " + names(PolicyScope::Pool) + " (default "
+                        "static,baseline,dp); with --compare-published of " + names(PolicyScope::Cluster) +
+                        " (default tiresias,optimus,goodput)"),
       opt("sweep", "", "comma-separated cluster sizes (instead of --gpus)"),
       opt("out", "", "output directory"),
       num("pause", "", "seconds a rescale pauses a job (simulate: every rescaled job; serve: until a job measured its "

@@ -369,10 +369,8 @@ int submit(const fs::path& root, const std::string& spec_path) {
   char id[32];
   std::snprintf(id, sizeof id, "j%04ld", ++n);
   files::write_atomic((root / "next_id").string(), std::to_string(n) + "\n");
-  // Written under a dot name, then renamed: serve never sees half a spec.
-  const fs::path tmp = root / "inbox" / (std::string(".") + id + ".json");
-  files::write_atomic(tmp.string(), job_spec_json(s) + "\n");
-  fs::rename(tmp, root / "inbox" / (std::string(id) + ".json"));
+  // write_atomic writes it whole under a dot name (which serve skips) and renames it into place.
+  files::write_atomic((root / "inbox" / (std::string(id) + ".json")).string(), job_spec_json(s) + "\n");
   std::printf("%s\n", id);
   return 0;
 }
@@ -509,8 +507,11 @@ int cmd_serve(int argc, char** argv) {
   s.kind = o.str("slot-kind");
   ControllerConfig& c = s.cfg;
   c.policy = o.str("policy").empty() ? "goodput" : o.str("policy");
-  if (c.policy != "goodput" && c.policy != "dp" && c.policy != "static")
-    throw DataError("--policy: serve takes goodput, dp or static, got '" + c.policy + "'");
+  try {
+    parse_policy(c.policy, PolicyScope::Live);
+  } catch (const Error& e) {
+    throw DataError(std::string("--policy: ") + e.what());
+  }
   c.replan_s = o.f64("replan");
   c.hysteresis = o.f64("hysteresis");
   c.pause_s = o.given("pause") ? o.f64("pause") : -1;

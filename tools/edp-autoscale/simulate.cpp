@@ -397,7 +397,7 @@ int compare_published(const cli::Options& o, const char* argv0) {
                     "' (give --workloads DIR, the pollux_workloads folder)");
   const ClusterProfiles profiles = ClusterProfiles::load(prof.string());
   const std::vector<std::string> policies = policies_or(o, "tiresias,optimus,goodput");
-  for (const std::string& p : policies) make_cluster_policy(p);  // fail early on a bad name
+  for (const std::string& p : policies) parse_policy(p, PolicyScope::Cluster);  // fail early on a bad name
   std::vector<double> loads;
   for (const std::string& x : split(o.str("job-loads"))) {
     char* end = nullptr;
@@ -481,7 +481,7 @@ int cmd_simulate(int argc, char** argv, const char* argv0) {
   if (o.str("out").empty()) throw DataError("simulate needs --out DIR");
   const fs::path out = o.str("out");
   if (cluster_sizes(o).empty()) throw DataError("simulate needs --gpus N or --sweep A,B,...");
-  for (const std::string& p : policies_or(o, "static,baseline,dp")) make_policy(p);  // fail early on a bad name
+  for (const std::string& p : policies_or(o, "static,baseline,dp")) parse_policy(p, PolicyScope::Pool);  // fail early
   files::make_dir(out.string(), "--out");
   std::vector<TraceJob> trace;
   std::vector<ModelProfile> profiles;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "edp/autoscale/online.h"
+#include "edp/autoscale/policy.h"
 
 namespace edp::autoscale {
 
@@ -165,14 +166,14 @@ class ClusterPolicy {
   virtual int queue_of(int /*id*/) const { return -1; }
 };
 
-// "tiresias", "optimus"; edp's restart-aware goodput DP, naming each job's batch: "goodput"
-// (learns each job's goodput online from what it reports, online.h), "goodput-oracle" (the true
-// tables: the measured step times of the placement and the gradient statistics of every batch);
-// and with the batch tuned inside the job at every epoch from the true tables: "dp" (restart-aware
-// throughput DP), "goodput-eager" (goodput DP without restart awareness). Throws edp::Error
-// listing the names otherwise.
+// A node-level policy by name (parse_policy(name, PolicyScope::Cluster), policy.h; the names:
+// policy_names(PolicyScope::Cluster)): "tiresias", "optimus"; edp's restart-aware goodput DP,
+// naming each job's batch: "goodput" (learns each job's goodput online from what it reports,
+// online.h), "goodput-oracle" (the true tables: the measured step times of the placement and the
+// gradient statistics of every batch); and with the batch tuned inside the job at every epoch
+// from the true tables: "dp" (restart-aware throughput DP), "goodput-eager" (goodput DP without
+// restart awareness).
 std::unique_ptr<ClusterPolicy> make_cluster_policy(const std::string& name, const ClusterPolicyConfig& cfg = {});
-std::vector<std::string> cluster_policy_names();
 
 // A job as edp's node-level policies see it: its remaining progress (scale-invariant iterations),
 // the GPUs it holds, and its progress rate at each GPU count it may take.

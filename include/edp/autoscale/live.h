@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "edp/autoscale/plan.h"
+#include "edp/autoscale/policy.h"
 #include "edp/autoscale/throughput.h"
 #include "edp/elastic/events.h"
 
@@ -74,7 +75,7 @@ struct LiveJob {
 };
 
 struct LivePolicy {
-  std::string name = "goodput";  // static | dp | goodput
+  std::string name = "goodput";  // static | dp | goodput (parse_policy(name, PolicyScope::Live))
   int slots = 0;
   bool gpu_slots = false;        // GPUs: options with several ranks per slot (MPS)
   int max_ranks_per_slot = 1;    // GPU slots: 1, 2, 4 ... up to this

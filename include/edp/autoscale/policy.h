@@ -1,14 +1,8 @@
-// Scheduling policies of the simulator, behind one interface so more can be added: a policy sees
-// the active jobs (arrived, not finished, in submission order) and returns every job's
-// (GPUs, global batch); 0 GPUs means the job waits or is preempted.
-//
-//   static    FIFO, gang-scheduled at the requested GPUs and the job's own batch; never
-//             preempts or rescales; strictly in order (a job that does not fit blocks later ones).
-//   baseline  the MASCOTS'20 paper's baseline: elastic GPU count chosen by the same DP, the batch
-//             fixed at the job's own (so per-GPU batch = batch / GPUs must fit in memory).
-//   dp        the paper's autoscaler: the DP picks GPUs and batch.
-//   goodput   like dp, but the value of an option is throughput x statistical efficiency
-//             (Pollux), i.e. progress in samples-at-the-reference-batch per second.
+// The autoscaler's scheduling policies by name (one registry for the pool simulator, the
+// node-level simulator, the live controller and serve), and the pool simulator's policies behind
+// one interface so more can be added: a policy sees the active jobs (arrived, not finished, in
+// submission order) and returns every job's (GPUs, global batch); 0 GPUs means the job waits or
+// is preempted. What each policy does is its description in policy_table() (policy.cpp).
 #pragma once
 #include <memory>
 #include <string>
@@ -17,6 +11,32 @@
 #include "edp/autoscale/plan.h"
 
 namespace edp::autoscale {
+
+// Every policy the autoscaler knows.
+enum class PolicyKind { Static, Baseline, Dp, Goodput, GoodputOracle, GoodputEager, Tiresias, Optimus };
+
+// The callers that take a policy by name; each implements some of the policies:
+//   Pool     the pool simulator (simulate, workload): static, baseline, dp, goodput
+//   Cluster  the node-level simulator (simulate --compare-published): tiresias, optimus, goodput,
+//            goodput-oracle, dp, goodput-eager
+//   Live     the live controller (serve, plan_live): static, dp, goodput
+enum class PolicyScope { Pool, Cluster, Live };
+
+struct PolicyInfo {
+  PolicyKind kind;
+  const char* name;         // as flags, files and logs write it
+  const char* description;  // what it decides, for help and docs
+};
+
+// The registry: one entry per policy, in PolicyKind's order.
+const std::vector<PolicyInfo>& policy_table();
+const char* policy_name(PolicyKind kind);
+// The names `scope` takes, in the order its help and errors list them.
+std::vector<std::string> policy_names(PolicyScope scope = PolicyScope::Pool);
+// `name` as a policy of `scope`. Anything else throws edp::Error listing the names `scope` takes:
+// "unknown policy 'x' (known: static, baseline, dp, goodput)"; the node-level simulator's says
+// "unknown node-level policy", the live controller's "unknown live policy".
+PolicyKind parse_policy(const std::string& name, PolicyScope scope);
 
 struct JobState {
   int index = 0;  // the simulator's job index (stable)
@@ -69,9 +89,8 @@ class Policy {
   virtual bool can_run(const JobState& job, int capacity) const = 0;
 };
 
-// "static", "baseline", "dp", "goodput"; throws edp::Error listing the names for anything else.
+// A policy of the pool simulator (parse_policy(name, PolicyScope::Pool)).
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& cfg = {});
-std::vector<std::string> policy_names();
 
 // The request (plan.h) a policy of this simulator decides on for these jobs: static is objective
 // fifo; the elastic ones restart-aware when cfg.restart_aware, else remaining or throughput by the

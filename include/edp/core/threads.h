@@ -10,6 +10,10 @@ void set_num_threads(int n);
 int num_threads();
 // Cores available to this process (sched_getaffinity), at least 1.
 int available_cores();
+// The compute threads of one of `ranks` processes that share `cores` unbound: an equal share,
+// at least 1 (more ranks than cores: one thread each). The one rule for "cores / ranks on the
+// host", used by edprun's plan, the layout after a rescale and the examples' default.
+int share_of_cores(int cores, int ranks);
 
 // Binds every thread of this process to `cpus` (sched_setaffinity of each task).
 void bind_process(const std::vector<int>& cpus);
