@@ -13,7 +13,7 @@ SECONDS_EACH=${1:-20}
 shift || true
 BUILD=${EDP_FUZZ_BUILD_DIR:-build-fuzz}
 WORK=${EDP_FUZZ_WORK:-$BUILD/work}
-ALL="idx cifar tokens checkpoint data_cache plan job_spec control hostfile owner events"
+ALL="idx cifar tokens checkpoint data_cache plan job_spec control hostfile owner events arrays"
 TARGETS=${*:-$ALL}
 ./scripts/setup.sh clang libclang-rt-dev >/dev/null  # clang with libFuzzer's runtime
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then

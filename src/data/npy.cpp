@@ -307,6 +307,11 @@ uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8
 uint64_t le64(const uint8_t* p) { return le32(p) | (uint64_t(le32(p + 4)) << 32); }
 
 std::vector<uint8_t> inflate_raw(const std::string& name, const uint8_t* src, size_t n, uint64_t out_size, int64_t at) {
+  // Deflate expands at most 1032:1 (a 258-byte match per 2 bits): a header announcing more than
+  // that is refused before its buffer is allocated (a forged size must not cost gigabytes).
+  if (out_size > static_cast<uint64_t>(n) * 1032 + 1024)
+    bad(name, at, concat("the deflated entry announces ", out_size, " bytes, more than its ", n,
+                         " compressed bytes can hold (deflate expands at most 1032:1)"));
   std::vector<uint8_t> out(out_size);
   z_stream z{};
   if (inflateInit2(&z, -MAX_WBITS) != Z_OK) bad(name, at, "zlib cannot start inflating");

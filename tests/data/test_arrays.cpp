@@ -252,11 +252,24 @@ TEST(Npz, StoredAndDeflatedArchives) {
   }
   // Damage: a flipped data byte fails the crc32; a file that is no zip has no directory.
   auto bytes = zip({{"x.npy", x}, {"y.npy", y}}, false);
-  bytes[30 + 5 + 70] ^= 0x40;  // inside x.npy's data (local header 30 + name 5 + npy header 64 + 6)
+  bytes[30 + 5 + 70] ^= 0x40;  // inside x.npy (local header 30 + name 5, then its byte 70)
   edp_test::write_plain(d.file("bad.npz"), bytes);
   EXPECT_THROW_WITH(read_npz(d.file("bad.npz")), DataError, "bad.npz", "x.npy", "crc32", "at byte 35");
   edp_test::write_plain(d.file("no.npz"), x);
   EXPECT_THROW_WITH(read_npz(d.file("no.npz")), DataError, "no.npz", "zip archive");
+  // A deflated entry whose headers announce 3 GiB (a fuzzer's finding): refused before a buffer of
+  // that size is allocated, since deflate expands at most 1032:1.
+  auto forged = zip({{"x.npy", x}}, true);
+  const uint32_t huge = 3u << 30;
+  auto set32 = [&](size_t at) {
+    for (int k = 0; k < 4; ++k) forged[at + static_cast<size_t>(k)] = static_cast<uint8_t>(huge >> (8 * k));
+  };
+  set32(22);  // the local header's uncompressed size
+  for (size_t i = 0; i + 4 <= forged.size(); ++i)
+    if (forged[i] == 'P' && forged[i + 1] == 'K' && forged[i + 2] == 1 && forged[i + 3] == 2) set32(i + 24);  // the directory's
+  edp_test::write_plain(d.file("forged.npz"), forged);
+  EXPECT_THROW_WITH(read_npz(d.file("forged.npz")), DataError, "forged.npz", "announces 3221225472 bytes",
+                    "1032:1");
 }
 
 TEST(Csv, HeaderColumnsAndClassNames) {

@@ -143,4 +143,39 @@ put("events", "status.json", json.dumps({"name": "mlp", "state": "running", "t":
                                               "comm_s": 0.0011}]}))
 put("events", "rescale.json", json.dumps({"workers": 2, "global_batch": 64, "step": 5,
                                           "checkpoint": "ck/ckpt-000000000005.edp"}))
+# Users' arrays (fuzz_arrays: the first byte picks .npy 0, .npz 1, CSV 2, CSV with a header 3).
+def npy(descr, shape, body):
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    pad = 64 - (10 + len(d) + 1) % 64
+    h = (d + " " * pad + "\n").encode()
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + body
+
+
+def zip_entries(entries, deflate):
+    out, cd = b"", b""
+    for name, data in entries:
+        body = data
+        if deflate:
+            c = zlib.compressobj(6, zlib.DEFLATED, -15)
+            body = c.compress(data) + c.flush()
+        crc = zlib.crc32(data) & 0xffffffff
+        local = len(out)
+        method = 8 if deflate else 0
+        out += struct.pack("<IHHHHHIIIHH", 0x04034b50, 20, 0, method, 0, 0, crc, len(body), len(data),
+                           len(name), 0) + name.encode() + body
+        cd += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014b50, 20, 20, 0, method, 0, 0, crc, len(body), len(data),
+                          len(name), 0, 0, 0, 0, 0, local) + name.encode()
+    return out + cd + struct.pack("<IHHHHIIH", 0x06054b50, 0, 0, len(entries), len(entries), len(cd), len(out), 0)
+
+
+x8 = npy("<f8", "(3, 2)", struct.pack("<6d", 1, 2, 3, 4, 5, 6))
+y8 = npy("<i8", "(3,)", struct.pack("<3q", 0, 2, 1))
+put("arrays", "npy_f8", b"\x00" + x8)
+put("arrays", "npy_big_endian_i2", b"\x00" + npy(">i2", "(2, 2)", struct.pack(">4h", -1, 2, 300, -400)))
+put("arrays", "npy_bool", b"\x00" + npy("|b1", "(4,)", bytes([1, 0, 1, 1])))
+put("arrays", "npz_stored", b"\x01" + zip_entries([("x.npy", x8), ("y.npy", y8)], False))
+put("arrays", "npz_deflated", b"\x01" + zip_entries([("x.npy", x8), ("y.npy", y8)], True))
+put("arrays", "csv_plain", b"\x02" + b"0,1.5,2\n1,-3,4e2\n0,5,6\n")
+put("arrays", "csv_header", b"\x03" + b'a,"b, quoted",y\n1,2,cat\n3,4,dog\n5,"6",cat\n')
+
 print("seed corpus written to", out)

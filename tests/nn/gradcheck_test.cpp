@@ -26,14 +26,7 @@ namespace {
 
 // The public checker (edp/nn/gradcheck.h) is the one these tests use.
 Tensor random_input(Shape s, Rng& rng, bool away_from_zero = true) {
-  Tensor t(s, DType::F64);
-  double* p = t.data<double>();
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    double v = rng.uniform(-1.0, 1.0);
-    if (away_from_zero && std::abs(v) < 1e-3) v = v < 0 ? -1e-3 : 1e-3;
-    p[i] = v;
-  }
-  return t;
+  return gradcheck_input(s, rng.next_u64(), away_from_zero);
 }
 
 double dot(const Tensor& a, const Tensor& b) {
