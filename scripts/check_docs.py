@@ -15,6 +15,10 @@ relative link (resolved against the document's folder). `<name>` and `*` match a
 in --build when it has that folder. A path that climbs out of the repository (`../x`) in inline
 code or a link is reported too: a clone does not have it.
 
+paths also rejects paths of the machine a document was written on: a home or work folder
+(`/home/<user>/...`, `/root/...`, `/work/...`) or the repository's own absolute path, in text or
+blocks (docs are reference: real output, with such paths replaced by what a reader has).
+
 paths also checks the blocks marked `<!-- file: PATH -->` (the previous non-blank line before a
 fence): such a block must be PATH's text exactly (the README's programs are the files the tests
 build).
@@ -42,6 +46,7 @@ import time
 TOP_DIRS = ("include", "src", "tests", "tools", "docs", "scripts", "bench", "examples", "kernels",
             "cmake", "data", ".ci")
 BUILD_DIRS = ("examples", "tools", "bench", "tests")
+MACHINE_PATH = re.compile(r"(?:^|[^\w.~$-])(/(?:work|root|home/[^/\s`]+)/\S*)")
 CODE_EXT = (".h", ".hpp", ".cpp", ".cu", ".cuh", ".py", ".sh", ".cmake", ".md", ".png", ".csv", ".txt")
 MARK = re.compile(r"^\s*<!--\s*runnable(\s+slow)?\s*-->\s*$")
 MARK_FILE = re.compile(r"^\s*<!--\s*file:\s*(\S+)\s*-->\s*$")
@@ -184,6 +189,11 @@ def check_paths(files, root, build):
                 why = check_word(clean_word(w), f, root, build, kind == "fence")
                 if why:
                     problems.append("%s:%d: %s" % (rel, n, why))
+            m = MACHINE_PATH.search(line)
+            here = os.path.abspath(root) + os.sep
+            if m or here in line:
+                problems.append("%s:%d: a path of the machine that wrote it (%s): docs carry paths a reader has" % (
+                    rel, n, m.group(1) if m else here))
     return problems
 
 

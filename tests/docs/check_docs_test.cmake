@@ -11,6 +11,7 @@ file(CHMOD ${WORK}/build/tools/real_tool PERMISSIONS OWNER_READ OWNER_WRITE OWNE
 set(bad "# README
 A real file `src/core/real.cpp`, a missing one `src/core/gone.cpp`, a missing program `build/tools/nothing`.
 ![plot](docs/img/missing.png) and a path out of the clone, `../shared/data/x.csv`.
+Output with the writer's machine in it: /home/alice/edp/build/tools/real_tool.
 
 <!-- file: examples/prog.cpp -->
 ```cpp
@@ -55,18 +56,20 @@ expect_reported(paths "README.md:2: src/core/gone.cpp does not exist"
   "README.md:2: build/tools/nothing is not in the build"
   "README.md:3: link docs/img/missing.png: docs/img/missing.png does not exist"
   "README.md:3: climbs out of the repository (a clone has no ../shared/data/x.csv)"
-  "README.md:7: the block is not examples/prog.cpp")
+  "README.md:4: a path of the machine that wrote it (/home/alice/edp/build/tools/real_tool.)"
+  "README.md:8: the block is not examples/prog.cpp")
 string(FIND "${out}" "real.cpp" at)
 if(NOT at EQUAL -1)
   message(FATAL_ERROR "paths: an existing file was reported")
 endif()
 check(commands 1)
-expect_reported(commands "README.md:11: exit 0" "README.md:16: the block failed (exit 2)" "gone.cpp")
+expect_reported(commands "README.md:12: exit 0" "README.md:17: the block failed (exit 2)" "gone.cpp")
 
 # Repaired, both pass.
 string(REPLACE "a missing one `src/core/gone.cpp`, a missing program `build/tools/nothing`" "nothing else" good "${bad}")
 string(REPLACE "docs/img/missing.png) and a path out of the clone, `../shared/data/x.csv`." "docs/img/plot.png)." good "${good}")
 string(REPLACE "int main() { return 1; }" "int main() {}" good "${good}")
+string(REPLACE "/home/alice/edp/build/tools/real_tool" "build/tools/real_tool" good "${good}")
 string(REPLACE "ls src/core/gone.cpp" "ls src/core/real.cpp" good "${good}")
 file(WRITE ${WORK}/README.md "${good}")
 check(paths 0)
