@@ -12,6 +12,7 @@
 
 #include "edp/core/error.h"
 #include "edp/data/arrays.h"
+#include "core/text.h"
 #include "internal.h"
 
 namespace edp::data {
@@ -177,16 +178,10 @@ std::vector<std::vector<Field>> split_csv(const std::string& path, const char* s
   return rows;
 }
 
+// A field that is a number, blanks around it allowed; out of double's range is not one.
 bool parse_number(const std::string& t, double& v) {
-  size_t b = 0, e = t.size();
-  while (b < e && (t[b] == ' ' || t[b] == '\t')) ++b;
-  while (e > b && (t[e - 1] == ' ' || t[e - 1] == '\t')) --e;
-  if (b == e) return false;
-  const std::string s = t.substr(b, e - b);
-  char* end = nullptr;
   errno = 0;
-  v = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size() && errno != ERANGE;
+  return text::parse_double(text::trim(t, " \t"), v) && errno != ERANGE;
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
+#include "edp/backend/ops.h"
 #include "edp/comm/communicator.h"
 #include "edp/comm/device.h"
 #include "edp/comm/layout.h"
@@ -24,7 +26,6 @@
 #include "edp/elastic/events.h"
 #include "edp/nn/module.h"
 #include "edp/optim/optimizer.h"
-#include "edp/backend/ops.h"
 #include "edp/optim/schedule.h"
 #include "edp/train/checkpoint.h"
 #include "edp/train/progress.h"
@@ -1197,12 +1198,9 @@ void Job::backward(const Tensor& grad_out) {
   // the last micro-batch's backward) weights by the rank's share of the step as without micro-batches.
   Tensor g = grad_out.clone();
   ops::scale_(g, static_cast<double>(m.micro_size) / static_cast<double>(m.local_count));
-  if (m.micro + 1 < m.micros) {
-    auto local_only = m.ddp->no_sync();
-    m.ddp->backward(g);
-  } else {
-    m.ddp->backward(g);
-  }
+  std::optional<ddp::DistributedDataParallel::NoSync> local_only;  // all but the last: no allreduce
+  if (m.micro + 1 < m.micros) local_only.emplace(*m.ddp);
+  m.ddp->backward(g);
 }
 
 void Job::step(double loss) {

@@ -148,40 +148,14 @@ Tensor ReLU::backward(const Tensor& dy) {
   return ops::relu_backward(y_, dy);
 }
 
-Tensor GELU::forward(const Tensor& x) {
+Tensor InputActivation::forward(const Tensor& x) {
   x_ = x;
-  return ops::gelu_forward(x);
+  return f_(x);
 }
 
-Tensor GELU::backward(const Tensor& dy) {
-  require_forward(x_, "GELU");
-  return ops::gelu_backward(x_, dy);
-}
-
-// ---- Sigmoid, Tanh, SiLU ---------------------------------------------------------------------
-Tensor Sigmoid::forward(const Tensor& x) {
-  x_ = x;
-  return ops::sigmoid_forward(x);
-}
-Tensor Sigmoid::backward(const Tensor& dy) {
-  require_forward(x_, "Sigmoid");
-  return ops::sigmoid_backward(x_, dy);
-}
-Tensor Tanh::forward(const Tensor& x) {
-  x_ = x;
-  return ops::tanh_forward(x);
-}
-Tensor Tanh::backward(const Tensor& dy) {
-  require_forward(x_, "Tanh");
-  return ops::tanh_backward(x_, dy);
-}
-Tensor SiLU::forward(const Tensor& x) {
-  x_ = x;
-  return ops::silu_forward(x);
-}
-Tensor SiLU::backward(const Tensor& dy) {
-  require_forward(x_, "SiLU");
-  return ops::silu_backward(x_, dy);
+Tensor InputActivation::backward(const Tensor& dy) {
+  require_forward(x_, name_);
+  return b_(x_, dy);
 }
 
 // ---- BatchNorm2d -----------------------------------------------------------------------------

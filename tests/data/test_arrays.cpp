@@ -315,6 +315,14 @@ TEST(Csv, MalformedFieldsNameLineColumnAndOffset) {
                     "class label");
   write_text(p, "a,t\n1,\"0\n");
   EXPECT_THROW_WITH(load_csv(p, {.targets = {"t"}}), DataError, "at byte 6", "not closed");
+  // Blanks around a number are allowed; a number beyond double's range is none.
+  write_text(p, "a,t\n 2.5\t, 1\n");
+  float x, y;
+  load_csv(p, {.targets = {"t"}})->read_sample(0, &x, &y);
+  EXPECT_EQ(x, 2.5f);
+  EXPECT_EQ(y, 1.0f);
+  write_text(p, "a,t\n1e999,1\n");
+  EXPECT_THROW_WITH(load_csv(p, {.targets = {"t"}}), DataError, "line 2", "expected a number", "'1e999'");
 }
 
 TEST(Arrays, DistributedLoaderShardsAndResumesThem) {

@@ -104,44 +104,41 @@ class ReLU : public Module {
   Tensor y_;
 };
 
-class GELU : public Module {
+// An elementwise activation whose backward takes its forward's input (edp/backend/ops.h's
+// <name>_forward(x) and <name>_backward(x, dy)): forward keeps x for backward.
+class InputActivation : public Module {
  public:
+  using Forward = Tensor (*)(const Tensor&);
+  using Backward = Tensor (*)(const Tensor&, const Tensor&);
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
-  std::string type_name() const override { return "GELU"; }
+  std::string type_name() const override { return name_; }
+
+ protected:
+  InputActivation(const char* name, Forward f, Backward b) : name_(name), f_(f), b_(b) {}
 
  private:
+  const char* name_;
+  Forward f_;
+  Backward b_;
   Tensor x_;
 };
 
-class Sigmoid : public Module {
+class GELU : public InputActivation {
  public:
-  Tensor forward(const Tensor& x) override;
-  Tensor backward(const Tensor& dy) override;
-  std::string type_name() const override { return "Sigmoid"; }
-
- private:
-  Tensor x_;
+  GELU() : InputActivation("GELU", ops::gelu_forward, ops::gelu_backward) {}
 };
-
-class Tanh : public Module {
+class Sigmoid : public InputActivation {
  public:
-  Tensor forward(const Tensor& x) override;
-  Tensor backward(const Tensor& dy) override;
-  std::string type_name() const override { return "Tanh"; }
-
- private:
-  Tensor x_;
+  Sigmoid() : InputActivation("Sigmoid", ops::sigmoid_forward, ops::sigmoid_backward) {}
 };
-
-class SiLU : public Module {
+class Tanh : public InputActivation {
  public:
-  Tensor forward(const Tensor& x) override;
-  Tensor backward(const Tensor& dy) override;
-  std::string type_name() const override { return "SiLU"; }
-
- private:
-  Tensor x_;
+  Tanh() : InputActivation("Tanh", ops::tanh_forward, ops::tanh_backward) {}
+};
+class SiLU : public InputActivation {
+ public:
+  SiLU() : InputActivation("SiLU", ops::silu_forward, ops::silu_backward) {}
 };
 
 class BatchNorm2d : public Module {
