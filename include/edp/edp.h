@@ -51,6 +51,7 @@
 #include "edp/comm/nccl.h"
 #include "edp/comm/stall.h"
 #include "edp/ddp/ddp.h"
+#include "edp/ddp/shard.h"
 #include "edp/data/arrays.h"
 #include "edp/data/dataset.h"
 #include "edp/data/distributed_loader.h"

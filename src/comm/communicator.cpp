@@ -89,6 +89,14 @@ void Communicator::reduce_scatter(const void* send, void* recv, int64_t count, D
   if (block > 0) std::memcpy(recv, all.data() + block * static_cast<size_t>(rank()), block);
 }
 
+void Communicator::alltoallv(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                             const std::vector<int64_t>& recv_counts, DType dtype) {
+  EDP_CHECK(size() == 1, "comm::alltoallv is not implemented on the '", backend(), "' communicator");
+  EDP_CHECK(send_counts.size() == 1 && recv_counts.size() == 1 && send_counts[0] == recv_counts[0] && send_counts[0] >= 0,
+            "comm::alltoallv: one rank sends itself what it receives");
+  if (send_counts[0] > 0) std::memmove(recv, send, static_cast<size_t>(send_counts[0]) * dtype_size(dtype));
+}
+
 // ---- Tensor conveniences ------------------------------------------------------------------
 
 namespace {

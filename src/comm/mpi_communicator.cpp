@@ -219,6 +219,49 @@ class MpiCommunicator final : public Communicator {
     if (op == ReduceOp::Avg) divide_inplace(recv, count, dtype, size_);
   }
 
+  void alltoallv(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                 const std::vector<int64_t>& recv_counts, DType dtype) override {
+    EDP_CHECK(static_cast<int>(send_counts.size()) == size_ && static_cast<int>(recv_counts.size()) == size_,
+              "comm::alltoallv: ", send_counts.size(), " send and ", recv_counts.size(),
+              " receive counts for a communicator of ", size_, " ranks");
+    EntryGuard g("alltoallv");
+    const size_t es = dtype_size(dtype);
+    int64_t sent = 0, received = 0;
+    for (int r = 0; r < size_; ++r) {
+      check_count(send_counts[static_cast<size_t>(r)], "alltoallv");
+      check_count(recv_counts[static_cast<size_t>(r)], "alltoallv");
+      sent += send_counts[static_cast<size_t>(r)];
+      received += recv_counts[static_cast<size_t>(r)];
+    }
+    OpTicket t("alltoallv", "mpi", std::max(sent, received), dtype);
+    // Bytes, in messages of at most max_chunk_ bytes; MPI keeps the messages of one pair in order.
+    constexpr int kTag = 0x3ed;
+    std::vector<MPI_Request> reqs;
+    int64_t so = 0, ro = 0;
+    for (int r = 0; r < size_; ++r) {
+      const int64_t sb = send_counts[static_cast<size_t>(r)] * static_cast<int64_t>(es);
+      const int64_t rb = recv_counts[static_cast<size_t>(r)] * static_cast<int64_t>(es);
+      if (r == rank_) {
+        EDP_CHECK(sb == rb, "comm::alltoallv: rank ", rank_, " sends itself ", send_counts[static_cast<size_t>(r)],
+                  " element(s) and expects ", recv_counts[static_cast<size_t>(r)]);
+        if (sb > 0) std::memmove(static_cast<char*>(recv) + ro, static_cast<const char*>(send) + so, static_cast<size_t>(sb));
+      } else {
+        for (int64_t off = 0; off < rb; off += max_chunk_) {
+          reqs.emplace_back();
+          MPI_CHECK(MPI_Irecv(static_cast<char*>(recv) + ro + off, chunk(rb, off), MPI_BYTE, r, kTag, comm_, &reqs.back()));
+        }
+        for (int64_t off = 0; off < sb; off += max_chunk_) {
+          reqs.emplace_back();
+          MPI_CHECK(MPI_Isend(const_cast<char*>(static_cast<const char*>(send)) + so + off, chunk(sb, off), MPI_BYTE, r,
+                              kTag, comm_, &reqs.back()));
+        }
+      }
+      so += sb;
+      ro += rb;
+    }
+    MPI_CHECK(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+  }
+
   void broadcast(void* buf, int64_t count, DType dtype, int root) override {
     check_count(count, "broadcast");
     check_root(root, "broadcast");

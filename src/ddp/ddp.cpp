@@ -150,20 +150,11 @@ void DistributedDataParallel::check_same_parameters() {
 }
 
 void DistributedDataParallel::build_buckets() {
-  const int64_t esize = static_cast<int64_t>(dtype_size(params_[0]->value.dtype()));
   slots_.resize(params_.size());
-  int64_t cap = opt_.first_bucket_bytes, used = 0;
-  std::vector<std::vector<size_t>> groups(1);
-  for (size_t k = params_.size(); k-- > 0;) {
-    const int64_t bytes = params_[k]->value.numel() * esize;
-    if (!groups.back().empty() && used + bytes > cap) {
-      groups.emplace_back();
-      used = 0;
-      cap = opt_.bucket_cap_bytes;
-    }
-    groups.back().push_back(k);
-    used += bytes;
-  }
+  const std::vector<std::vector<size_t>> groups = bucket_groups(params_, opt_.first_bucket_bytes, opt_.bucket_cap_bytes);
+  std::vector<int64_t> numel;
+  for (const nn::Parameter* p : params_) numel.push_back(p->value.numel());
+  layout_ = ShardLayout(std::move(numel), groups);
   for (size_t b = 0; b < groups.size(); ++b) {
     auto bucket = std::make_unique<Bucket>();
     BucketInfo info;
@@ -573,6 +564,67 @@ void DistributedDataParallel::scatter_optimizer_state(optim::Optimizer& opt) {
   }
   shard_opt_->set_steps(opt.steps());
   opt.release_state();
+}
+
+StateShard DistributedDataParallel::take_optimizer_state(optim::Optimizer& opt) {
+  StateShard s;
+  s.world = zero_ ? comm_.size() : 1;
+  s.rank = zero_ ? comm_.rank() : 0;
+  s.steps = opt.steps();
+  s.dtype = params_[0]->value.dtype();
+  s.runs = layout_.runs(s.world, s.rank);
+  if (zero_ && !shard_opt_ && opt.has_state()) scatter_optimizer_state(opt);  // a full state not yet sharded
+  if (zero_ && shard_opt_) {
+    s.steps = shard_opt_->steps();
+    if (shard_opt_->has_state()) {
+      const std::vector<Tensor*> st = shard_opt_->state();
+      s.per_run = static_cast<int>(state_per_param(st, segments_.size(), "take_optimizer_state"));
+      for (Tensor* t : st) s.data.push_back(*t);
+      s.fresh = false;
+    }
+    shard_opt_.reset();
+    shard_params_.clear();
+    segments_.clear();
+  } else if (!zero_ && opt.has_state()) {
+    // Whole (one rank, or unsharded): the runs are the parameters in bucket order.
+    const std::vector<Tensor*> st = opt.state();
+    s.per_run = static_cast<int>(state_per_param(st, params_.size(), "take_optimizer_state"));
+    for (const ShardRun& r : s.runs)
+      for (int q = 0; q < s.per_run; ++q) s.data.push_back(st[r.param * static_cast<size_t>(s.per_run) + static_cast<size_t>(q)]->flatten());
+    s.fresh = false;
+  }
+  opt.release_state();
+  return s;
+}
+
+void DistributedDataParallel::put_optimizer_state(StateShard s, optim::Optimizer& opt) {
+  const int world = zero_ ? comm_.size() : 1, rank = zero_ ? comm_.rank() : 0;
+  EDP_CHECK(s.world == world && s.rank == rank && s.runs == layout_.runs(world, rank), "DistributedDataParallel::",
+            "put_optimizer_state: the state given is part ", s.rank, " of ", s.world, " (", s.runs.size(),
+            " run(s)) but this rank holds part ", rank, " of ", world, " of its buckets (another bucket layout?)");
+  opt.release_state();
+  if (zero_) {
+    if (!shard_opt_) make_shard_optimizer(opt);
+    shard_opt_->release_state();
+  }
+  optim::Optimizer& target = zero_ ? *shard_opt_ : opt;
+  if (!s.fresh) {
+    const std::vector<Tensor*> st = target.state();  // zeros, filled below
+    const size_t nq = state_per_param(st, zero_ ? segments_.size() : params_.size(), "put_optimizer_state");
+    EDP_CHECK(nq == static_cast<size_t>(s.per_run) && s.data.size() == s.runs.size() * nq,
+              "DistributedDataParallel::put_optimizer_state: ", s.per_run, " state tensor(s) per run given, the optimizer has ", nq);
+    for (size_t i = 0; i < s.runs.size(); ++i)
+      for (size_t q = 0; q < nq; ++q) {
+        Tensor& src = s.data[i * nq + q];
+        if (zero_)
+          st[i * nq + q]->copy_from(src);
+        else
+          st[s.runs[i].param * nq + q]->flatten().copy_from(src);
+        src = Tensor();  // freed as it is placed
+      }
+  }
+  target.set_steps(s.steps);
+  opt.set_steps(s.steps);
 }
 
 int64_t DistributedDataParallel::optimizer_state_bytes(optim::Optimizer& opt) const {

@@ -169,9 +169,28 @@ struct Job::Impl {
   void release_unsharded() {
     if (ddp && ddp->sharded()) opt.release_state();
   }
+  // zero_stage 1: the optimizer state lives in the ranks' shards. A change of size moves it from
+  // the old ranks' parts straight to the new ranks' parts (ddp::reshard); no rank gathers it.
+  bool sharding() const { return o.zero_stage == 1; }
+  // The state on its way to the new world: a shrink reshards before the leaving ranks go and
+  // `moving` is this rank's new part (moving_from 0); a grow reshards over the grown world once
+  // every rank has entered it, and `moving` is this rank's old part (a new rank's is empty),
+  // moving_from the old world's size.
+  std::optional<ddp::StateShard> moving;
+  int moving_from = 0;
+  // After enter(): the state that moved lands in this rank's new DDP (collective for a grow).
+  void land_state() {
+    if (!moving) return;
+    ddp::StateShard s = std::move(*moving);
+    moving.reset();
+    if (moving_from > 0) s = ddp::reshard(*world, ddp->layout(), std::move(s), moving_from, size());
+    moving_from = 0;
+    ddp->put_optimizer_state(std::move(s), opt);
+  }
 
-  train::Checkpoint capture(const RescaleRequest* next, double requested_t) const {
-    train::Checkpoint c = train::capture(*job.model_, &opt, &loader->sampler());
+  // optimizer_tensors false: the optimizer's steps only (its sharded state moves by reshard).
+  train::Checkpoint capture(const RescaleRequest* next, double requested_t, bool optimizer_tensors = true) const {
+    train::Checkpoint c = train::capture(*job.model_, &opt, &loader->sampler(), optimizer_tensors);
     c.meta["model"] = o.name;
     c.meta["world_size"] = std::to_string(size());
     c.meta["global_batch"] = std::to_string(job.global_batch_);
@@ -268,8 +287,11 @@ struct Job::Impl {
     if (meet == Meet::kJoinNew) comm::ready_barrier(*world);  // the running ranks' Grow waits for it
     if (meet != Meet::kSync) comm::watch_communicator(world);  // collective over the grown job
     std::vector<char> bytes;
+    // Joining ranks of a sharded job get their part of the optimizer state by reshard (land_state).
+    const bool moved = sharding() && meet != Meet::kSync;
     if (root()) {
-      train::Checkpoint c = capture(nullptr, 0);
+      train::Checkpoint c = capture(nullptr, 0, !moved);
+      c.meta["continue.from_workers"] = std::to_string(first);
       c.meta["continue.global_batch"] = std::to_string(global_batch);
       c.meta["continue.epoch"] = std::to_string(job.epoch_);
       bytes = train::encode_checkpoint(c);
@@ -286,6 +308,10 @@ struct Job::Impl {
       // in that step): the new ranks finish it with them (finish_epoch's collective) instead of
       // beginning the next one, which restore() would do for a checkpoint.
       job.epoch_ = c.int_at("continue.epoch");
+      if (moved && meet == Meet::kJoinNew) {
+        moving = ddp::StateShard{};
+        moving_from = static_cast<int>(c.int_at("continue.from_workers"));
+      }
     }
   }
 
@@ -449,7 +475,8 @@ struct Job::Impl {
 
   // Collective: every rank's state must be bitwise rank 0's (after a change of membership).
   void check_replicas(const std::string& when) {
-    const uint64_t h = fnv1a(train::encode_checkpoint(capture(nullptr, 0)));
+    // Sharded, the optimizer state differs from rank to rank by design; its steps are compared.
+    const uint64_t h = fnv1a(train::encode_checkpoint(capture(nullptr, 0, !sharding())));
     comm::check_agreement(*world, {{"model and optimizer state digest", hex(h)}}, o.name + " replicas " + when);
   }
 
@@ -573,7 +600,12 @@ struct Job::Impl {
     Stopwatch sw;
     const double lr_before = job.lr_, begun = wall_time();
     fold_sums();
-    unshard();  // the staying ranks' next DDP shards the whole state over the smaller world
+    if (sharding()) {  // the leaving ranks hand their parts over before they go
+      moving = ddp::reshard(*world, ddp->layout(), ddp->take_optimizer_state(opt), W, W2);
+      moving_from = 0;
+      ev.phases.emplace_back("reshard_s", sw.seconds());
+      sw.reset();
+    }
     const comm::CpuMask cores = comm::host_cores(*world);  // what this host's ranks have, before the change
     std::unique_ptr<comm::Communicator> nw;
     if (W2 < W) {
@@ -618,6 +650,12 @@ struct Job::Impl {
     const int64_t gb = ev.from_global_batch, gb2 = ev.global_batch;
     change_typical_s = typical_step();
     enter(std::move(nw), gb2, &cores);
+    if (moving && moving_from > 0) {  // a grow: the state moves over the grown world now
+      Stopwatch rs;
+      land_state();
+      ev.phases.emplace_back("reshard_s", rs.seconds());
+    }
+    land_state();
     check_replicas("after the rescale");
     ev.phases.emplace_back("rebuild_s", sw.seconds());
     ev.threads = threads;
@@ -666,7 +704,10 @@ struct Job::Impl {
     ev.phases.emplace_back("background_s", begun - grow_requested_t);
     Stopwatch sw;
     fold_sums();
-    unshard();  // rank 0 sends the whole state; the grown world's DDP shards it again
+    if (sharding()) {  // resharded over the grown world once every rank has entered it
+      moving = ddp->take_optimizer_state(opt);
+      moving_from = ev.from_workers;
+    }
     const comm::CpuMask cores = comm::host_cores(*world);
     std::unique_ptr<comm::Communicator> nw = grow->take();
     grow.reset();
@@ -699,6 +740,7 @@ struct Job::Impl {
   void settle() { poll_grow(true); }
 
   void leave() {
+    moving.reset();
     ddp.reset();
     device_comm.reset();
     loader.reset();
@@ -1029,6 +1071,7 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
   }
   const comm::CpuMask own = comm::affinity();
   m.enter(nullptr, global_batch_, joined ? &own : nullptr);  // a new rank takes part in the re-binding
+  m.land_state();  // a new rank of a sharded job: its part of the optimizer state
   if (!joined && !resume) {
     sync();  // a fresh start: every rank begins from rank 0's parameters
   } else {
@@ -1314,6 +1357,7 @@ void Job::finish() {
 void Job::sync() {
   impl_->unshard();
   impl_->send_state(1, global_batch_, Impl::Meet::kSync);
+  impl_->release_unsharded();
 }
 
 void Job::settle() {

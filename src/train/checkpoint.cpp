@@ -253,7 +253,8 @@ Checkpoint decode_checkpoint(const std::vector<char>& b, const std::string& path
   return c;
 }
 
-Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::DistributedSampler* sampler) {
+Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::DistributedSampler* sampler,
+                   bool optimizer_tensors) {
   Checkpoint c;
   // The build that wrote it: bitwise continuation needs the same ISA level, FP flags and compiler.
   c.meta["build.version"] = EDP_VERSION;
@@ -263,7 +264,10 @@ Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::Distrib
   for (nn::Parameter* p : model.parameters()) c.tensors.emplace_back("model." + p->name, p->value.to(Device::cpu()).clone());
   for (nn::Buffer* b : model.buffers()) c.tensors.emplace_back("buffer." + b->name, b->value.to(Device::cpu()).clone());
   for (const auto& [name, ctr] : model.counters()) c.meta["counter." + name] = std::to_string(*ctr);
-  if (opt) {
+  if (opt && !optimizer_tensors) {
+    c.meta["optim.steps"] = std::to_string(opt->steps());
+    c.meta["optim.state"] = "elsewhere";
+  } else if (opt) {
     const std::vector<Tensor*> st = opt->state();
     for (size_t i = 0; i < st.size(); ++i)
       c.tensors.emplace_back("optim." + std::to_string(i),
@@ -316,7 +320,10 @@ void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data
   for (const auto& [name, ctr] : model.counters())
     counters.emplace_back(ctr, static_cast<uint64_t>(c.int_at("counter." + name)));
   int64_t steps = 0;
-  if (opt) {
+  const bool elsewhere = c.meta.count("optim.state") && c.meta.at("optim.state") == "elsewhere";
+  if (opt && elsewhere) {
+    steps = c.int_at("optim.steps");
+  } else if (opt) {
     const std::vector<Tensor*> st = opt->state();
     const int64_t saved = c.int_at("optim.state_tensors");
     if (saved != static_cast<int64_t>(st.size()))

@@ -409,6 +409,107 @@ TEST(DDPZero, ClipGradNormOverTheShards) {
   EXPECT_TRUE(replicas_identical(*zero_model, world));
 }
 
+// ---- moving the sharded state to another world size (ddp::reshard) --------------------------------
+namespace {
+// An exact value for element `pos` (its position in the buckets laid end to end) of state tensor q.
+double marker(int64_t pos, int q) { return static_cast<double>(pos * 4 + q + 1); }
+
+ddp::StateShard marked_part(const ddp::ShardLayout& L, int world, int rank, int per_run) {
+  ddp::StateShard s;
+  s.world = world;
+  s.rank = rank;
+  s.fresh = false;
+  s.per_run = per_run;
+  s.dtype = DType::F64;
+  s.steps = 7;
+  s.runs = L.runs(world, rank);
+  for (const ddp::ShardRun& r : s.runs)
+    for (int q = 0; q < per_run; ++q) {
+      Tensor t({r.length}, DType::F64, Device::cpu());
+      for (int64_t i = 0; i < r.length; ++i) t.data<double>()[i] = marker(L.position(r.param, r.offset + i), q);
+      s.data.push_back(t);
+    }
+  return s;
+}
+}  // namespace
+
+// Every (from, to) pair the world allows: each rank of the new world gets exactly its part, every
+// element the value its old owner had (exact markers), and the ranks outside it nothing. The
+// parts cover every element once: their sizes add up to the state.
+TEST(DDPZero, ReshardMovesEachElementToItsNewOwner) {
+  auto& world = comm::world();
+  const int n = world.size(), me = world.rank();
+  Twins t(DType::F64);
+  const ddp::ShardLayout& L = t.zero->layout();
+  for (int from = 1; from <= n; ++from)
+    for (int to = 1; to <= n; ++to) {
+      SCOPED_TRACE(testing::Message() << from << " -> " << to << " ranks of " << n);
+      ddp::StateShard mine = me < from ? marked_part(L, from, me, 2) : ddp::StateShard{};
+      ddp::StateShard got = ddp::reshard(world, L, std::move(mine), from, to);
+      EXPECT_EQ(got.world, to);
+      EXPECT_EQ(got.steps, 7);
+      EXPECT_FALSE(got.fresh);
+      int64_t held = 0;
+      for (const Tensor& d : got.data) held += d.numel();
+      EXPECT_EQ(world.allreduce_value<int64_t>(held, comm::ReduceOp::Sum), 2 * L.numel());
+      if (me >= to) {
+        EXPECT_TRUE(got.data.empty());
+        continue;
+      }
+      ASSERT_EQ(got.runs, L.runs(to, me));
+      ASSERT_EQ(got.data.size(), got.runs.size() * 2);
+      for (size_t i = 0; i < got.runs.size(); ++i)
+        for (int q = 0; q < 2; ++q) {
+          const ddp::ShardRun& r = got.runs[i];
+          const Tensor& d = got.data[i * 2 + static_cast<size_t>(q)];
+          ASSERT_EQ(d.numel(), r.length);
+          for (int64_t k = 0; k < r.length; ++k)
+            ASSERT_EQ(d.data<double>()[k], marker(L.position(r.param, r.offset + k), q))
+                << "run " << i << " element " << k << " of state tensor " << q;
+        }
+    }
+  // A fresh state (no step yet) stays fresh, with nothing moved.
+  ddp::StateShard fresh;
+  fresh.world = n;
+  fresh.rank = me;
+  ddp::StateShard got = ddp::reshard(world, L, fresh, n, 1);
+  EXPECT_TRUE(got.fresh);
+  EXPECT_TRUE(got.data.empty());
+}
+
+// A sharded job of every rank hands its state to a sharded job of fewer ranks (a shrink in place):
+// the state the smaller job holds is bitwise the unsharded optimizer's, with its step count.
+TEST(DDPZero, ResumesBitwiseAfterAReshardToFewerRanks) {
+  auto& world = comm::world();
+  const int n = world.size(), me = world.rank();
+  const DType dt = DType::F32;
+  Twins t(dt);
+  auto plain_opt = adamw()(t.plain_model->parameters()), zero_opt = adamw()(t.zero_model->parameters());
+  nn::SoftmaxCrossEntropy ce1, ce2;
+  for (int64_t s = 0; s < 4; ++s) {
+    train_step(*t.plain, *plain_opt, ce1, s, 3, dt);
+    train_step(*t.zero, *zero_opt, ce2, s, 3, dt);
+  }
+  const int to = std::max(1, n - 1);
+  ddp::StateShard moved = ddp::reshard(world, t.zero->layout(), t.zero->take_optimizer_state(*zero_opt), n, to);
+  EXPECT_FALSE(zero_opt->has_state()) << "taken out of the optimizer";
+  auto sub = world.split(me < to ? 0 : comm::Communicator::kNoColor, me);
+  if (!sub) return;
+  ddp::DistributedDataParallel smaller(t.zero_model, *sub, {.bucket_cap_bytes = 3000, .first_bucket_bytes = 700, .zero_stage = 1});
+  smaller.put_optimizer_state(std::move(moved), *zero_opt);
+  EXPECT_EQ(zero_opt->steps(), plain_opt->steps());
+  smaller.gather_optimizer_state(*zero_opt);
+  const std::vector<Tensor*> a = plain_opt->state(), g = zero_opt->state();
+  ASSERT_EQ(a.size(), g.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(std::memcmp(a[i]->raw(), g[i]->raw(), a[i]->nbytes()), 0) << "state tensor " << i;
+  // Another part than this rank's is refused.
+  ddp::StateShard wrong;
+  wrong.world = to + 1;
+  wrong.rank = 0;
+  EXPECT_THROW(smaller.put_optimizer_state(wrong, *zero_opt), Error);
+}
+
 TEST(DDPZero, RefusesWhatItCannotShard) {
   auto& world = comm::world();
   auto m = mlp(DType::F32);

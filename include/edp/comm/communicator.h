@@ -134,6 +134,14 @@ class Communicator {
   // backend). The default allreduces a host copy and keeps this rank's block; the MPI backend
   // reduces each block once, on its own rank.
   virtual void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op);
+  // Personalised exchange (host buffers): this rank sends send_counts[r] elements to rank r, the
+  // blocks lying one after another in `send` in rank order, and receives recv_counts[r] elements
+  // from rank r into `recv` the same way. Both vectors have size() entries; a rank's send count
+  // to r must be r's receive count from it. Data only moves between the pairs that exchange
+  // something (a rank holds its own blocks, never another pair's): the MPI backend sends point to
+  // point; the others implement it for one rank only.
+  virtual void alltoallv(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                         const std::vector<int64_t>& recv_counts, DType dtype);
 
   // ---- non-blocking variants (see "Progress" above) ----
   virtual Request iallreduce(const void* send, void* recv, int64_t count, DType dtype,

@@ -52,6 +52,7 @@
 
 #include "edp/comm/comm_thread.h"
 #include "edp/comm/communicator.h"
+#include "edp/ddp/shard.h"
 #include "edp/nn/module.h"
 #include "edp/optim/optimizer.h"
 
@@ -127,6 +128,16 @@ class DistributedDataParallel {
   void gather_optimizer_state(optim::Optimizer& opt);
   void scatter_optimizer_state(optim::Optimizer& opt);
   bool sharded() const { return zero_; }
+  // This rank's part of the optimizer state (edp/ddp/shard.h), taken out of opt (and out of the
+  // shards): sharded, its part over the ranks; otherwise the whole state as part 0 of 1. Fresh
+  // when the optimizer has not stepped. Not collective, except that a full state not sharded yet
+  // is sharded first (no communication). What an elastic change of size moves (ddp::reshard).
+  StateShard take_optimizer_state(optim::Optimizer& opt);
+  // Installs this rank's part of the state (take_optimizer_state's counterpart, for this DDP's
+  // world): sharded, into the shards; otherwise into opt. Throws when it is another part.
+  void put_optimizer_state(StateShard s, optim::Optimizer& opt);
+  // The layout of the sharded state (its parts per world size).
+  const ShardLayout& layout() const { return layout_; }
   // Bytes of optimizer state this rank holds: its shard's when sharded (after the first step or
   // scatter), otherwise opt's.
   int64_t optimizer_state_bytes(optim::Optimizer& opt) const;
@@ -187,6 +198,7 @@ class DistributedDataParallel {
   std::vector<Segment> segments_;
   std::vector<nn::Parameter> shard_params_;  // views: parameter parts and reduced gradient parts
   std::unique_ptr<optim::Optimizer> shard_opt_;
+  ShardLayout layout_;
 };
 
 }  // namespace edp::ddp

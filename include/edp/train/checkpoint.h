@@ -67,7 +67,11 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
 // named "model.<parameter>", "buffer.<buffer>", "optim.<i>"; counters, the optimizer's step
 // count and the sampler state go to meta ("counter.<name>", "optim.steps", "sampler.*"), and
 // the build that wrote it to "build.*" (version, cpu_arch, cpu_flags, compiler).
-Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::DistributedSampler* sampler);
+// optimizer_tensors false: the optimizer's step count only, its state marked as kept elsewhere
+// (meta "optim.state" = "elsewhere": sharded over the ranks, moved by ddp::reshard); restore()
+// then sets the step count and leaves the optimizer's state as it is.
+Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::DistributedSampler* sampler,
+                   bool optimizer_tensors = true);
 // How the build that wrote `c` differs from this one ("" when it is the same or unrecorded):
 // ISA level, FP flags or compiler. A different build restores correctly, but the continuation
 // is then not bitwise the uninterrupted run (Eigen's kernels differ per ISA); callers say so.
