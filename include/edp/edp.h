@@ -63,6 +63,7 @@
 #include "edp/train/evaluate.h"
 #include "edp/train/options.h"
 #include "edp/train/progress.h"
+#include "edp/train/shards.h"
 #include "edp/train/state_dict.h"
 #include "edp/elastic/allowed.h"
 #include "edp/elastic/elastic.h"

@@ -70,4 +70,16 @@ inline bool parse_digits(std::string_view s, int& out) {
   return true;
 }
 
+// The same for sizes and offsets written by edp itself (at most 18 digits: fits int64_t).
+inline bool parse_digits(std::string_view s, int64_t& out) {
+  if (s.empty() || s.size() > 18) return false;
+  int64_t v = 0;
+  for (const char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  out = v;
+  return true;
+}
+
 }  // namespace edp::text

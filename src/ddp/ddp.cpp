@@ -566,10 +566,10 @@ void DistributedDataParallel::scatter_optimizer_state(optim::Optimizer& opt) {
   opt.release_state();
 }
 
-StateShard DistributedDataParallel::take_optimizer_state(optim::Optimizer& opt) {
+StateShard DistributedDataParallel::optimizer_state_part(optim::Optimizer& opt) {
   StateShard s;
-  s.world = zero_ ? comm_.size() : 1;
-  s.rank = zero_ ? comm_.rank() : 0;
+  s.world = shard_world();
+  s.rank = shard_rank();
   s.steps = opt.steps();
   s.dtype = params_[0]->value.dtype();
   s.runs = layout_.runs(s.world, s.rank);
@@ -578,27 +578,33 @@ StateShard DistributedDataParallel::take_optimizer_state(optim::Optimizer& opt) 
     s.steps = shard_opt_->steps();
     if (shard_opt_->has_state()) {
       const std::vector<Tensor*> st = shard_opt_->state();
-      s.per_run = static_cast<int>(state_per_param(st, segments_.size(), "take_optimizer_state"));
+      s.per_run = static_cast<int>(state_per_param(st, segments_.size(), "optimizer_state_part"));
       for (Tensor* t : st) s.data.push_back(*t);
       s.fresh = false;
     }
-    shard_opt_.reset();
-    shard_params_.clear();
-    segments_.clear();
   } else if (!zero_ && opt.has_state()) {
     // Whole (one rank, or unsharded): the runs are the parameters in bucket order.
     const std::vector<Tensor*> st = opt.state();
-    s.per_run = static_cast<int>(state_per_param(st, params_.size(), "take_optimizer_state"));
+    s.per_run = static_cast<int>(state_per_param(st, params_.size(), "optimizer_state_part"));
     for (const ShardRun& r : s.runs)
-      for (int q = 0; q < s.per_run; ++q) s.data.push_back(st[r.param * static_cast<size_t>(s.per_run) + static_cast<size_t>(q)]->flatten());
+      for (int q = 0; q < s.per_run; ++q)
+        s.data.push_back(st[r.param * static_cast<size_t>(s.per_run) + static_cast<size_t>(q)]->flatten());
     s.fresh = false;
   }
+  return s;
+}
+
+StateShard DistributedDataParallel::take_optimizer_state(optim::Optimizer& opt) {
+  StateShard s = optimizer_state_part(opt);
+  shard_opt_.reset();
+  shard_params_.clear();
+  segments_.clear();
   opt.release_state();
   return s;
 }
 
 void DistributedDataParallel::put_optimizer_state(StateShard s, optim::Optimizer& opt) {
-  const int world = zero_ ? comm_.size() : 1, rank = zero_ ? comm_.rank() : 0;
+  const int world = shard_world(), rank = shard_rank();
   EDP_CHECK(s.world == world && s.rank == rank && s.runs == layout_.runs(world, rank), "DistributedDataParallel::",
             "put_optimizer_state: the state given is part ", s.rank, " of ", s.world, " (", s.runs.size(),
             " run(s)) but this rank holds part ", rank, " of ", world, " of its buckets (another bucket layout?)");

@@ -29,6 +29,7 @@
 #include "edp/optim/schedule.h"
 #include "edp/train/checkpoint.h"
 #include "edp/train/progress.h"
+#include "edp/train/shards.h"
 
 namespace edp::elastic {
 
@@ -208,7 +209,11 @@ struct Job::Impl {
   }
 
   void restore(const train::Checkpoint& c) {
-    train::restore(c, *job.model_, &opt, &loader->sampler());
+    // A sharded checkpoint's optimizer state is read into the shards once the DDP is built
+    // (land_checkpoint); its step count now.
+    const bool parts = train::is_sharded(c);
+    train::restore(c, *job.model_, parts ? nullptr : &opt, &loader->sampler());
+    if (parts) opt.set_steps(c.int_at("optim.steps"));
     loader->load_state(loader->sampler().state());
     job.step_ = opt.steps();
     const auto& s = loader->sampler();
@@ -265,8 +270,24 @@ struct Job::Impl {
                 "--accept-config-change)");
   }
 
+  // This rank's part of a sharded checkpoint's optimizer state, read from its parts (after enter()).
+  void land_checkpoint(const train::Checkpoint& c, const std::string& path) {
+    if (!train::is_sharded(c)) return;
+    const int w = ddp->shard_world(), r = ddp->shard_rank();
+    ddp->put_optimizer_state(train::read_shards(c, path, ddp->layout().runs(w, r), w, r, job.model_->parameters()), opt);
+  }
+
   std::string commit(const RescaleRequest* next, double requested_t) {
     if (!ckpt) return "";
+    if (sharding() && ddp) {  // every rank writes its part, then rank 0 the checkpoint with the manifest
+      const std::string path = ckpt->path_of(job.step_);
+      const auto manifest =
+          train::write_shard(*world, path, ddp->optimizer_state_part(opt), job.model_->parameters(), ddp->layout());
+      if (!root()) return "";
+      train::Checkpoint c = capture(next, requested_t, false);
+      for (const auto& [k, v] : manifest) c.meta[k] = v;
+      return ckpt->commit(job.step_, c);
+    }
     unshard();  // collective: every rank commits at the same step boundary
     const std::string written = root() ? ckpt->commit(job.step_, capture(next, requested_t)) : "";
     release_unsharded();
@@ -1072,6 +1093,7 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
   const comm::CpuMask own = comm::affinity();
   m.enter(nullptr, global_batch_, joined ? &own : nullptr);  // a new rank takes part in the re-binding
   m.land_state();  // a new rank of a sharded job: its part of the optimizer state
+  if (resume) m.land_checkpoint(*resume, resume_path);
   if (!joined && !resume) {
     sync();  // a fresh start: every rank begins from rank 0's parameters
   } else {
@@ -1171,7 +1193,7 @@ void Job::end() {
   m.ended = true;
   // The training's last state is committed, also when it ended between checkpoints (every
   // checkpoint_every steps, or at a step limit of the program): nothing trained is lost. Rank 0
-  // reads the directory; the commit is collective (a sharded state is gathered for it).
+  // reads the directory; the commit is collective (sharded, every rank writes its part).
   if (m.ckpt) {
     int64_t need = 0;
     if (m.root()) {

@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <set>
+#include <string>
 
 #include "edp/core/error.h"
 #include "edp/core/files.h"
@@ -299,6 +301,11 @@ std::string build_difference(const Checkpoint& c) {
 }
 
 void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data::DistributedSampler* sampler) {
+  const auto state = c.meta.find("optim.state");
+  const bool elsewhere = state != c.meta.end() && state->second == "elsewhere";  // its step count only
+  if (opt && state != c.meta.end() && !elsewhere)
+    throw DataError("this checkpoint keeps its optimizer state in parts beside it (optim.state '" + state->second +
+                    "', edp/train/shards.h): resume it with elastic::Job, or read the parts with train::read_shards");
   // Check everything first, so that a mismatch leaves the live state untouched.
   struct Target {
     Tensor* dst;
@@ -320,7 +327,6 @@ void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data
   for (const auto& [name, ctr] : model.counters())
     counters.emplace_back(ctr, static_cast<uint64_t>(c.int_at("counter." + name)));
   int64_t steps = 0;
-  const bool elsewhere = c.meta.count("optim.state") && c.meta.at("optim.state") == "elsewhere";
   if (opt && elsewhere) {
     steps = c.int_at("optim.steps");
   } else if (opt) {
@@ -365,20 +371,54 @@ std::vector<std::string> CheckpointDir::list() const {
   return out;
 }
 
-std::string CheckpointDir::commit(int64_t step, const Checkpoint& c) {
-  EDP_CHECK(step >= 0, "CheckpointDir::commit: negative step ", step);
+std::string shard_path(const std::string& checkpoint, int rank, int world) {
+  return checkpoint + ".shard-" + std::to_string(rank) + "-of-" + std::to_string(world);
+}
+
+namespace {
+// The checkpoint a part belongs to ("" when `path` is not a part's name).
+std::string part_owner(const std::string& path) {
+  const size_t at = path.rfind(".shard-");
+  if (at == std::string::npos) return "";
+  const std::string tail = path.substr(at + 7);  // <rank>-of-<world>
+  const size_t of = tail.find("-of-");
+  if (of == std::string::npos || of == 0 || of + 4 >= tail.size() ||
+      tail.find_first_not_of("0123456789") != of || tail.find_first_not_of("0123456789", of + 4) != std::string::npos)
+    return "";
+  return CheckpointDir::step_of(path.substr(0, at)) >= 0 ? path.substr(0, at) : "";
+}
+}  // namespace
+
+std::string CheckpointDir::path_of(int64_t step) const {
   char name[40];
   std::snprintf(name, sizeof name, "ckpt-%012lld.edp", static_cast<long long>(step));
-  const std::string path = (fs::path(dir_) / name).string();
+  return (fs::path(dir_) / name).string();
+}
+
+std::string CheckpointDir::commit(int64_t step, const Checkpoint& c) {
+  EDP_CHECK(step >= 0, "CheckpointDir::commit: negative step ", step);
+  const std::string path = path_of(step);
   write_checkpoint(path, c);
   const std::vector<std::string> all = list();  // newest first
   bool held_kept = false;                       // the newest one at or before hold_ is kept
+  std::set<std::string> kept;
   for (size_t i = 0; i < all.size(); ++i) {
     const bool held = hold_ >= 0 && !held_kept && step_of(all[i]) <= hold_;
     held_kept = held_kept || held;
-    if (i < static_cast<size_t>(keep_) || held) continue;
+    if (i < static_cast<size_t>(keep_) || held) {
+      kept.insert(all[i]);
+      continue;
+    }
     std::error_code ec;
     fs::remove(all[i], ec);
+  }
+  // Parts of removed checkpoints, and parts no checkpoint was written for (a job that stopped
+  // between its parts and its checkpoint); the parts of a newer commit under way are not there yet
+  // (commits are collective, one at a time).
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string owner = part_owner(e.path().string());
+    if (!owner.empty() && !kept.count(owner)) fs::remove(e.path(), ec);
   }
   return path;
 }
@@ -399,6 +439,14 @@ std::vector<std::string> CheckpointDir::set_aside_after(int64_t step, const std:
     if (std::rename(p.c_str(), to.c_str()) != 0)
       throw Error("checkpoint: cannot rename " + p + " to " + to + ": " + std::strerror(errno));
     moved.push_back(to);
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_, ec))
+      if (part_owner(e.path().string()) == p) {
+        const std::string part = e.path().string(), part_to = part + "." + suffix;
+        if (std::rename(part.c_str(), part_to.c_str()) != 0)
+          throw Error("checkpoint: cannot rename " + part + " to " + part_to + ": " + std::strerror(errno));
+        moved.push_back(part_to);
+      }
   }
   return moved;
 }
@@ -407,6 +455,20 @@ std::optional<Checkpoint> CheckpointDir::latest(std::string* path) const {
   for (const std::string& p : list()) {
     try {
       Checkpoint c = read_checkpoint(p);
+      if (c.meta.count("optim.shards")) {  // its parts are all there, of the sizes written
+        const int64_t w = c.int_at("optim.shards");
+        for (int64_t r = 0; r < w; ++r) {
+          const std::string part = shard_path(p, static_cast<int>(r), static_cast<int>(w));
+          std::error_code ec;
+          const auto size = fs::file_size(part, ec);
+          if (ec || !fs::is_regular_file(fs::symlink_status(part)))
+            throw DataError(p + ": its part " + part + " is missing (" + (ec ? ec.message() : "not a regular file") + ")");
+          const int64_t want = c.int_at("optim.shard." + std::to_string(r) + ".bytes");
+          if (static_cast<int64_t>(size) != want)
+            throw DataError(p + ": its part " + part + " has " + std::to_string(size) + " bytes, " +
+                            std::to_string(want) + " were written");
+        }
+      }
       if (path) *path = p;
       return c;
     } catch (const DataError& e) {

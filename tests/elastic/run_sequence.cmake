@@ -33,9 +33,12 @@
 #            window of both epochs seen exactly once, every new rank warmed up before it joined; then, under edprun with bfloat16 products
 #            where the CPU has them (EDP_BF16=1), rank 1 of 2 killed before step 17 and the job
 #            restarted from its step-15 checkpoint ends bitwise equal to an uninterrupted run.
-#   zero     the inplace sequence with the optimizer state sharded (--zero 1) and not: coverage, the
-#            same final parameters bitwise and the same bytes in their last checkpoints; then the
-#            sharded job's checkpoint resumed unsharded at 3 ranks for a third epoch.
+#   zero     the inplace sequence with the optimizer state sharded (--zero 1; the state resharded
+#            rank to rank at each change) and not: coverage, the same final parameters bitwise; the
+#            sharded checkpoint has one part per rank; resumed for a third epoch at 3, 2 and 4
+#            ranks, sharded or not, from the sharded and from the unsharded checkpoint: pairs with
+#            the same state and size end bitwise equal; a part cut short makes the job resume from
+#            the checkpoint before; a part with other bytes stops it, naming the part.
 #   gpu      the inplace sequence with every rank on the GPU (--device cuda; ranks share it: the
 #            colocated communicator, rebuilt after each change): coverage, replicas checked, and
 #            test accuracy within 1 point of the same sequence on the CPU. Skipped without a GPU.
@@ -127,20 +130,61 @@ elseif(MODE STREQUAL "zero")
     message(FATAL_ERROR "sharded and unsharded runs of the same sequence end with other parameters: ${dz} vs ${du}")
   endif()
   message(STATUS "sharded and unsharded: the same parameters (digest ${dz})")
-  # Their last checkpoints are the same bytes: the sharded job gathers the whole state to commit.
-  foreach(run z u)
-    file(GLOB cks ${WORK}/${run}/ck/ckpt-*.edp)
-    list(SORT cks)
-    list(GET cks -1 last)
-    file(SHA256 ${last} sha_${run})
-  endforeach()
-  if(NOT sha_z STREQUAL sha_u)
-    message(FATAL_ERROR "the sharded and unsharded runs' last checkpoints differ")
+  # The sharded job's checkpoints are sharded: each of the final 3 ranks wrote its part beside it.
+  file(GLOB cks ${WORK}/z/ck/ckpt-*.edp)
+  list(SORT cks)
+  list(GET cks -1 last)
+  file(GLOB parts ${last}.shard-*)
+  list(LENGTH parts nparts)
+  if(NOT nparts EQUAL 3 OR NOT EXISTS ${last}.shard-2-of-3)
+    message(FATAL_ERROR "the sharded job's last checkpoint ${last} has ${nparts} parts, not 3: ${parts}")
   endif()
-  # A sharded job's checkpoint holds the whole state: resumed unsharded at another size, it goes on.
-  run(r ${MPIEXEC} --oversubscribe -np 3 ${EXE} --zero 0 --epochs 3 --ckpt ${WORK}/z/ck --record ${WORK}/z
-    --no-coverage)
-  expect("${r}" "\"workers\": 3")
+  # Resumed at another size, sharded or not, from the sharded and from the unsharded checkpoint:
+  # each pair continues with the same state at the same size, so their parameters are bitwise
+  # equal (sharded and unsharded runs of one size are, on one host).
+  foreach(case "z;0;3;u;0" "z;1;2;u;0" "u;1;4;z;1")
+    list(GET case 0 ck_a)
+    list(GET case 1 zero_a)
+    list(GET case 2 np)
+    list(GET case 3 ck_b)
+    list(GET case 4 zero_b)
+    foreach(side a b)
+      set(d ${WORK}/resume_${ck_${side}}${zero_${side}}_${np}_${side})
+      file(REMOVE_RECURSE ${d})
+      file(MAKE_DIRECTORY ${d})
+      file(COPY ${WORK}/${ck_${side}}/ck DESTINATION ${d})
+      run(r_${side} ${MPIEXEC} --oversubscribe -np ${np} ${EXE} --zero ${zero_${side}} --epochs 3 --ckpt ${d}/ck
+        --record ${d} --no-coverage)
+      expect("${r_${side}}" "resumed from [^\n]*ckpt-[0-9]+.edp" "\"workers\": ${np}")
+      json_field("${r_${side}}" digest dig_${side})
+    endforeach()
+    if(NOT dig_a STREQUAL dig_b)
+      message(FATAL_ERROR "resumed at ${np} ranks: the ${ck_a} checkpoint with --zero ${zero_a} and the ${ck_b} one "
+        "with --zero ${zero_b} end with other parameters: ${dig_a} vs ${dig_b}")
+    endif()
+    message(STATUS "resumed at ${np} ranks, ${ck_a} checkpoint --zero ${zero_a} = ${ck_b} checkpoint --zero ${zero_b} (${dig_a})")
+  endforeach()
+  # A part cut short: latest() skips that checkpoint (naming the part) for the one before it.
+  # A part of the right size with other bytes: the job stops, naming the part.
+  set(d ${WORK}/damaged)
+  file(REMOVE_RECURSE ${d})
+  file(MAKE_DIRECTORY ${d})
+  file(COPY ${WORK}/z/ck DESTINATION ${d})
+  get_filename_component(name ${last} NAME)
+  execute_process(COMMAND truncate -s -1 ${d}/ck/${name}.shard-1-of-3)
+  run(t ${MPIEXEC} --oversubscribe -np 2 ${EXE} --zero 1 --epochs 3 --ckpt ${d}/ck --record ${d} --no-coverage)
+  expect("${t}" "skipping damaged checkpoint: [^\n]*${name}: its part [^\n]*shard-1-of-3 has [0-9]+ bytes"
+    "resumed from [^\n]*ckpt-[0-9]+.edp")
+  file(REMOVE_RECURSE ${d})
+  file(MAKE_DIRECTORY ${d})
+  file(COPY ${WORK}/z/ck DESTINATION ${d})
+  execute_process(COMMAND dd if=/dev/zero of=${d}/ck/${name}.shard-0-of-3 bs=1 count=8 seek=64 conv=notrunc
+    OUTPUT_QUIET ERROR_QUIET)
+  execute_process(COMMAND ${MPIEXEC} --oversubscribe -np 2 ${EXE} --zero 1 --epochs 3 --ckpt ${d}/ck --record ${d}
+    --no-coverage RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+  if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "shard-0-of-3: not the part [^\n]* was written with")
+    message(FATAL_ERROR "a part with other bytes was not refused (exit ${rc}):\n${out}\n${err}")
+  endif()
 elseif(MODE STREQUAL "gpu")
   file(MAKE_DIRECTORY ${WORK}/g ${WORK}/c)
   execute_process(COMMAND ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --device cuda --plan ${plan}

@@ -231,6 +231,56 @@ TEST(Checkpoint, DirKeepsTheNewestAndSkipsDamagedOnes) {
   fs::remove_all(d);
 }
 
+// A sharded checkpoint's parts (edp/train/shards.h) live and go with it: removed with it, parts of
+// no checkpoint removed at the next commit, set aside with it; a checkpoint with a part missing
+// is skipped for the one before it; a sharded checkpoint is refused by a plain restore().
+TEST(CheckpointDir, KeepsAndRemovesTheParts) {
+  const fs::path d = tmpdir("parts");
+  train::CheckpointDir dir(d.string(), 2);
+  auto commit = [&](int64_t s) {
+    const std::string path = dir.path_of(s);
+    train::Checkpoint c;
+    c.meta["step"] = std::to_string(s);
+    c.meta["optim.state"] = "sharded";
+    c.meta["optim.shards"] = "2";
+    for (int r = 0; r < 2; ++r) {
+      spit(train::shard_path(path, r, 2), {'p', static_cast<char>('0' + r)});
+      c.meta["optim.shard." + std::to_string(r) + ".bytes"] = "2";
+    }
+    dir.commit(s, c);
+  };
+  commit(10);
+  commit(20);
+  spit(train::shard_path(dir.path_of(25), 0, 2), {'x'});  // a commit that never finished
+  commit(30);
+  EXPECT_FALSE(fs::exists(train::shard_path(dir.path_of(10), 0, 2))) << "removed with its checkpoint";
+  EXPECT_FALSE(fs::exists(train::shard_path(dir.path_of(25), 0, 2))) << "a part of no checkpoint";
+  EXPECT_TRUE(fs::exists(train::shard_path(dir.path_of(20), 1, 2)));
+  EXPECT_TRUE(fs::exists(train::shard_path(dir.path_of(30), 1, 2)));
+  std::string which;
+  ASSERT_EQ(dir.latest(&which)->int_at("step"), 30);
+  fs::remove(train::shard_path(dir.path_of(30), 1, 2));
+  testing::internal::CaptureStderr();
+  auto c = dir.latest(&which);
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->int_at("step"), 20) << "the checkpoint with a part missing is skipped";
+  EXPECT_NE(err.find("shard-1-of-2 is missing"), std::string::npos) << err;
+  // A plain restore() cannot take the optimizer state of a sharded checkpoint: it says so.
+  auto model = std::make_shared<nn::Linear>(2, 2);
+  optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  try {
+    train::restore(*c, *model, &opt, nullptr);
+    ADD_FAILURE() << "restored a sharded checkpoint's optimizer state from nothing";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("keeps its optimizer state in parts"), std::string::npos) << e.what();
+  }
+  const std::vector<std::string> moved = dir.set_aside_after(10, "aside");
+  EXPECT_TRUE(fs::exists(train::shard_path(dir.path_of(20), 0, 2) + ".aside")) << "set aside with its checkpoint";
+  EXPECT_EQ(moved.size(), 5u);  // 20 with its two parts, 30 with the one left
+  fs::remove_all(d);
+}
+
 // The design's contract: commit -> N steps equals restore -> N steps, bitwise.
 TEST(Checkpoint, RestoreThenStepsEqualsUninterruptedStepsBitwise) {
   const auto ds = dataset();

@@ -133,11 +133,17 @@ class DistributedDataParallel {
   // when the optimizer has not stepped. Not collective, except that a full state not sharded yet
   // is sharded first (no communication). What an elastic change of size moves (ddp::reshard).
   StateShard take_optimizer_state(optim::Optimizer& opt);
+  // The same part, left in place (its tensors shared, not copied): what a sharded checkpoint
+  // writes (edp/train/shards.h).
+  StateShard optimizer_state_part(optim::Optimizer& opt);
   // Installs this rank's part of the state (take_optimizer_state's counterpart, for this DDP's
   // world): sharded, into the shards; otherwise into opt. Throws when it is another part.
   void put_optimizer_state(StateShard s, optim::Optimizer& opt);
-  // The layout of the sharded state (its parts per world size).
+  // The layout of the sharded state (its parts per world size), and which part this rank holds:
+  // part shard_rank() of shard_world() (0 of 1 when not sharded: the whole state).
   const ShardLayout& layout() const { return layout_; }
+  int shard_world() const { return zero_ ? comm_.size() : 1; }
+  int shard_rank() const { return zero_ ? comm_.rank() : 0; }
   // Bytes of optimizer state this rank holds: its shard's when sharded (after the first step or
   // scatter), otherwise opt's.
   int64_t optimizer_state_bytes(optim::Optimizer& opt) const;

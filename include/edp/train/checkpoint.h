@@ -80,15 +80,22 @@ std::string build_difference(const Checkpoint& c);
 // dtype differs from the live model's (a checkpoint of another model), before changing anything.
 void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data::DistributedSampler* sampler);
 
+// The file of rank `rank`'s part of a sharded checkpoint (edp/train/shards.h):
+// <checkpoint>.shard-<rank>-of-<world>.
+std::string shard_path(const std::string& checkpoint, int rank, int world);
+
 class CheckpointDir {
  public:
   explicit CheckpointDir(std::string dir, int keep = 2);
   const std::string& dir() const { return dir_; }
+  // The path commit(step, ...) writes.
+  std::string path_of(int64_t step) const;
   // Writes ckpt-<step>.edp atomically, then removes all but the newest `keep` checkpoints (and
-  // never the one that hold() protects). Returns the path written.
+  // never the one that hold() protects), with their parts (edp/train/shards.h), and parts left
+  // by no kept checkpoint. Returns the path written.
   std::string commit(int64_t step, const Checkpoint& c);
   // The newest checkpoint that reads back whole (nullopt when there is none); damaged or
-  // half-written ones are skipped with a line on stderr naming the file and the reason, and when
+  // half-written ones, and sharded ones with a part missing or of another size, are skipped with a line on stderr naming the file and the reason, and when
   // none reads back whole a warning says that the job starts over.
   std::optional<Checkpoint> latest(std::string* path = nullptr) const;
   // Checkpoint files present, newest first (by step).
@@ -96,8 +103,8 @@ class CheckpointDir {
   // While set (>= 0), the newest checkpoint at or before `step` is kept whatever `keep` says (a
   // known-good state while the newer ones are in doubt); -1 releases it.
   void hold(int64_t step) { hold_ = step; }
-  // Renames the checkpoints after `step` to <name>.<suffix>, which latest() and list() no longer
-  // see (nothing is deleted); returns the new paths.
+  // Renames the checkpoints after `step` to <name>.<suffix> (their parts to <part>.<suffix>),
+  // which latest() and list() no longer see (nothing is deleted); returns the new paths.
   std::vector<std::string> set_aside_after(int64_t step, const std::string& suffix);
   // The step of a checkpoint file name (ckpt-<step>.edp), -1 if it is not one.
   static int64_t step_of(const std::string& path);
