@@ -171,6 +171,11 @@ const std::vector<Knob> kKnobs = {
      "demonstrations of the autoscaler, whose decisions must land while the jobs still run however fast the "
      "machine trains.",
      "elastic", "", 0, kNoMax, false},
+    {"EDP_FAULT", Type::String, "",
+     "Fault injection, for edp's own tests of recovery: `reshard:<rank>` makes that rank of the old world kill "
+     "itself (SIGKILL) in the next in-place move of a sharded optimizer state, after it packed its part and before "
+     "it sent it (empty: none).",
+     "elastic", "", kNoMin, kNoMax, false},
     {"EDP_RESCALE_MODE", Type::Enum, "auto",
      "How an elastic job changes size: in-place (shrink by splitting the communicator, grow by MPI_Comm_spawn; "
      "an error when that fails), restart (checkpoint, exit 75, edprun restarts the job), auto (in place when that "

@@ -2,9 +2,12 @@
 #include "edp/ddp/shard.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 
 #include "edp/comm/stall.h"
+#include "edp/core/knobs.h"
+#include "edp/core/log.h"
 #include "edp/core/timeline.h"
 #include "edp/nn/module.h"
 
@@ -151,6 +154,10 @@ StateShard reshard(comm::Communicator& comm, const ShardLayout& layout, StateSha
         }
   }
   mine.data.clear();  // packed: the old part is no longer needed
+  if (me < from && knobs::get_string("EDP_FAULT") == "reshard:" + std::to_string(me)) {
+    log::warn("EDP_FAULT: rank ", me, " kills itself in the reshard, its part packed and not sent");
+    std::raise(SIGKILL);
+  }
   std::vector<char> recv(static_cast<size_t>(recv_total) * es);
   comm.alltoallv(send.data(), send_counts, recv.data(), recv_counts, dt);
   send = std::vector<char>();

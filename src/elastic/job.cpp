@@ -1025,8 +1025,6 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
   EDP_CHECK(o.lr >= 0, o.name, ": the learning rate must be >= 0 (0: the optimizer's), got ", o.lr);
   if (o.lr == 0) o.lr = m.opt.lr();  // given once, to the optimizer
   EDP_CHECK(o.max_micro_batch >= 0, o.name, ": max_micro_batch must be >= 0, got ", o.max_micro_batch);
-  EDP_CHECK(o.max_micro_batch == 0 || o.zero_stage == 0, o.name,
-            ": micro-batches (max_micro_batch) with a sharded optimizer state (zero_stage 1) are not supported");
   EDP_CHECK(o.checkpoint_every >= 0 && o.keep_checkpoints >= 1 && o.control_every >= 1 && o.warmup_steps >= 0,
             o.name, ": checkpoint_every and warmup_steps must be >= 0, keep_checkpoints and control_every >= 1");
   EDP_CHECK(o.divergence_factor == 0 || o.divergence_factor > kGuardRecovered, o.name,

@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
   o.add("epochs", "2", "epochs").add("batch", "32", "batch per worker at the start");
   o.add("ckpt-every", "0", "commit a checkpoint every N steps (0: every epoch)");
   o.add("die-at", "0", "rank 1 kills itself (SIGKILL) before step N, once (a marker in --record)");
+  o.add("die-in-reshard", "-1", "this rank of the old world kills itself in the first move of a sharded optimizer "
+        "state (EDP_FAULT=reshard:<rank>), once (a marker per rank in --record)");
   o.add_flag("new-rank-fails", "a rank started by a grow fails (throws) during its setup, before it joins");
   o.add_flag("new-rank-hangs", "a rank started by a grow never starts MPI (sleeps), so that its spawn does not return");
   o.add("settle-at", "0", "before step N, wait for a grow under way to join its new ranks (Job::settle)");
@@ -190,6 +192,13 @@ int main(int argc, char** argv) {
     jo.progress = false;
     jo.device = device;
     jo.zero_stage = static_cast<int>(o.i64("zero"));
+    if (const int64_t r = o.i64("die-in-reshard"); r >= 0) {  // armed in the first run only
+      const std::string marker = record + "/reshard-fault." + std::to_string(world.rank());
+      if (access(marker.c_str(), F_OK) != 0) {
+        std::ofstream(marker) << "armed\n";
+        setenv("EDP_FAULT", ("reshard:" + std::to_string(r)).c_str(), 1);
+      }
+    }
     elastic::Job job(world, model, opt, train, jo);
     std::ofstream seen(record + "/seen." + std::to_string(getpid()), std::ios::app);
     std::ofstream where(record + "/where." + std::to_string(getpid()), std::ios::app);

@@ -342,7 +342,7 @@ TEST(ElasticJob, MicroBatchesUpdateAsTheWholeBatch) {
     y[static_cast<size_t>(i)] = static_cast<int32_t>(rng.below(3));
   }
   auto ds = std::make_shared<data::TensorDataset>(x, y, 3);
-  auto train = [&](int64_t micro, double& loss) {
+  auto train = [&](int64_t micro, int zero, double& loss) {
     manual_seed(5);
     auto model = nn::make<nn::Sequential>({nn::make<nn::Linear>(6, 16), nn::make<nn::Tanh>(), nn::make<nn::Linear>(16, 3)});
     optim::SGD opt(model->parameters(), {.lr = 0.2});
@@ -352,6 +352,7 @@ TEST(ElasticJob, MicroBatchesUpdateAsTheWholeBatch) {
     jo.lr_scaling = "none";
     jo.progress = false;
     jo.max_micro_batch = micro;
+    jo.zero_stage = zero;
     elastic::Job job(world, model, opt, ds, jo);
     EXPECT_DOUBLE_EQ(job.peak_lr(), 0.2) << "JobOptions::lr 0: the optimizer's";
     nn::SoftmaxCrossEntropy ce;
@@ -372,17 +373,22 @@ TEST(ElasticJob, MicroBatchesUpdateAsTheWholeBatch) {
     for (auto* p : model->parameters()) ps.push_back(p->value.clone());
     return ps;
   };
-  double whole_loss = 0, micro_loss = 0;
-  const auto whole = train(0, whole_loss);
-  const auto micro = train(3, micro_loss);
-  double scale = 0, err = 0;
-  for (size_t k = 0; k < whole.size(); ++k)
-    for (int64_t i = 0; i < whole[k].numel(); ++i) {
-      scale = std::max(scale, std::abs(whole[k].item(i)));
-      err = std::max(err, std::abs(whole[k].item(i) - micro[k].item(i)));
-    }
-  EXPECT_LE(err, 1e-5 * scale) << "rank " << world.rank() << " of " << W;
-  EXPECT_NEAR(micro_loss, whole_loss, 1e-5 * std::abs(whole_loss));
+  double whole_loss = 0;
+  const auto whole = train(0, 0, whole_loss);
+  // Unsharded and with the optimizer state sharded (the micro-batches' gradients accumulate
+  // locally; the last one's backward reduce-scatters them).
+  for (int zero : {0, 1}) {
+    double micro_loss = 0;
+    const auto micro = train(3, zero, micro_loss);
+    double scale = 0, err = 0;
+    for (size_t k = 0; k < whole.size(); ++k)
+      for (int64_t i = 0; i < whole[k].numel(); ++i) {
+        scale = std::max(scale, std::abs(whole[k].item(i)));
+        err = std::max(err, std::abs(whole[k].item(i) - micro[k].item(i)));
+      }
+    EXPECT_LE(err, 1e-5 * scale) << "rank " << world.rank() << " of " << W << ", zero " << zero;
+    EXPECT_NEAR(micro_loss, whole_loss, 1e-5 * std::abs(whole_loss)) << "zero " << zero;
+  }
 }
 
 // JobOptions::schedule: the user's schedule, built from the peak rate at the global batch; the

@@ -38,7 +38,9 @@
 #            sharded checkpoint has one part per rank; resumed for a third epoch at 3, 2 and 4
 #            ranks, sharded or not, from the sharded and from the unsharded checkpoint: pairs with
 #            the same state and size end bitwise equal; a part cut short makes the job resume from
-#            the checkpoint before; a part with other bytes stops it, naming the part.
+#            the checkpoint before; a part with other bytes stops it, naming the part; a rank
+#            killed in a shrink's reshard (EDP_FAULT) under edprun: the job restarts from its last
+#            checkpoint and ends at the new size.
 #   gpu      the inplace sequence with every rank on the GPU (--device cuda; ranks share it: the
 #            colocated communicator, rebuilt after each change): coverage, replicas checked, and
 #            test accuracy within 1 point of the same sequence on the CPU. Skipped without a GPU.
@@ -185,6 +187,19 @@ elseif(MODE STREQUAL "zero")
   if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "shard-0-of-3: not the part [^\n]* was written with")
     message(FATAL_ERROR "a part with other bytes was not refused (exit ${rc}):\n${out}\n${err}")
   endif()
+  # A rank lost while the state moves: rank 1 of 3 dies in the shrink 3 -> 2's reshard, its part
+  # packed and not sent. edprun restarts the job from its last checkpoint (step 10); the job
+  # shrinks again and ends at 2 workers, its test accuracy within a point of the run not killed.
+  set(d ${WORK}/lost)
+  file(MAKE_DIRECTORY ${d}/a ${d}/b)
+  set(common --no-coverage --zero 1 --ckpt-every 5 --limit 2000 --plan 12:2)
+  run(la ${EDPRUN} --allow-run-as-root --oversubscribe -np 3 -- ${EXE} ${common} --record ${d}/a --ckpt ${d}/a/ck)
+  run(lb ${EDPRUN} --allow-run-as-root --oversubscribe -np 3 --max-restarts 1 --restart-backoff 0 --
+      ${EXE} ${common} --die-in-reshard 1 --record ${d}/b --ckpt ${d}/b/ck)
+  expect("${lb}" "rank 1 kills itself in the reshard" "restart 1 of 1"
+    "resumed from [^\n]*ckpt-000000000010.edp: step 10" "first step at 2 worker\\(s\\) done[^\n]*\\(in place\\)"
+    "\"workers\": 2")
+  within_one_point("${la}" "${lb}" "a rank lost in the reshard, restarted from the checkpoint, vs not")
 elseif(MODE STREQUAL "gpu")
   file(MAKE_DIRECTORY ${WORK}/g ${WORK}/c)
   execute_process(COMMAND ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --device cuda --plan ${plan}

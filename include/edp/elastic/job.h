@@ -123,14 +123,15 @@ struct JobOptions {
   // next_batch() hands them out one by one, the loop runs forward, backward and step(loss) on
   // each as on a batch, and the job accumulates their gradients (each weighted by its share of
   // the rank's samples, the allreduce once, with the last) and updates once — the step of the
-  // whole batch, whatever global batch a request or the autoscaler chose. Not with zero_stage 1.
+  // whole batch, whatever global batch a request or the autoscaler chose; also with zero_stage 1.
   int64_t max_micro_batch = 0;
   std::string rescale_mode;      // "auto", "in-place", "restart"; empty: EDP_RESCALE_MODE
   Device device = Device::cpu();
   int64_t bucket_cap_bytes = 0;   // DistributedDataParallel's cap (0: EDP_BUCKET_CAP_MB)
   // 1: the optimizer state sharded over the ranks (DistributedDataParallel's ZeRO stage 1; the
-  // CPU); gathered into the optimizer for a checkpoint and a change of size, sharded again over
-  // the new world at its first step. 0: every rank holds all of it.
+  // CPU). A change of size in place moves each rank's part straight to its new owners
+  // (ddp::reshard); a checkpoint is written in parts, one per rank, and resumes at any world
+  // size, sharded or not (edp/train/shards.h). 0: every rank holds all of it.
   int zero_stage = 0;
   // Clip the gradients' global L2 norm to this before every optimizer step (0: no clipping). It
   // runs after the allreduce, on the averaged gradients every rank holds, so every rank computes
