@@ -2,8 +2,8 @@
 # What a rescale of an elastic job is for: the job's speed over the rest of its run after the
 # change, against the same job started at the new size, in one run, pair by pair.
 #
-#   bench/rescale.sh [--reps N] [--models "cnn mlp gpt"] [--cases "grow1-2 grow2-4 shrink2-1 restart1-2"]
-#                    [--load quiet|busy] [--hosts] [--gpu] [--out FILE.jsonl]
+#   bench/rescale.sh [--reps N] [--models "cnn mlp gpt gpt-example"] [--cases "grow1-2 grow2-4 shrink2-1 restart1-2"]
+#                    [--load quiet|busy] [--hosts] [--gpu] [--zero 0|1] [--out FILE.jsonl]
 #
 # A case FROM-TO starts the job under edprun at FROM workers with its control file asking for TO
 # (so the change is asked for at its first step and the job runs the rest at TO); growN-M and
@@ -26,7 +26,11 @@
 #   --gpu         every rank on GPU 0 (--device cuda), the ranks sharing it under edprun's MPS daemon
 #                 (--ranks-per-gpu, --mps on): a spawned rank joins the running daemon and the
 #                 device communicator (the colocated one) is rebuilt for the grown job
+#   --zero 1      the optimizer state sharded over the ranks (the examples' --zero 1): an in-place change
+#                 moves it rank to rank; the table's reshard_s is that move (the rescale event's phase)
 #   --out FILE    appends one JSON line per pair to FILE
+# Models: cnn, mlp, gpt (a small GPT, 2 layers, d 128), gpt-example (gpt_text at its default size:
+# 4 layers, d 256, context 128, 3.3M parameters; 100 steps).
 # The build: scripts/build.sh's build/, or EDP_BUILD_DIR.
 # Compute threads follow the ranks on a host (no --threads), as a user runs the examples; where a
 # case has more ranks than the host has cores (grow2-4 on 2 cores), both jobs of the pair run
@@ -34,8 +38,8 @@
 # build of scripts/build.sh, python3, and for the GPT the corpus (scripts/prepare_text_corpus.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPS=5 MODELS="cnn mlp gpt" CASES="grow1-2 grow2-4 shrink2-1 restart1-2" LOAD=quiet HOSTS=0 GPU=0 OUT=""
-usage() { echo "usage: $0 [--reps N] [--models \"cnn mlp gpt\"] [--cases \"grow1-2 ...\"] [--load quiet|busy] [--hosts] [--gpu] [--out FILE]" >&2; exit 2; }
+REPS=5 MODELS="cnn mlp gpt" CASES="grow1-2 grow2-4 shrink2-1 restart1-2" LOAD=quiet HOSTS=0 GPU=0 ZERO=0 OUT=""
+usage() { echo "usage: $0 [--reps N] [--models \"cnn mlp gpt gpt-example\"] [--cases \"grow1-2 ...\"] [--load quiet|busy] [--hosts] [--gpu] [--zero 0|1] [--out FILE]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) REPS=$2; shift 2 ;;
@@ -44,11 +48,13 @@ while [ $# -gt 0 ]; do
     --load) LOAD=$2; shift 2 ;;
     --hosts) HOSTS=1; shift ;;
     --gpu) GPU=1; shift ;;
+    --zero) ZERO=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     *) usage ;;
   esac
 done
 case "$LOAD" in quiet|busy) ;; *) usage ;; esac
+case "$ZERO" in 0|1) ;; *) usage ;; esac
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || usage
 BUILD=$(cd "${EDP_BUILD_DIR:-build}" 2>/dev/null && pwd) || { echo "$0: no build directory ${EDP_BUILD_DIR:-build}: run scripts/build.sh first" >&2; exit 1; }
 EDPRUN=$BUILD/tools/edprun/edprun
@@ -78,10 +84,11 @@ model_args() {  # the program and its arguments: about 5 s of training at 2 work
     mlp) echo "$BUILD/examples/fashion_mnist_mlp --limit 30000 --epochs 20 --no-eval" ;;
     cnn) echo "$BUILD/examples/fashion_mnist_cnn --limit 10000 --epochs 4 --no-eval" ;;
     gpt) echo "$BUILD/examples/gpt_text --data $PWD/.cache/corpus --layers 2 --dim 128 --heads 4 --context 64 --batch 8 --steps 400 --no-progress --sample-tokens 0 --eval-windows 16" ;;
-    *) echo "$0: unknown model '$1' (cnn, mlp, gpt)" >&2; exit 2 ;;
+    gpt-example) echo "$BUILD/examples/gpt_text --data $PWD/.cache/corpus --batch 8 --steps 100 --no-progress --sample-tokens 0 --eval-windows 16" ;;
+    *) echo "$0: unknown model '$1' (cnn, mlp, gpt, gpt-example)" >&2; exit 2 ;;
   esac
 }
-[[ " $MODELS " == *" gpt "* ]] && [ ! -f .cache/corpus/train.tok ] && { echo "$0: the GPT needs scripts/prepare_text_corpus.sh first" >&2; exit 1; }
+[[ " $MODELS " == *" gpt"* ]] && [ ! -f .cache/corpus/train.tok ] && { echo "$0: the GPT needs scripts/prepare_text_corpus.sh first" >&2; exit 1; }
 
 # run_job DIR FROM TO HOSTFILE [VAR=VALUE...] -- MODEL ARGS: one job started at FROM whose control
 # file asks for TO, run to its end.
@@ -111,7 +118,7 @@ run_job() {
 report() {
   python3 - "$@" "$LOAD" "$OUT" <<'PY'
 import json, sys
-model, case, frm, to, a, b, scale, load, out = sys.argv[1:10]
+model, case, frm, to, a, b, scale, zero, load, out = sys.argv[1:11]
 frm, to, scale = int(frm), int(to), float(scale)
 def events(d):
     return [json.loads(l) for l in open(f"{d}/events.jsonl") if l.strip()]
@@ -130,11 +137,12 @@ s0 = rate["samples"] - rate["steps"] * rate["global_batch"]
 enb = end(eb)
 fresh = (enb["samples"] - s0) / (enb["t"] - t0)
 row = {"bench": "rescale", "model": model, "case": case, "mode": r["mode"], "from": frm, "to": to, "load": load,
+       "zero": int(zero), "reshard_s": round(r.get("phases", {}).get("reshard_s", 0), 4),
        "pause_s": round(r["pause_s"], 4), "visible_s": round(r.get("visible_s", r["pause_s"]), 4),
        "rate_after": round(after * scale, 1), "rate_fresh": round(fresh * scale, 1),
        "after_vs_fresh": round(after / fresh, 3), "threads": r.get("threads"),
        "rest_s": round(ena["t"] - r["t"], 2)}
-print(f"{model:<5} {case:<11} {r['mode']:<9} {row['pause_s']:8.3f} {row['visible_s']:9.3f} {row['rate_after']:11.0f} "
+print(f"{model:<5} {case:<11} {r['mode']:<9} {row['reshard_s']:9.4f} {row['pause_s']:8.3f} {row['visible_s']:9.3f} {row['rate_after']:11.0f} "
       f"{row['rate_fresh']:11.0f} {row['after_vs_fresh']:6.3f}  rest {row['rest_s']:.1f} s, threads {row.get('threads')}")
 if out:
     with open(out, "a") as f: f.write(json.dumps(row) + "\n")
@@ -156,12 +164,14 @@ fi
 
 DEVICE=cpu
 [ "$GPU" = 1 ] && DEVICE="gpu: $( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo none) | head -1)"
-echo "# bench/rescale.sh: $(nproc) cores, $(python3 -c 'import platform; print(platform.processor() or platform.machine())'), $DEVICE, load $LOAD, $(mpirun --version 2>/dev/null | head -1), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-printf "%-5s %-11s %-9s %8s %9s %11s %11s %6s\n" model case mode pause_s visible_s rate_after rate_fresh ratio
+echo "# bench/rescale.sh: $(nproc) cores, $(python3 -c 'import platform; print(platform.processor() or platform.machine())'), $DEVICE, load $LOAD, zero $ZERO, $(mpirun --version 2>/dev/null | head -1), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+printf "%-5s %-11s %-9s %9s %8s %9s %11s %11s %6s\n" model case mode reshard_s pause_s visible_s rate_after rate_fresh ratio
 SUMMARY=$W/summary.jsonl
 for m in $MODELS; do
   read -r -a args <<<"$(model_args "$m")"
+  [ "$ZERO" = 1 ] && args+=(--zero 1)
   scale=1; [ "$m" = gpt ] && scale=64  # tokens per window
+  [ "$m" = gpt-example ] && scale=128
   cases=$CASES
   [ "$HOSTS" = 1 ] && cases="$cases hosts1-3"
   for c in $cases; do
@@ -180,7 +190,7 @@ for m in $MODELS; do
           run_job "$W/b" "$to" "$to" "$hf" -- "${args[@]}" "${targs[@]}"
         fi
       done
-      report "$m" "$c" "$from" "$to" "$W/a" "$W/b" "$scale" | tee -a "$W/lines" | grep -v '^JSON '
+      report "$m" "$c" "$from" "$to" "$W/a" "$W/b" "$scale" "$ZERO" | tee -a "$W/lines" | grep -v '^JSON '
       grep '^JSON ' "$W/lines" | tail -n 1 | cut -c6- >> "$SUMMARY"
     done
   done
@@ -201,6 +211,7 @@ for k in keys:
     print(f"{k[0]:<5} {k[1]:<11} median {statistics.median(ratios):.3f}  ({', '.join(f'{x:.2f}' for x in ratios)})  "
           f"visible pause median {statistics.median(vis):.3f} s")
     print("JSON " + json.dumps({"bench": "rescale_summary", "model": k[0], "case": k[1], "load": rs[0]["load"],
+                                "zero": rs[0]["zero"], "median_reshard_s": statistics.median(r["reshard_s"] for r in rs),
                                 "median_after_vs_fresh": statistics.median(ratios), "ratios": ratios,
                                 "median_visible_s": statistics.median(vis)}))
 PY

@@ -42,8 +42,9 @@
 // reduction in rank order (edp's shared memory on one host) the parameters are bitwise those of
 // the unsharded run. clip_grad_norm sums the squares over the parts and the ranks.
 // gather_optimizer_state / scatter_optimizer_state move the state between the shards and opt's
-// full per-parameter tensors (a checkpoint holds those: it resumes at any world size, sharded or
-// not).
+// full per-parameter tensors (every rank then holds all of it); take_optimizer_state /
+// put_optimizer_state move this rank's part only, which ddp::reshard (edp/ddp/shard.h) carries to
+// another world size and train::write_shard (edp/train/shards.h) writes to a checkpoint.
 #pragma once
 #include <cstdint>
 #include <memory>
