@@ -409,15 +409,43 @@ Job& Controller::submit(const std::string& id, const JobSpec& spec) {
   j.spec = spec;
   j.submit_t = now_();
   const int cap = res_.limit() * (res_.gpu() ? cfg_.max_ranks_per_gpu : 1);
-  if (spec.min_workers > cap) {
+  // What the job needs in a slot's memory: the fewest workers it fits on (a sharded job's state
+  // spreads over its ranks).
+  const int fit = min_gpus_for_memory(spec.memory, cfg_.slot_memory_bytes, std::min(cap, spec.max_workers));
+  std::string raised;
+  if (fit == 0) {
     j.state = JobPhase::Failed;
-    j.error = "min_workers " + std::to_string(spec.min_workers) + " exceeds the cluster (" + std::to_string(res_.limit()) +
+    j.error = "it does not fit in slots of " + std::to_string(cfg_.slot_memory_bytes >> 20) + " MiB at up to " +
+              std::to_string(std::min(cap, spec.max_workers)) + " worker(s): " + describe(spec.memory) +
+              (spec.memory.zero_stage >= 1 ? "" : "; with zero 1 the optimizer state would be spread over the workers");
+    j.end_t = j.submit_t;
+  } else if (fit > spec.min_workers) {
+    raised = ", min_workers " + std::to_string(spec.min_workers) + " -> " + std::to_string(fit) + " (" +
+             describe(spec.memory) + " fits slots of " + std::to_string(cfg_.slot_memory_bytes >> 20) + " MiB from " +
+             std::to_string(fit) + " worker(s))";
+    j.spec.min_workers = fit;
+    j.spec.workers = std::max(j.spec.workers, fit);
+    const int64_t w = j.spec.workers;
+    int64_t b = (j.spec.batch + w - 1) / w * w;  // the start batch, split evenly over the workers
+    if (b > j.spec.max_batch) b = j.spec.batch / w * w;
+    if (b < j.spec.min_batch || b > j.spec.max_batch || b < w) {
+      j.state = JobPhase::Failed;
+      j.error = "it fits in the slots' memory from " + std::to_string(w) + " worker(s) (" + describe(spec.memory) +
+                "), but no global batch in [" + std::to_string(j.spec.min_batch) + ", " + std::to_string(j.spec.max_batch) +
+                "] splits evenly over them";
+      j.end_t = j.submit_t;
+    }
+    j.spec.batch = b;
+  }
+  if (j.state != JobPhase::Failed && j.spec.min_workers > cap) {
+    j.state = JobPhase::Failed;
+    j.error = "min_workers " + std::to_string(j.spec.min_workers) + " exceeds the cluster (" + std::to_string(res_.limit()) +
               " slot(s))";
     j.end_t = j.submit_t;
   }
   jobs_.push_back(std::move(j));
   Job& k = jobs_.back();
-  log("job " + id + " (" + spec.name + ") " + (k.state == JobPhase::Failed ? "refused: " + k.error : "queued"));
+  log("job " + id + " (" + spec.name + ") " + (k.state == JobPhase::Failed ? "refused: " + k.error : "queued" + raised));
   note("submit " + id);
   changed_ = true;
   return k;
@@ -746,6 +774,7 @@ LivePolicy Controller::live_policy() const {
   p.slots = std::max({1, res_.slots(), must_hold()});
   p.gpu_slots = res_.gpu();
   p.max_ranks_per_slot = res_.gpu() ? cfg_.max_ranks_per_gpu : 1;
+  p.slot_memory_bytes = cfg_.slot_memory_bytes;
   p.hysteresis = cfg_.hysteresis;
   p.default_pause_s = cfg_.pause_s >= 0 ? cfg_.pause_s : res_.gpu() ? 30.0 : kMeasuredCpuRescalePauseS;
   p.start_s = cfg_.start_s;

@@ -201,6 +201,7 @@ struct ControllerConfig {
   double settle_s = 30;
   int max_ranks_per_gpu = 1;
   int warmup_steps = 3;
+  int64_t slot_memory_bytes = 0;  // each slot's memory, for the jobs' memory needs (0: not limited)
 };
 
 // One line of the decision log (ROOT/decisions.jsonl) per planning round.

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "autoscale/memory_fields.h"
 #include "core/json_fields.h"
 #include "edp/autoscale/goodput.h"
 #include "edp/autoscale/plan.h"
@@ -64,7 +65,8 @@ JobSpec parse_job_spec(const std::string& text, const std::string& where) {
   const json_fields::Json doc = json_fields::parse(text, where);
   const json_fields::Fields f(doc, where);
   f.allow({"name", "command", "cwd", "env", "min_workers", "max_workers", "workers", "min_batch", "max_batch", "batch",
-           "max_worker_batch", "weight", "preemptible", "max_restarts", "samples", "grad_noise_scale", "gpu_busy"});
+           "max_worker_batch", "weight", "preemptible", "max_restarts", "samples", "grad_noise_scale", "gpu_busy",
+           "memory"});
   JobSpec s;
   s.name = f.text("name");
   if (s.name.empty() || s.name.size() > 40 ||
@@ -114,6 +116,7 @@ JobSpec parse_job_spec(const std::string& text, const std::string& where) {
   s.samples = f.integer("samples", 0, int64_t{1} << 50, 0);
   s.grad_noise_scale = f.number("grad_noise_scale", 0.0, 1e12, 0.0);
   s.gpu_busy = f.number("gpu_busy", 0.01, 1.0, 1.0);
+  if (const auto m = f.object_if("memory")) s.memory = parse_memory(*m);
   return s;
 }
 
@@ -136,6 +139,10 @@ std::string job_spec_json(const JobSpec& s) {
   if (s.samples > 0) j["samples"] = s.samples;
   if (s.grad_noise_scale > 0) j["grad_noise_scale"] = s.grad_noise_scale;
   if (s.gpu_busy != 1.0) j["gpu_busy"] = s.gpu_busy;
+  if (s.memory.given())
+    j["memory"] = {{"model_bytes", s.memory.model_bytes},
+                   {"optimizer_state_bytes", s.memory.optimizer_state_bytes},
+                   {"zero", s.memory.zero_stage}};
   return j.dump();
 }
 
@@ -335,6 +342,7 @@ std::vector<Opt> job_options(const LiveJob& j, const LivePolicy& P, const Predic
     for (int slots = 1; slots <= P.slots; ++slots) {
       const int w = slots * k;
       if (w < s.min_workers || w > cap) continue;
+      if (!fits(s.memory, P.slot_memory_bytes, slots, k)) continue;  // it does not fit the slots' memory there
       for (int64_t b0 : batches) {
         const int64_t b = b0 / w * w;  // the nearest size below that splits evenly
         if (b < s.min_batch || b > s.max_batch || b < w) continue;

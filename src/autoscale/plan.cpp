@@ -146,6 +146,8 @@ void validate(const PlanRequest& req) {
       if (!(l.explore >= 1)) bad_job(j, i, "learn.explore", "must be >= 1");
       if (!(l.fixed_share >= 0 && l.fixed_share < 1)) bad_job(j, i, "learn.fixed_share", "must be in [0, 1)");
     }
+    if (j.memory.model_bytes < 0 || j.memory.optimizer_state_bytes < 0 || j.memory.zero_stage < 0 || j.memory.zero_stage > 1)
+      bad_job(j, i, "memory", "needs model_bytes and optimizer_state_bytes >= 0 and zero 0 or 1");
     for (size_t k = 0; k < j.options.size(); ++k) {
       const Config& o = j.options[k];
       const std::string f = "options[" + std::to_string(k) + "]";
@@ -158,6 +160,11 @@ void validate(const PlanRequest& req) {
   }
 }
 
+// An option the job fits in (its current configuration always: it runs there).
+bool usable(const PlanRequest& req, const PlanJob& j, const Config& o) {
+  return fits(j.memory, req.gpu_memory_bytes, o.gpus, o.ranks_per_gpu) || is_current(j, o);
+}
+
 // The jobs that must run need at least their smallest useful option each.
 void check_must_run(const PlanRequest& req) {
   int need = 0;
@@ -166,10 +173,16 @@ void check_must_run(const PlanRequest& req) {
     const PlanJob& j = req.jobs[i];
     if (j.may_wait) continue;
     int least = std::numeric_limits<int>::max();
+    bool any = false;
     for (const Config& o : j.options)
-      if (o.samples_per_s * o.efficiency > 0) least = std::min(least, o.gpus);
+      if (o.samples_per_s * o.efficiency > 0) {
+        any = true;
+        if (usable(req, j, o)) least = std::min(least, o.gpus);
+      }
+    if (!any) bad_job(j, i, "options", "the job must run (may_wait false) but has no option with a throughput above 0");
     if (least == std::numeric_limits<int>::max())
-      bad_job(j, i, "options", "the job must run (may_wait false) but has no option with a throughput above 0");
+      bad_job(j, i, "memory", "the job must run (may_wait false) but none of its options fits in GPUs of " +
+                                  std::to_string(req.gpu_memory_bytes) + " bytes (" + describe(j.memory) + ")");
     need += least;
     who += (who.empty() ? "" : ", ") + ("'" + j.id + "' needs " + std::to_string(least));
   }
@@ -189,7 +202,7 @@ void decide_fifo(const PlanRequest& req, Plan& plan) {
       c.config = j.current;
       for (size_t k = 0; k < j.options.size(); ++k)
         if (is_current(j, j.options[k])) c.option = static_cast<int>(k), c.config = j.options[k];
-    } else if (j.own.gpus > req.gpus) {
+    } else if (j.own.gpus > req.gpus || !fits(j.memory, req.gpu_memory_bytes, j.own.gpus, j.own.ranks_per_gpu)) {
       continue;  // can never run here; must not block the queue forever
     } else if (!blocked && j.own.gpus <= free) {
       c.config = j.own;
@@ -240,6 +253,7 @@ const Plan& Planner::decide(const PlanRequest& in) {
       const double v = option_value(req, j, o);
       vals[k] = v;
       if (!(o.samples_per_s * o.efficiency > 0)) continue;  // an option without throughput is never useful
+      if (!usable(req, j, o)) continue;                    // the job does not fit in the GPUs' memory there
       if (!std::isfinite(v))
         bad_job(j, i, "options[" + std::to_string(k) + "]",
                 "its value is not a finite number (samples_per_s, efficiency, own.samples_per_s or remaining out of "
@@ -317,7 +331,9 @@ void expand_learned(PlanRequest& req) {
   for (size_t i : unseen) {
     PlanJob& j = req.jobs[i];
     const LearnSpec& l = j.learn;
-    const int g = j.current.gpus > 0 ? j.current.gpus : 1;
+    // Where it first fits (a sharded job too large for one GPU starts on several).
+    const int g = j.current.gpus > 0 ? j.current.gpus
+                                     : std::max(1, min_gpus_for_memory(j.memory, req.gpu_memory_bytes, std::max(1, req.gpus)));
     const int batch = l.fixed_batch > 0 ? l.fixed_batch : std::max(l.init_batch, g * l.min_local);
     const BatchSplit sp = split_batch(g, batch, l.max_local, l.init_batch, l.max_batch, l.accumulate_on_one_gpu);
     const int b = g * sp.atomic * (sp.accum + 1);

@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "autoscale/memory_fields.h"
 #include "core/json_fields.h"
 #include "edp/autoscale/goodput.h"
 #include "edp/autoscale/plan.h"
@@ -27,6 +28,7 @@ constexpr double kMaxRate = 1e12;   // samples/s: far above any cluster
 constexpr double kMinRate = 1e-9;   // below this a throughput is a unit mistake (or a denormal)
 constexpr double kMaxWork = 1e18;   // samples
 constexpr double kMaxPause = 1e6;   // seconds (11 days)
+constexpr int64_t kMaxBytes = int64_t{1} << 50;  // a GPU's memory: 1 PiB
 
 std::string job_where(const Json& j, size_t i) {
   std::string w = "jobs[" + std::to_string(i) + "]";
@@ -136,7 +138,7 @@ LearnSpec parse_learn(const Fields& f) {
 
 PlanJob parse_job(const Fields& j, const PlanRequest& r) {
   j.allow({"id", "weight", "may_wait", "remaining", "own", "current", "pause_s", "start_s", "rebatch_s", "efficiency",
-           "options", "learn"});
+           "options", "learn", "memory"});
   PlanJob p;
   p.id = j.text("id");
   if (p.id.empty()) j.fail("id", "must be a non-empty string");
@@ -172,6 +174,7 @@ PlanJob parse_job(const Fields& j, const PlanRequest& r) {
   p.pause_s = j.number("pause_s", 0, kMaxPause, -1);
   p.start_s = j.number("start_s", 0, kMaxPause, -1);
   p.rebatch_s = j.number("rebatch_s", 0, kMaxPause, -1);
+  if (const auto mem = j.object_if("memory")) p.memory = parse_memory(*mem);
   if (const auto l = j.object_if("learn")) {
     if (j.has("options")) j.fail("learn", "a job gives either its options or what edp learns them from, not both");
     p.learned = true;
@@ -206,7 +209,7 @@ PlanJob parse_job(const Fields& j, const PlanRequest& r) {
 PlanRequest parse_v2_header(const Json& in, const std::string& where, int gpus_override) {
   const Fields req(in, where);
   req.allow({"version", "gpus", "policy", "hysteresis", "pause_s", "start_s", "margin_s", "pause_per_gpu", "nodes",
-             "jobs"});
+             "gpu_memory_bytes", "jobs"});
   PlanRequest r;
   int64_t node_sum = -1;
   if (req.has("nodes")) {
@@ -234,6 +237,7 @@ PlanRequest parse_v2_header(const Json& in, const std::string& where, int gpus_o
   r.start_s = req.number("start_s", 0, kMaxPause, r.pause_s);
   r.margin_s = req.number("margin_s", 0, kMaxPause, 0);
   r.pause_per_gpu = req.number("pause_per_gpu", 0, 1e3, 0);
+  r.gpu_memory_bytes = req.integer("gpu_memory_bytes", 0, kMaxBytes, 0);
   (void)req.array("jobs");  // the elements come one by one (parse_v2_job)
   return r;
 }
@@ -320,6 +324,10 @@ std::string plan_request_json(const PlanRequest& r) {
     if (j.pause_s >= 0) x["pause_s"] = j.pause_s;
     if (j.start_s >= 0) x["start_s"] = j.start_s;
     if (j.rebatch_s >= 0) x["rebatch_s"] = j.rebatch_s;
+    if (j.memory.given())
+      x["memory"] = {{"model_bytes", j.memory.model_bytes},
+                     {"optimizer_state_bytes", j.memory.optimizer_state_bytes},
+                     {"zero", j.memory.zero_stage}};
     if (j.learned) {
       x["learn"] = learn_json(j.learn);
     } else {
@@ -334,6 +342,7 @@ std::string plan_request_json(const PlanRequest& r) {
   if (r.margin_s > 0) out["margin_s"] = r.margin_s;
   if (r.pause_per_gpu > 0) out["pause_per_gpu"] = r.pause_per_gpu;
   if (!r.nodes.empty()) out["nodes"] = r.nodes;
+  if (r.gpu_memory_bytes > 0) out["gpu_memory_bytes"] = r.gpu_memory_bytes;
   out["jobs"] = jobs;
   return out.dump(2) + "\n";
 }

@@ -183,6 +183,32 @@ TEST(Controller, StartsQueuedJobsAndBooksTheirSlots) {
   EXPECT_NE(big.error.find("exceeds the cluster"), std::string::npos);
 }
 
+// A spec's memory need with the slots' memory known: a sharded job that fits from 2 workers is
+// started at 2 (min_workers raised); one that fits from 3, whose batch of 64 does not split over
+// 3, and an unsharded one that fits nowhere are refused, each naming why.
+TEST(Controller, AMemoryNeedSetsTheFewestWorkers) {
+  ControllerConfig cfg;
+  cfg.slot_memory_bytes = int64_t{16} << 30;
+  Fixture f(cpu_slots(4), cfg);
+  Job& s = f.ctl->submit("s", spec(R"(, "max_workers": 4,
+      "memory": {"model_bytes": 2147483648, "optimizer_state_bytes": 25769803776, "zero": 1})"));  // 2 + 24/w GiB
+  EXPECT_EQ(s.state, JobPhase::Queued) << s.error;
+  EXPECT_EQ(s.spec.min_workers, 2);
+  EXPECT_NE(f.log.back().find("min_workers 1 -> 2"), std::string::npos) << f.log.back();
+  Job& t = f.ctl->submit("t", spec(R"(, "max_workers": 4,
+      "memory": {"model_bytes": 2147483648, "optimizer_state_bytes": 42949672960, "zero": 1})"));  // 2 + 40/w GiB
+  EXPECT_EQ(t.state, JobPhase::Failed);
+  EXPECT_NE(t.error.find("from 3 worker(s)"), std::string::npos) << t.error;
+  EXPECT_NE(t.error.find("splits evenly"), std::string::npos) << t.error;
+  Job& w = f.ctl->submit("w", spec(R"(, "max_workers": 4,
+      "memory": {"model_bytes": 2147483648, "optimizer_state_bytes": 25769803776, "zero": 0})"));
+  EXPECT_EQ(w.state, JobPhase::Failed);
+  EXPECT_NE(w.error.find("does not fit"), std::string::npos) << w.error;
+  EXPECT_TRUE(f.ctl->tick());
+  ASSERT_EQ(f.runner.starts.size(), 1u);
+  EXPECT_EQ(f.runner.starts[0].workers, 2) << "started where it fits";
+}
+
 TEST(Controller, GrowsThroughTheControlFileAndFollowsTheEvents) {
   ControllerConfig cfg;
   cfg.pause_s = 0.1;

@@ -87,6 +87,8 @@ const std::vector<cli::OptionDef>& table() {
       flag("statistical-efficiency", "progress = samples/s x statistical efficiency (Pollux)"),
       num("max-ranks-per-gpu", "1", "the most ranks one job may run on each GPU (collocation under MPS; simulate: "
                                     "k in 1, 2, 4, 8)", 1, 8, true),
+      num("slot-memory-mib", "0", "serve: each slot's memory in MiB (a GPU's); a job spec's \"memory\" then sets the "
+                                  "fewest workers it fits on (0: not limited)", 0, 1e9, true),
       num("colocation-idle", "0", "simulate: share of a rank's fixed step time (the model's a) its GPU idles; what "
                                   "collocated ranks can fill (an assumption until measured on a GPU)", 0, 1),
       flag("allocations", "simulate: also write allocations_<policy>_<gpus>.csv (every job's GPUs and batch over time)"),

@@ -498,7 +498,7 @@ int cmd_serve(int argc, char** argv) {
                "through edprun; runs until SIGTERM/SIGINT (the jobs keep running and are re-adopted).",
       {"root", "backend", "slots", "hostfile", "partition", "slurm-grow", "slurm-poll", "slurm-args", "slot-kind",
        "policy", "replan", "hysteresis", "pause", "start-cost", "rescale-timeout", "preempt-grace", "max-ranks-per-gpu",
-       "settle", "warmup-steps", "tick", "edprun", "edprun-args", "exit-when-idle", "quiet"});
+       "settle", "warmup-steps", "slot-memory-mib", "tick", "edprun", "edprun-args", "exit-when-idle", "quiet"});
   if (const int rc = parse(o, argc, argv); rc >= 0) return rc;
   if (o.str("root").empty()) throw DataError("--root DIR is needed");
   ServeOptions s;
@@ -520,6 +520,7 @@ int cmd_serve(int argc, char** argv) {
   c.preempt_grace_s = o.f64("preempt-grace");
   c.max_ranks_per_gpu = static_cast<int>(o.i64("max-ranks-per-gpu"));
   c.warmup_steps = static_cast<int>(o.i64("warmup-steps"));
+  c.slot_memory_bytes = o.i64("slot-memory-mib") << 20;
   c.settle_s = o.f64("settle");
   s.tick_s = o.f64("tick");
   s.hostfile = o.str("hostfile");

@@ -36,6 +36,10 @@ struct JobSpec {
   int64_t samples = 0;               // optional: samples the whole training takes (before it reports)
   double grad_noise_scale = 0;       // optional: B_noise for the goodput policy's efficiency
   double gpu_busy = 1.0;             // GPU slots: fraction of a step one rank keeps its GPU busy (collocation model)
+  // Optional: what each rank needs in its slot's memory (edp/autoscale/memory.h). With the slots'
+  // memory known (edp-autoscale serve --slot-memory-mib), a sharded job's min_workers rises to the
+  // fewest workers it fits on, and no size it does not fit is chosen.
+  MemoryNeed memory;
 };
 
 // Parses and validates a spec; throws edp::DataError "<where>: field 'x': ..." naming the field.
@@ -79,6 +83,7 @@ struct LivePolicy {
   int slots = 0;
   bool gpu_slots = false;        // GPUs: options with several ranks per slot (MPS)
   int max_ranks_per_slot = 1;    // GPU slots: 1, 2, 4 ... up to this
+  int64_t slot_memory_bytes = 0;  // each slot's memory (0: not limited; JobSpec::memory unused)
   double hysteresis = 0.15;      // an option other than the current one must be worth this much more
   double default_pause_s = 0.8;  // rescale cost before a job measured its own
   double start_s = 3.0;          // cost of starting a job (process start, data load)

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "edp/autoscale/memory.h"
 #include "edp/autoscale/online.h"
 #include "edp/autoscale/optimizer.h"
 
@@ -62,6 +63,9 @@ struct PlanJob {
   // (given): the job rebatches in place for free, and such a change is no change (no hysteresis).
   double rebatch_s = -1;
   std::vector<int> current_nodes;  // node index of each of its current GPUs (requests with nodes)
+  // What it needs in each GPU's memory (edp/autoscale/memory.h): options it does not fit in
+  // (PlanRequest::gpu_memory_bytes) are never chosen, but for the one it runs in now.
+  MemoryNeed memory;
   std::vector<Config> options;
   // A job whose options edp builds itself from what the job reported (online.h): one per GPU count
   // that packs onto the request's nodes, each at the batch with the best predicted goodput.
@@ -84,6 +88,7 @@ struct PlanRequest {
   // GPUs per node; empty: one pool. With nodes the decision also places every job (Plan::nodes),
   // and learned jobs' GPU counts pack onto them (1..node size, then whole nodes).
   std::vector<int> nodes;
+  int64_t gpu_memory_bytes = 0;  // each GPU's memory (0: not limited; the jobs' MemoryNeed is then unused)
   std::vector<PlanJob> jobs;
 };
 
