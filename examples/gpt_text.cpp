@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
       .add("warmup-steps", "50", "linear LR warmup steps, then cosine decay to 0 at the end of the last epoch")
       .add("max-micro-batch", "0", "the most windows per forward/backward on a rank; a larger per-rank batch is accumulated in micro-batches (0: no limit)").int_range(0, 1 << 30).run_setting()
       .add("clip", "1.0", "clip the gradients' global norm to this (0: no clipping)")
-      .add("zero", "0", "1: the optimizer state sharded over the ranks (ZeRO stage 1, CPU); 0: every rank holds it all")
+      .add("zero", "0", "1: the optimizer state sharded over the ranks (ZeRO stage 1); 0: every rank holds it all")
       .int_range(0, 1)
       .run_setting()
       .add("threads", std::to_string(default_threads), "CPU threads per rank")

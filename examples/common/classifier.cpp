@@ -235,7 +235,7 @@ int run_classifier(int argc, char** argv, const ClassifierSpec& spec) {
       .add("limit", "0", "use only the first N training samples (0 = all)")
       .add("workers", "1", "data-loader threads per rank")
       .add("bucket-cap-mb", knobs::find("EDP_BUCKET_CAP_MB").def, "DDP gradient bucket cap in MiB").run_setting()
-      .add("zero", "0", "1: the optimizer state sharded over the ranks (ZeRO stage 1, CPU); 0: every rank holds it all")
+      .add("zero", "0", "1: the optimizer state sharded over the ranks (ZeRO stage 1); 0: every rank holds it all")
       .int_range(0, 1)
       .run_setting()
       .add("device", "auto", "auto (cuda when a GPU is visible, else cpu), cpu, cuda or cuda:N")

@@ -82,7 +82,15 @@ void Request::wait() {
 
 void Communicator::reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
   EDP_CHECK(count >= 0, "comm::reduce_scatter: negative element count ", count);
-  EDP_CHECK(!device_buffers(), "comm::reduce_scatter is not implemented on the '", backend(), "' communicator");
+  const size_t block_bytes = static_cast<size_t>(count) * dtype_size(dtype);
+  if (device_buffers()) {
+    // Device memory: only in place (recv is this rank's block of send, whose other blocks may be
+    // overwritten): the whole buffer allreduced in place leaves the reduced block where it belongs.
+    EDP_CHECK(recv == static_cast<const char*>(send) + block_bytes * static_cast<size_t>(rank()),
+              "comm::reduce_scatter on the '", backend(), "' communicator: only in place (recv: this rank's block of send)");
+    allreduce(send, const_cast<void*>(send), count * size(), dtype, op);
+    return;
+  }
   const size_t es = dtype_size(dtype), block = static_cast<size_t>(count) * es;
   std::vector<char> all(block * static_cast<size_t>(size()));
   allreduce(send, all.data(), count * size(), dtype, op);

@@ -68,9 +68,6 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
             "colocated one (comm::make_colocated_communicator(world))");
   EDP_CHECK(opt_.zero_stage == 0 || opt_.zero_stage == 1, "DistributedDataParallel: zero_stage ", opt_.zero_stage,
             " is not supported (0: unsharded, 1: the optimizer state sharded over the ranks)");
-  EDP_CHECK(opt_.zero_stage == 0 || params_[0]->value.device().is_cpu(),
-            "DistributedDataParallel: zero_stage 1 shards optimizer state in host memory; the parameters are on ",
-            params_[0]->value.device().str(), " (train GPU models unsharded for now)");
   zero_ = opt_.zero_stage == 1 && comm_.size() > 1;
   check_same_parameters();
   // Identical replicas from the start: rank 0's values win.
@@ -203,6 +200,19 @@ void DistributedDataParallel::on_grad_ready(size_t k) {
     if (++b.ready == b.slots.size()) launch_ready_buckets();
     return;
   }
+  if (zero_ && b.buffer.device().is_cuda()) {  // sharded on the GPU: run by run into the rank blocks
+    const Tensor g = s.param->grad.flatten();
+    const int64_t n = g.numel();
+    for (int64_t i = 0; i < n;) {
+      const int64_t flat = s.offset + i, len = std::min(n - i, b.part - flat % b.part);
+      Tensor d = b.buffer.narrow(at(b, flat), len);
+      d.copy_from(g.narrow(i, len));
+      ops::scale_(d, step_weight_);
+      i += len;
+    }
+    if (++b.ready == b.slots.size()) launch_ready_buckets();
+    return;
+  }
   ops::cpu::dispatch_float(b.buffer.dtype(), "ddp copy-in", [&](auto tag) {
     using T = decltype(tag);
     const T* g = s.param->grad.data<T>();
@@ -230,8 +240,10 @@ void DistributedDataParallel::launch_ready_buckets() {
     Bucket& b = *buckets_[next_launch_];
     const int64_t n = b.buffer.numel();
     if (b.buffer.device().is_cuda()) {
-      Tensor check = b.buffer.narrow(n - 1, 1);
-      check.fill(static_cast<double>(next_launch_ + 1));
+      for (int64_t r = 0; r < (zero_ ? comm_.size() : 1); ++r) {  // each rank block's last element, or the buffer's
+        Tensor check = b.buffer.narrow(zero_ ? r * (b.part + 1) + b.part : n - 1, 1);
+        check.fill(static_cast<double>(next_launch_ + 1));
+      }
     } else {
       ops::cpu::dispatch_float(b.buffer.dtype(), "ddp order check", [&](auto tag) {
         using T = decltype(tag);
@@ -259,7 +271,10 @@ void DistributedDataParallel::launch_ready_buckets() {
                 " is in host memory but the communicator is stream-ordered (GPU)");
       {
         comm::StallLabel label("ddp bucket " + std::to_string(index + 1) + "/" + std::to_string(buckets_.size()));
-        b.request = comm_.iallreduce(buf, buf, n, dt, comm::ReduceOp::Sum);
+        if (shard)  // stream-ordered too: the reduced block is ready for what the stream runs next
+          comm_.reduce_scatter(buf, shard, block, dt, comm::ReduceOp::Sum);
+        else
+          b.request = comm_.iallreduce(buf, buf, n, dt, comm::ReduceOp::Sum);
       }
       if (Timeline::get().enabled()) {
         auto& tl = Timeline::get();
@@ -361,12 +376,14 @@ void DistributedDataParallel::finish() {
     const int64_t n = b.buffer.numel();
     if (b.buffer.device().is_cuda()) {
       // One small read per bucket (synchronises with the reduction); then copies on the stream.
-      const double got = b.buffer.narrow(n - 1, 1).to(Device::cpu()).item(0);
+      // Sharded, this rank's reduced block stays in b.shard for step().
+      const Tensor check = zero_ ? b.shard.narrow(b.part, 1) : b.buffer.narrow(n - 1, 1);
+      const double got = check.to(Device::cpu()).item(0);
       if (got != world * static_cast<double>(bi + 1))
         throw Error("DistributedDataParallel: ranks launched buckets in different orders (bucket " +
                     std::to_string(bi) + " met another rank's bucket); the models or the " +
                     "backward passes differ between ranks");
-      for (size_t k : b.slots) {
+      for (size_t k : zero_ ? std::vector<size_t>{} : b.slots) {
         const Slot& s = slots_[k];
         s.param->grad.copy_from(b.buffer.narrow(s.offset, s.param->grad.numel()).reshape(s.param->grad.shape()));
       }
@@ -471,6 +488,19 @@ void DistributedDataParallel::allgather_parameters() {
   const int me = comm_.rank();
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = *buckets_[bi];
+    if (b.buffer.device().is_cuda()) {  // the same through device copies (stream-ordered)
+      for_each_run(bi, me, [&](size_t slot, int64_t po, int64_t pa, int64_t len) {
+        b.shard.narrow(pa, len).copy_from(params_[slot]->value.flatten().narrow(po, len));
+      });
+      comm_.allgather(b.shard.raw(), b.buffer.raw(), b.part + 1, b.buffer.dtype());
+      for (int r = 0; r < comm_.size(); ++r)
+        if (r != me)
+          for_each_run(bi, r, [&](size_t slot, int64_t po, int64_t pa, int64_t len) {
+            Tensor dst = params_[slot]->value.flatten().narrow(po, len);
+            dst.copy_from(b.buffer.narrow(r * (b.part + 1) + pa, len));
+          });
+      continue;
+    }
     ops::cpu::dispatch_float(b.buffer.dtype(), "ddp parameter allgather", [&](auto tag) {
       using T = decltype(tag);
       T* send = b.shard.data<T>();  // its reduced gradients are used: the parts' new values go out in it
@@ -531,8 +561,9 @@ void DistributedDataParallel::gather_optimizer_state(optim::Optimizer& opt) {
     const Bucket& b = *buckets_[bi];
     size_t count = 0;
     while (first + count < segments_.size() && segments_[first + count].bucket == static_cast<int>(bi)) ++count;
-    Tensor send = Tensor::zeros({b.part + 1}, b.buffer.dtype(), Device::cpu());
-    Tensor all({comm_.size() * (b.part + 1)}, b.buffer.dtype(), Device::cpu());
+    // On the buckets' device (a GPU communicator reduces device memory); the state's copies go across.
+    Tensor send = Tensor::zeros({b.part + 1}, b.buffer.dtype(), b.buffer.device());
+    Tensor all({comm_.size() * (b.part + 1)}, b.buffer.dtype(), b.buffer.device());
     for (size_t q = 0; q < nq; ++q) {
       for (size_t i = first; i < first + count; ++i) {
         const Segment& g = segments_[i];
@@ -579,7 +610,7 @@ StateShard DistributedDataParallel::optimizer_state_part(optim::Optimizer& opt) 
     if (shard_opt_->has_state()) {
       const std::vector<Tensor*> st = shard_opt_->state();
       s.per_run = static_cast<int>(state_per_param(st, segments_.size(), "optimizer_state_part"));
-      for (Tensor* t : st) s.data.push_back(*t);
+      for (Tensor* t : st) s.data.push_back(t->device().is_cpu() ? *t : t->to(Device::cpu()));  // parts travel in host memory
       s.fresh = false;
     }
   } else if (!zero_ && opt.has_state()) {
@@ -587,8 +618,10 @@ StateShard DistributedDataParallel::optimizer_state_part(optim::Optimizer& opt) 
     const std::vector<Tensor*> st = opt.state();
     s.per_run = static_cast<int>(state_per_param(st, params_.size(), "optimizer_state_part"));
     for (const ShardRun& r : s.runs)
-      for (int q = 0; q < s.per_run; ++q)
-        s.data.push_back(st[r.param * static_cast<size_t>(s.per_run) + static_cast<size_t>(q)]->flatten());
+      for (int q = 0; q < s.per_run; ++q) {
+        const Tensor t = st[r.param * static_cast<size_t>(s.per_run) + static_cast<size_t>(q)]->flatten();
+        s.data.push_back(t.device().is_cpu() ? t : t.to(Device::cpu()));
+      }
     s.fresh = false;
   }
   return s;

@@ -4,7 +4,8 @@
 // local_rank % devices: when more ranks than GPUs are on a host (the single-GPU test machine,
 // np 2 and 4) they share a GPU and the gradients go through the colocated communicator
 // (edprun --ranks-per-gpu), otherwise through NCCL, whose buckets DDP enqueues from the
-// backward thread (stream-ordered path). Checked after every step:
+// backward thread (stream-ordered path); unsharded and with the optimizer state sharded (zero 1).
+// Checked after every step:
 //  - the replicas are bitwise identical across ranks;
 //  - they match the CPU replica within 1e-4: TF32 is off, so GPU and CPU differ only in the
 //    order of float32 sums (GEMM blocking, reduction trees, the bucketed allreduce), ~1e-6
@@ -56,10 +57,10 @@ std::vector<Tensor> host_params(nn::Module& m) {
   return out;
 }
 
-}  // namespace
-
-TEST(DdpGpu, MatchesOneCpuProcessAndKeepsReplicasIdentical) {
-  if (!cuda::available()) GTEST_SKIP() << cuda::unavailable_reason();
+// zero 1: the optimizer state sharded over the ranks (each bucket reduce-scattered, this rank's
+// parts updated, the parameters allgathered on the device): the same replicas and the same
+// tolerance against the CPU replica (the update of an element is the unsharded one).
+void matches_one_cpu_process(int zero) {
   comm::Communicator& world = comm::world();
   const int W = world.size(), r = world.rank();
   const int ndev = cuda::device_count();
@@ -79,8 +80,10 @@ TEST(DdpGpu, MatchesOneCpuProcessAndKeepsReplicasIdentical) {
   auto ref = mlp();
   ref->set_input_grad(false);
   // Small buckets so that several are in flight during backward.
-  ddp::DistributedDataParallel dmodel(model, *c, {.bucket_cap_bytes = 8 << 10, .first_bucket_bytes = 4 << 10});
+  ddp::DistributedDataParallel dmodel(model, *c,
+                                     {.bucket_cap_bytes = 8 << 10, .first_bucket_bytes = 4 << 10, .zero_stage = zero});
   EXPECT_GE(dmodel.buckets().size(), 2u);
+  EXPECT_EQ(dmodel.sharded(), zero == 1 && W > 1);
   optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
   optim::SGD ref_opt(ref->parameters(), {.lr = 0.1, .momentum = 0.9});
   nn::SoftmaxCrossEntropy ce, ref_ce;
@@ -93,7 +96,7 @@ TEST(DdpGpu, MatchesOneCpuProcessAndKeepsReplicasIdentical) {
     const Tensor yl = y.narrow(r * b, b).clone().to(Device::cuda(dev));
     ce.forward(dmodel.forward(xl), yl);
     dmodel.backward(ce.backward());
-    opt.step();
+    dmodel.step(opt);  // opt.step() unless sharded
     ref_opt.zero_grad();
     ref_ce.forward(ref->forward(x), y);
     ref->backward(ref_ce.backward());
@@ -113,6 +116,27 @@ TEST(DdpGpu, MatchesOneCpuProcessAndKeepsReplicasIdentical) {
       for (int64_t i = 0; i < words; ++i)
         diff = std::max(diff, std::abs(static_cast<double>(got[k].data<float>()[i]) - want[k].data<float>()[i]));
     }
-    EXPECT_LE(diff, 1e-4) << "step " << s << " on " << W << " rank(s), " << c->backend();
+    EXPECT_LE(diff, 1e-4) << "step " << s << " on " << W << " rank(s), " << c->backend() << ", zero " << zero;
   }
+  if (zero == 1 && W > 1) {  // each rank holds its part of the momentum: the parts make the whole
+    const int64_t mine = dmodel.optimizer_state_bytes(opt);
+    int64_t full = 0;
+    for (nn::Parameter* p : model->parameters()) full += static_cast<int64_t>(p->value.nbytes());
+    EXPECT_EQ(world.allreduce_value<int64_t>(mine, comm::ReduceOp::Sum), full);
+    // Taken to host memory and put back: the next step goes on from it.
+    dmodel.put_optimizer_state(dmodel.take_optimizer_state(opt), opt);
+    EXPECT_EQ(dmodel.optimizer_state_bytes(opt), mine);
+  }
+}
+
+}  // namespace
+
+TEST(DdpGpu, MatchesOneCpuProcessAndKeepsReplicasIdentical) {
+  if (!cuda::available()) GTEST_SKIP() << cuda::unavailable_reason();
+  matches_one_cpu_process(0);
+}
+
+TEST(DdpGpu, ShardedMatchesOneCpuProcessAndKeepsReplicasIdentical) {
+  if (!cuda::available()) GTEST_SKIP() << cuda::unavailable_reason();
+  matches_one_cpu_process(1);
 }

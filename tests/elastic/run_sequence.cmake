@@ -43,7 +43,8 @@
 #            checkpoint and ends at the new size.
 #   gpu      the inplace sequence with every rank on the GPU (--device cuda; ranks share it: the
 #            colocated communicator, rebuilt after each change): coverage, replicas checked, and
-#            test accuracy within 1 point of the same sequence on the CPU. Skipped without a GPU.
+#            test accuracy within 1 point of the same sequence on the CPU; the same sharded
+#            (--zero 1: the parts moved at each change). Skipped without a GPU.
 # Variables: MODE, MPIEXEC, EDPRUN, EXE, WORK.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -217,6 +218,13 @@ elseif(MODE STREQUAL "gpu")
     "\"workers\": 3, \"global_batch\": 96")
   run(c ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --plan ${plan} --record ${WORK}/c)
   within_one_point("${g}" "${c}" "the sequence on the GPU vs the same on the CPU")
+  # Sharded on the GPU: the parts move between the ranks (through host memory) at every change.
+  file(MAKE_DIRECTORY ${WORK}/gz)
+  run(gz ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --device cuda --zero 1 --plan ${plan}
+    --record ${WORK}/gz)
+  expect("${gz}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(6 processes\\)"
+    "\"workers\": 3, \"global_batch\": 96")
+  within_one_point("${gz}" "${c}" "the sequence on the GPU, sharded, vs unsharded on the CPU")
 elseif(MODE STREQUAL "background")
   file(MAKE_DIRECTORY ${WORK}/a ${WORK}/b)
   run(a ${MPIEXEC} --oversubscribe -np 2 -x EDP_EVENTS_FILE=${WORK}/a/events.jsonl ${EXE} --plan 5:4,35:1,40:3

@@ -131,8 +131,9 @@ class Communicator {
   // over every rank. In place when recv is this rank's own block of send (send's other blocks are
   // then left undefined); recv must not overlap send otherwise. The reduction of block r is exactly the allreduce's
   // on that block where the backend reduces in rank order (the MPI backend on one host, the self
-  // backend). The default allreduces a host copy and keeps this rank's block; the MPI backend
-  // reduces each block once, on its own rank.
+  // backend). The default allreduces a host copy and keeps this rank's block (device buffers: in
+  // place only, the whole buffer allreduced in place); the MPI and NCCL backends reduce each block
+  // once, on its own rank.
   virtual void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op);
   // Personalised exchange (host buffers): this rank sends send_counts[r] elements to rank r, the
   // blocks lying one after another in `send` in rank order, and receives recv_counts[r] elements

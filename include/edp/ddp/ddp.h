@@ -30,7 +30,7 @@
 // no_sync(): inside its scope backward only accumulates local gradients (gradient
 // accumulation); the first backward after it averages the accumulated sum.
 //
-// Sharded (DDPOptions::zero_stage = 1, ZeRO stage 1; parameters in host memory, 2 ranks or more):
+// Sharded (DDPOptions::zero_stage = 1, ZeRO stage 1; 2 ranks or more; host or GPU memory):
 // each bucket is cut into one part per rank (ceil(numel / ranks) elements; the last part padded),
 // rank r owning part r of every bucket. A ready bucket is reduce-scattered instead of allreduced,
 // so rank r receives the averaged gradient of its parts only, and the parameters' own grads keep

@@ -128,8 +128,8 @@ struct JobOptions {
   std::string rescale_mode;      // "auto", "in-place", "restart"; empty: EDP_RESCALE_MODE
   Device device = Device::cpu();
   int64_t bucket_cap_bytes = 0;   // DistributedDataParallel's cap (0: EDP_BUCKET_CAP_MB)
-  // 1: the optimizer state sharded over the ranks (DistributedDataParallel's ZeRO stage 1; the
-  // CPU). A change of size in place moves each rank's part straight to its new owners
+  // 1: the optimizer state sharded over the ranks (DistributedDataParallel's ZeRO stage 1; host
+  // or GPU memory). A change of size in place moves each rank's part straight to its new owners
   // (ddp::reshard); a checkpoint is written in parts, one per rank, and resumes at any world
   // size, sharded or not (edp/train/shards.h). 0: every rank holds all of it.
   int zero_stage = 0;
