@@ -10,6 +10,7 @@
 //   edp/autoscale/cluster_sim.h  the autoscaler's optimizer, policies, simulators, throughput
 //   edp/autoscale/goodput.h      model and live planning (the edp-autoscale tool and programs that
 //   edp/autoscale/live.h         plan clusters)
+//   edp/autoscale/memory.h
 //   edp/autoscale/online.h
 //   edp/autoscale/optimizer.h
 //   edp/autoscale/plan.h

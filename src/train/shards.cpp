@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "edp/core/error.h"
@@ -75,12 +76,40 @@ std::map<std::string, std::string> write_shard(comm::Communicator& comm, const s
                                part.data[i * static_cast<size_t>(part.per_run) + static_cast<size_t>(q)]);
     }
   }
-  const std::vector<char> bytes = encode_checkpoint(s);
-  files::write_atomic(shard_path(checkpoint, me, w), std::string_view(bytes.data(), bytes.size()));
+  // A rank that cannot write its part (a full disk) says so to all: every rank fails alike.
+  std::vector<char> bytes;
+  std::string why;
+  try {
+    bytes = encode_checkpoint(s);
+    files::write_atomic(shard_path(checkpoint, me, w), std::string_view(bytes.data(), bytes.size()));
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
   // Every part's size and checksum, for the manifest (and the parts are all written once this returns).
-  const int64_t mine[2] = {static_cast<int64_t>(bytes.size()), static_cast<int64_t>(files::crc32(bytes.data(), bytes.size()))};
-  std::vector<int64_t> all(2 * static_cast<size_t>(w));
-  comm.allgather(mine, all.data(), 2, DType::I64);
+  const int64_t mine[3] = {static_cast<int64_t>(bytes.size()), static_cast<int64_t>(files::crc32(bytes.data(), bytes.size())),
+                           why.empty() ? 1 : 0};
+  std::vector<int64_t> all(3 * static_cast<size_t>(w));
+  comm.allgather(mine, all.data(), 3, DType::I64);
+  std::string failed;
+  for (int r = 0; r < w; ++r)
+    if (all[3 * static_cast<size_t>(r) + 2] == 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  if (!failed.empty())
+    throw Error(checkpoint + ": rank(s) " + failed + " could not write their part of the optimizer state" +
+                (why.empty() ? "" : " (this rank: " + why + ")") + "; the checkpoints before it are kept");
+  // Rank 0, which writes the checkpoint and reads the directory on resume, must see every part: a
+  // directory that is not shared (node-local disks behind one path) would lose them.
+  int64_t unseen = -1;
+  if (me == 0)
+    for (int r = 0; r < w && unseen < 0; ++r) {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(shard_path(checkpoint, r, w), ec);
+      if (ec || static_cast<int64_t>(size) != all[3 * static_cast<size_t>(r)]) unseen = r;
+    }
+  comm.broadcast(&unseen, 1, DType::I64, 0);
+  if (unseen >= 0)
+    throw Error(checkpoint + ": rank 0 does not see the part rank " + std::to_string(unseen) + " wrote (" +
+                shard_path(checkpoint, static_cast<int>(unseen), w) +
+                "): a sharded checkpoint needs a checkpoint directory every rank shares (the same file system)");
   std::map<std::string, std::string> m;
   m["optim.state"] = "sharded";
   m["optim.shards"] = std::to_string(w);
@@ -89,8 +118,8 @@ std::map<std::string, std::string> write_shard(comm::Communicator& comm, const s
   m["optim.dtype"] = dtype_name(part.dtype);
   for (int r = 0; r < w; ++r) {
     const std::string k = "optim.shard." + std::to_string(r);
-    m[k + ".bytes"] = std::to_string(all[2 * static_cast<size_t>(r)]);
-    m[k + ".crc"] = std::to_string(all[2 * static_cast<size_t>(r) + 1]);
+    m[k + ".bytes"] = std::to_string(all[3 * static_cast<size_t>(r)]);
+    m[k + ".crc"] = std::to_string(all[3 * static_cast<size_t>(r) + 1]);
     m[k + ".runs"] = format_runs(layout.runs(w, r));
   }
   return m;

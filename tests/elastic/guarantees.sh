@@ -12,7 +12,8 @@
 #   lock          a second job on a running job's checkpoint directory is refused naming it; after
 #                 the first is SIGKILLed, a third takes the stale lock over and resumes
 #   node_local    rank 1 sees other files behind the same checkpoint path (a private mount): refused
-#                 at start naming both ranks' newest checkpoints, instead of hanging
+#                 at start naming both ranks' newest checkpoints, instead of hanging; sharded
+#                 (--zero 1), the first commit fails naming the part rank 0 cannot see
 #   failed_spawn  under plain mpirun, a grow beyond mpirun's slots without a checkpoint directory:
 #                 3 attempts, then given up with a message; the job and mpirun end (rc 0)
 #   complete      a finished job started again says so and reports its model's test accuracy
@@ -92,6 +93,18 @@ node_local)
   [ $rc = 0 ] && fail "the job ran"
   grep -q "newest checkpoint in the checkpoint directory: 'ckpt-000000000005.edp, step 5, digest [0-9a-f]*' on rank 0; 'none' on rank 1" b.err ||
     fail "the error does not name what each rank found"
+  # Sharded (--zero 1), every rank writes its part: rank 0 must see rank 1's, else the first commit
+  # fails naming the part (its checkpoint would be unreadable on resume), not later, not silently.
+  mkdir -p ck2 other2
+  timeout 120 mpirun --oversubscribe -np 1 "$MLP" --limit 640 --epochs 1 --no-eval --zero 1 --checkpoint-dir "$WORK/ck2" \
+    --checkpoint-every 5 : -np 1 unshare -m sh -c "mount --bind '$WORK/other2' '$WORK/ck2' && exec '$MLP' --limit 640 \
+    --epochs 1 --no-eval --zero 1 --checkpoint-dir '$WORK/ck2' --checkpoint-every 5" > c.out 2> c.err
+  rc=$?
+  [ $rc = 124 ] && fail "the sharded job hung"
+  [ $rc = 0 ] && fail "the sharded job ran with parts rank 0 cannot see"
+  grep -q "rank 0 does not see the part rank 1 wrote .*shard-1-of-2.*needs a checkpoint directory every rank shares" c.err ||
+    fail "the error does not name the part rank 0 cannot see"
+  ls ck2 | grep -q '^ckpt-[0-9]*\.edp$' && fail "a checkpoint was written without its parts"
   ;;
 failed_spawn)
   slots=$(mpirun -np 1 printenv OMPI_UNIVERSE_SIZE) || fail "mpirun"

@@ -30,7 +30,7 @@ struct ShardRun {
   size_t param = 0;
   int64_t offset = 0;
   int64_t length = 0;
-  bool operator==(const ShardRun&) const = default;
+  bool operator==(const ShardRun& o) const { return param == o.param && offset == o.offset && length == o.length; }
 };
 
 // DistributedDataParallel's gradient buckets: each a list of parameter indices (in backward

@@ -39,7 +39,8 @@ bool is_sharded(const Checkpoint& c);
 
 // Writes this rank's part of the checkpoint that will be written at `checkpoint` (collective over
 // `comm`, whose ranks are the parts' owners: part.world == comm.size()). Returns, on every rank,
-// the manifest entries to add to the checkpoint's metadata.
+// the manifest entries to add to the checkpoint's metadata. Every rank throws alike when a rank
+// could not write its part, or when rank 0 does not see every part (a directory not shared).
 std::map<std::string, std::string> write_shard(comm::Communicator& comm, const std::string& checkpoint,
                                                const ddp::StateShard& part, const std::vector<nn::Parameter*>& params,
                                                const ddp::ShardLayout& layout);
