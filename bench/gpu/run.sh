@@ -25,7 +25,7 @@
 # (the packages of scripts/setup.sh) and carry the .gpu-deps folder it writes (it holds Open MPI as
 # a relocatable wheel and the Fashion-MNIST files too). cuDNN and NCCL are taken from the CUDA
 # toolkit, else from the Python wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13) if present.
-# EDP_GPU_STAGES (comma-separated; default all: tests,bench,accuracy,colocated,resnet18,gpt,gptprof,
+# EDP_GPU_STAGES (comma-separated; default all: tests,bench,accuracy,colocated,resnet18,gpt,zero,gptprof,
 # elastic,sanitizer,collocation) picks the stages after the build, e.g. to finish on a warm machine what a first
 # call's budget cut.
 #   bench/gpu/run.sh [--quick] [--skip-tests] [--skip-bench] [--build-only]
@@ -45,7 +45,7 @@ for a in "$@"; do
     *) echo "usage: $0 [--quick] [--skip-tests] [--skip-bench] [--build-only]" >&2; exit 2 ;;
   esac
 done
-STAGES=${EDP_GPU_STAGES:-tests,bench,accuracy,colocated,resnet18,gpt,gptprof,elastic,sanitizer,collocation}
+STAGES=${EDP_GPU_STAGES:-tests,bench,accuracy,colocated,resnet18,gpt,zero,gptprof,elastic,sanitizer,collocation}
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 LOGS=$(mktemp -d /tmp/edp-gpu-logs.XXXXXX)
 mkdir -p "$OUT"
@@ -58,7 +58,7 @@ say() { echo "[$(( SECONDS - START ))s] $*" | tee -a "$OUT/run.log"; }
 STATUS_CONFIGURE=skipped STATUS_BUILD=skipped STATUS_TESTS=skipped STATUS_BENCH=skipped STATUS_TORCH=skipped
 STATUS_RESNET=skipped STATUS_RESNET_TORCH=skipped STATUS_ACCURACY=skipped STATUS_SANITIZER=skipped
 STATUS_COLOCATED=skipped STATUS_COLLOCATION=skipped STATUS_GPT=skipped STATUS_ELASTIC=skipped STATUS_GPTPROF=skipped
-STATUS_RESCALE=skipped
+STATUS_RESCALE=skipped STATUS_ZERO=skipped
 # run_stage LOG WANT CMD...: runs CMD under stage_timeout WANT, stdout+stderr to LOG; prints ok,
 # timeout (it ran out of its share of the budget) or failed.
 run_stage() {
@@ -249,6 +249,21 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
     STATUS_GPT=ok; [ "$(grep -c '^{' "$LOGS/gpt.jsonl")" = 4 ] || STATUS_GPT=failed
     cat "$LOGS/gpt.jsonl" | tee -a "$OUT/run.log"
   fi
+  # ZeRO stage 1 on the GPU (what tests/ddp/test_ddp_gpu.cpp checks for correctness): the GPT at
+  # 2 ranks sharing the GPU under edprun's MPS daemon (the colocated communicator), the optimizer
+  # state sharded and not, 50 steps each: tokens/s of each.
+  if [ "$(left)" -gt 90 ] && want zero && [ -s .cache/corpus/train.tok ]; then
+    say "ZeRO on the GPU: the GPT at 2 ranks sharing it, --zero 0 and 1"
+    : > "$LOGS/zero.jsonl"
+    for z in 0 1; do
+      run_stage "$LOGS/zero_$z.txt" 90 "$BUILD/tools/edprun/edprun" --allow-run-as-root --oversubscribe -np 2 \
+        --ranks-per-gpu 2 --gpus 0 --mps on -- "$BUILD/examples/gpt_text" --device cuda --layers 6 --dim 512 --heads 8 \
+        --context 256 --batch 16 --steps 50 --zero "$z" --no-progress --sample-tokens 0 > /dev/null
+      grep '^{' "$LOGS/zero_$z.txt" | tail -n 1 | sed "s/^{/{\"zero\": $z, /" >> "$LOGS/zero.jsonl"
+    done
+    STATUS_ZERO=ok; [ "$(grep -c '^{' "$LOGS/zero.jsonl")" = 2 ] || STATUS_ZERO=failed
+    cat "$LOGS/zero.jsonl" | tee -a "$OUT/run.log"
+  fi
   # Where a GPT step's GPU time goes, edp against PyTorch: Nsight Compute's duration of every
   # kernel of a 3-step run of each (bench/gpu/kernel_profile.py: per kernel and group, per step;
   # caches left alone between kernels, as in training). Set against the step times of the stage
@@ -310,11 +325,11 @@ fi
 # ---- results -------------------------------------------------------------------------------------------
 python3 - "$LOGS" "$OUT" "$STATUS_CONFIGURE" "$STATUS_BUILD" "$STATUS_TESTS" "$STATUS_BENCH" "$STATUS_TORCH" \
   "$STATUS_RESNET" "$STATUS_RESNET_TORCH" "$STATUS_ACCURACY" "$STATUS_SANITIZER" "$STATUS_COLOCATED" \
-  "$STATUS_COLLOCATION" "$STATUS_GPT" "$STATUS_ELASTIC" "$STATUS_GPTPROF" "$STATUS_RESCALE" <<'PY'
+  "$STATUS_COLLOCATION" "$STATUS_GPT" "$STATUS_ELASTIC" "$STATUS_GPTPROF" "$STATUS_RESCALE" "$STATUS_ZERO" <<'PY'
 import json, os, sys
 logs, out = sys.argv[1], sys.argv[2]
 st = dict(zip(["configure", "build", "tests", "bench", "pytorch", "resnet18_bench", "resnet18_pytorch",
-              "accuracy", "sanitizer", "colocated", "collocation", "gpt", "elastic", "gptprof", "rescale_gpu"],
+              "accuracy", "sanitizer", "colocated", "collocation", "gpt", "elastic", "gptprof", "rescale_gpu", "zero"],
               sys.argv[3:]))
 def read(name):
     p = os.path.join(logs, name)
