@@ -1,6 +1,6 @@
 // Launch-configuration and layout math of the CUDA backend, kept free of CUDA types so that it
 // compiles in every build and is unit-tested on machines without a GPU (tests/cuda/
-// test_launch_math.cpp). The kernels' host launchers (kernels/*.cu) and the library wrappers
+// launch_math_test.cpp). The kernels' host launchers (kernels/*.cu) and the library wrappers
 // (src/cuda/*.cpp) call exactly these functions, so the CPU tests check the code that runs.
 #pragma once
 #include <algorithm>

@@ -249,7 +249,7 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
     STATUS_GPT=ok; [ "$(grep -c '^{' "$LOGS/gpt.jsonl")" = 4 ] || STATUS_GPT=failed
     cat "$LOGS/gpt.jsonl" | tee -a "$OUT/run.log"
   fi
-  # ZeRO stage 1 on the GPU (what tests/ddp/test_ddp_gpu.cpp checks for correctness): the GPT at
+  # ZeRO stage 1 on the GPU (what tests/ddp/ddp_gpu_test.cpp checks for correctness): the GPT at
   # 2 ranks sharing the GPU under edprun's MPS daemon (the colocated communicator), the optimizer
   # state sharded and not, 50 steps each: tokens/s of each.
   if [ "$(left)" -gt 90 ] && want zero && [ -s .cache/corpus/train.tok ]; then
