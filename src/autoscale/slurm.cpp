@@ -17,7 +17,7 @@
 #include "edp/core/error.h"
 #include "edp/core/files.h"
 #include "edp/elastic/elastic.h"
-#include "launch/plan.h"
+#include "launch/launch_plan.h"
 #include "launch/system.h"
 
 namespace fs = std::filesystem;

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "autoscale/controller.h"
-#include "autoscale/job_dir.h"
+#include "autoscale/job_files.h"
 
 namespace edp::autoscale {
 

@@ -43,7 +43,7 @@
 #include "launch/history.h"
 #include "launch/jobdir.h"
 #include "launch/mps.h"
-#include "launch/plan.h"
+#include "launch/launch_plan.h"
 #include "launch/supervisor.h"
 #include "launch/system.h"
 

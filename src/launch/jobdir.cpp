@@ -19,7 +19,7 @@
 #include "edp/core/error.h"
 #include "edp/core/files.h"
 #include "launch/mps.h"
-#include "launch/plan.h"
+#include "launch/launch_plan.h"
 #include "launch/system.h"
 
 namespace edp::launch {

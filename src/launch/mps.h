@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/plan.h"
+#include "launch/launch_plan.h"
 
 namespace edp::launch {
 

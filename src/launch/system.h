@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "launch/plan.h"
+#include "launch/launch_plan.h"
 
 namespace edp::launch {
 

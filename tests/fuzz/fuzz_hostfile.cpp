@@ -4,7 +4,7 @@
 
 #include "edp/core/error.h"
 #include "fuzz_util.h"
-#include "launch/plan.h"
+#include "launch/launch_plan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -45,7 +45,7 @@
 
 #include "autoscale/controller.h"
 #include "core/json_fields.h"
-#include "autoscale/job_dir.h"
+#include "autoscale/job_files.h"
 #include "autoscale/slurm.h"
 #include "commands.h"
 #include "edp/core/error.h"

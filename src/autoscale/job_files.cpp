@@ -1,5 +1,5 @@
-// A job's directory as the live controller reads and writes it (job_dir.h).
-#include "autoscale/job_dir.h"
+// A job's directory as the live controller reads and writes it (job_files.h).
+#include "autoscale/job_files.h"
 
 #include <unistd.h>
 

@@ -15,7 +15,7 @@
 #include "edp/launch/placement.h"
 #include "launch/jobdir.h"
 #include "launch/mps.h"
-#include "launch/plan.h"
+#include "launch/launch_plan.h"
 #include "launch/system.h"
 #include "support/no_hang.h"
 

@@ -1,6 +1,6 @@
 // The launch planner (see plan.h): pure functions from a request and an inventory to a plan,
 // plus the parsers it needs (hostfile, Slurm lists, --gpus) and the --dry-run formatting.
-#include "launch/plan.h"
+#include "launch/launch_plan.h"
 
 #include <algorithm>
 #include <cstdlib>
