@@ -17,7 +17,7 @@
 #
 # After the benchmarks, each while the budget lasts: the Fashion-MNIST CNN trained to accuracy on
 # the GPU (5 epochs, one rank), compute-sanitizer memcheck on the runtime test, several ranks per
-# GPU through edprun (bench/gpu/colocated.sh: MPS daemon, K = 1, 2, 4, the colocated allreduce),
+# GPU through edprun (bench/gpu/ranks_per_gpu.sh: MPS daemon, K = 1, 2, 4, the colocated allreduce),
 # and independent jobs sharing the GPU under one MPS daemon against one after another.
 #
 # Missing build dependencies: if the machine lacks Eigen, nlohmann-json, CLI11, spdlog, fmt,
@@ -204,10 +204,10 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
   # does not decide the K = 4 against K = 1 comparison (at 1 epoch it did: +20 %, against +59 %
   # in epochs 2-3). EDP_COLO_EPOCHS, EDP_COLO_BATCHES change them.
   if [ "$(left)" -gt 90 ] && want colocated; then
-    say "several ranks per GPU (bench/gpu/colocated.sh)"
+    say "several ranks per GPU (bench/gpu/ranks_per_gpu.sh)"
     STATUS_COLOCATED=$(run_stage "$LOGS/colocated.txt" 240 env EDP_BUILD_DIR="$BUILD" OUT="$LOGS/colocated.jsonl" \
                          EPOCHS="${EDP_COLO_EPOCHS:-5}" BATCHES="${EDP_COLO_BATCHES:-64}" TORCH_PEER="${EDP_COLO_TORCH:-1}" \
-                         ALLREDUCE="${EDP_COLO_ALLREDUCE:-1}" bash bench/gpu/colocated.sh)
+                         ALLREDUCE="${EDP_COLO_ALLREDUCE:-1}" bash bench/gpu/ranks_per_gpu.sh)
     grep -E "samples/s|busbw|MiB|error|Error" "$LOGS/colocated.txt" | tail -20 | tee -a "$OUT/run.log"
     pgrep -a nvidia-cuda-mps >> "$LOGS/colocated.txt" 2>&1 && echo "an MPS daemon is left running" | tee -a "$OUT/run.log"
   fi
@@ -317,7 +317,7 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
   fi
   if [ "$(left)" -gt 60 ] && want collocation && command -v nvidia-cuda-mps-control >/dev/null; then
     say "collocation: 3 independent jobs under one MPS daemon against one after another"
-    STATUS_COLLOCATION=$(run_stage "$LOGS/collocation.txt" 120 bash bench/gpu/collocation.sh "$EX" 3)
+    STATUS_COLLOCATION=$(run_stage "$LOGS/collocation.txt" 120 bash bench/gpu/shared_gpu_jobs.sh "$EX" 3)
     tail -n 4 "$LOGS/collocation.txt" | tee -a "$OUT/run.log"
   fi
 fi

@@ -4,9 +4,9 @@
 # colocated allreduce benchmark for K = 2 and 4. Prints a table and writes one JSON line per run
 # to $OUT (default bench-results/colocated-<date>.jsonl).
 #
-#   bench/gpu/colocated.sh                 # GPU 0, build/ as built by scripts/build.sh
-#   GPU=1 EPOCHS=2 BATCH=128 bench/gpu/colocated.sh
-#   BATCHES="64 256" TORCH_PEER=1 bench/gpu/colocated.sh   (ALLREDUCE=0: no allreduce benchmark)   # several per-rank batches; PyTorch's CNN
+#   bench/gpu/ranks_per_gpu.sh                 # GPU 0, build/ as built by scripts/build.sh
+#   GPU=1 EPOCHS=2 BATCH=128 bench/gpu/ranks_per_gpu.sh
+#   BATCHES="64 256" TORCH_PEER=1 bench/gpu/ranks_per_gpu.sh   (ALLREDUCE=0: no allreduce benchmark)   # several per-rank batches; PyTorch's CNN
 #                                      as K independent processes under one MPS daemon, K = 1, 2, 4
 #
 # Needs: a CUDA build (build/ configured with nvcc), nvidia-cuda-mps-control for the MPS runs,

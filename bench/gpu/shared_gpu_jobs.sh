@@ -3,9 +3,9 @@
 # all at once under one MPS daemon (started here with private pipe and log folders, stopped at
 # the end, also on failure). Prints each run's JSON line and, last, one JSON line with the wall
 # times and the aggregate speed-up of running them together.
-#   bench/gpu/collocation.sh PROGRAM [N=3] [program flags...]   (default flags: --device cuda --epochs 2 --no-eval)
+#   bench/gpu/shared_gpu_jobs.sh PROGRAM [N=3] [program flags...]   (default flags: --device cuda --epochs 2 --no-eval)
 set -euo pipefail
-PROG=${1:?usage: collocation.sh PROGRAM [N] [flags...]}
+PROG=${1:?usage: shared_gpu_jobs.sh PROGRAM [N] [flags...]}
 N=${2:-3}
 shift $(( $# >= 2 ? 2 : 1 ))
 FLAGS=("$@"); [ ${#FLAGS[@]} -gt 0 ] || FLAGS=(--device cuda --epochs 2 --no-eval)
