@@ -31,7 +31,7 @@ JobPhase parse_phase(const std::string& s) {
   throw DataError("unknown job state '" + s + "' (queued, running, done, failed, cancelled)");
 }
 
-json job_json(const Job& j) {
+json job_json(const ManagedJob& j) {
   json ms = json::array();
   for (const Measured& m : j.measured)
     ms.push_back({{"workers", m.workers}, {"ranks_per_slot", m.ranks_per_slot}, {"batch", m.batch},
@@ -66,8 +66,8 @@ json job_json(const Job& j) {
   return x;
 }
 
-Job job_from_json(const json& x) {
-  Job j;
+ManagedJob job_from_json(const json& x) {
+  ManagedJob j;
   const json_fields::Fields f(x, "job " + (x.is_object() && x.contains("id") ? x.at("id").dump() : std::string("?")));
   constexpr int64_t kBig = int64_t{1} << 62;
   j.id = f.text("id");
@@ -133,13 +133,13 @@ Job job_from_json(const json& x) {
   return j;
 }
 
-std::string table_json(const std::vector<Job>& jobs) {
+std::string table_json(const std::vector<ManagedJob>& jobs) {
   json arr = json::array();
-  for (const Job& j : jobs) arr.push_back(job_json(j));
+  for (const ManagedJob& j : jobs) arr.push_back(job_json(j));
   return json{{"version", 1}, {"jobs", arr}}.dump(1) + "\n";
 }
 
-std::vector<Job> parse_table(const std::string& text, const std::string& where) {
+std::vector<ManagedJob> parse_table(const std::string& text, const std::string& where) {
   json t;
   try {
     t = json_fields::parse(text, where);
@@ -148,14 +148,14 @@ std::vector<Job> parse_table(const std::string& text, const std::string& where) 
   }
   if (!t.is_object() || !t.contains("jobs") || !t.at("jobs").is_array())
     throw DataError(where + " is damaged (not the job table edp-autoscale writes); move it away to start afresh");
-  std::vector<Job> jobs;
+  std::vector<ManagedJob> jobs;
   for (const auto& x : t.at("jobs")) jobs.push_back(job_from_json(x));
   return jobs;
 }
 
 // ---- resources ---------------------------------------------------------------------------------
 
-void Resources::release(Job& j) {
+void Resources::release(ManagedJob& j) {
   j.gpus.clear();
   j.hosts.clear();
   j.next_hosts.clear();
@@ -165,8 +165,8 @@ namespace {
 
 // Jobs started without hosts must not meet a backend with hosts, nor the reverse; nor jobs of a
 // scheduler a backend without one.
-void check_no_hosts(const std::vector<Job>& jobs) {
-  for (const Job& j : jobs) {
+void check_no_hosts(const std::vector<ManagedJob>& jobs) {
+  for (const ManagedJob& j : jobs) {
     if (j.running() && !j.sched.id.empty())
       throw Error("running job " + j.id + " is Slurm job " + j.sched.id + " (started by serve --backend slurm); start "
                   "serve again with --backend slurm, or stop it first");
@@ -182,11 +182,11 @@ class CpuSlots final : public Resources {
   explicit CpuSlots(int slots) : slots_(slots) {}
   int slots() const override { return slots_; }
   std::string describe() const override { return std::to_string(slots_) + " cpu slot(s)"; }
-  void assign(Job&, int, const std::vector<Job>&) override {}  // a slot is a core: any slot
-  void check_adopted(const std::vector<Job>& jobs) const override { check_no_hosts(jobs); }
+  void assign(ManagedJob&, int, const std::vector<ManagedJob>&) override {}  // a slot is a core: any slot
+  void check_adopted(const std::vector<ManagedJob>& jobs) const override { check_no_hosts(jobs); }
   // A slot is a core: one thread per rank, ranks unbound (other jobs share the host), and edprun
   // plans up to the whole cluster so that the job may be grown to any size.
-  std::vector<std::string> launch_args(const Job&, int, const std::string&) const override {
+  std::vector<std::string> launch_args(const ManagedJob&, int, const std::string&) const override {
     return {"--gpus", "none", "--cores-per-host", std::to_string(slots_), "--bind-to", "none", "--threads-per-rank", "1"};
   }
 
@@ -202,12 +202,12 @@ class GpuSlots final : public Resources {
   std::string describe() const override {
     return std::to_string(gpus_) + (mig_ ? " MIG instance slot(s)" : " gpu slot(s)");
   }
-  void assign(Job& j, int workers, const std::vector<Job>& all) override {
+  void assign(ManagedJob& j, int workers, const std::vector<ManagedJob>& all) override {
     if (j.running()) throw Error("job " + j.id + ": GPU jobs keep their GPUs while they run (no rescale across GPUs yet)");
     const int per = mig_ ? 1 : std::max(1, j.ranks_per_slot);  // a MIG instance takes one rank
     const int want = (workers + per - 1) / per;
     std::vector<bool> used(static_cast<size_t>(gpus_), false);
-    for (const Job& o : all)
+    for (const ManagedJob& o : all)
       if (&o != &j)
         for (int g : o.gpus)
           if (g >= 0 && g < gpus_) used[static_cast<size_t>(g)] = true;
@@ -217,8 +217,8 @@ class GpuSlots final : public Resources {
     if (static_cast<int>(mine.size()) < want) throw Error("job " + j.id + ": " + std::to_string(want) + " GPU(s) are not free");
     j.gpus = mine;
   }
-  void check_adopted(const std::vector<Job>& jobs) const override { check_no_hosts(jobs); }
-  std::vector<std::string> launch_args(const Job& j, int k, const std::string&) const override {
+  void check_adopted(const std::vector<ManagedJob>& jobs) const override { check_no_hosts(jobs); }
+  std::vector<std::string> launch_args(const ManagedJob& j, int k, const std::string&) const override {
     std::string list;
     for (int g : j.gpus) {
       if (!list.empty()) list += ',';
@@ -245,7 +245,7 @@ class HostfileSlots final : public Resources {
   }
   // `workers` slots for j, keeping the hosts it has (rank 0's first), then taking the hosts with
   // the most free slots (fewer hosts per job), the hostfile's order on ties.
-  void assign(Job& j, int workers, const std::vector<Job>& all) override {
+  void assign(ManagedJob& j, int workers, const std::vector<ManagedJob>& all) override {
     const std::map<std::string, int> use = host_use(all, &j);
     auto free_on = [&](const std::string& h) {
       int cap = 0;
@@ -274,15 +274,15 @@ class HostfileSlots final : public Resources {
     j.next_hosts = out;
     if (!j.running()) j.hosts = out;
   }
-  std::vector<HostShare> hostfile_of(const Job& j) const override { return j.next_hosts; }
-  void check_adopted(const std::vector<Job>& jobs) const override;
-  std::vector<std::string> launch_args(const Job&, int, const std::string& dir) const override {
+  std::vector<HostShare> hostfile_of(const ManagedJob& j) const override { return j.next_hosts; }
+  void check_adopted(const std::vector<ManagedJob>& jobs) const override;
+  std::vector<std::string> launch_args(const ManagedJob&, int, const std::string& dir) const override {
     // The job's own hostfile, which the controller rewrites before each rescale and edprun reads
     // again at each restart; sizes up to the whole cluster may be asked for.
     return {"--gpus", "none", "--hostfile", dir + "/hostfile", "--reread-hostfile", "--max-np", std::to_string(total_),
             "--bind-to", "none", "--threads-per-rank", "1"};
   }
-  json usage(const std::vector<Job>& jobs) const override {
+  json usage(const std::vector<ManagedJob>& jobs) const override {
     json out = json::object();
     const std::map<std::string, int> use = host_use(jobs, nullptr);
     for (const auto& h : hosts_) out[h.host] = {{"used", use.count(h.host) ? use.at(h.host) : 0}, {"slots", h.slots}};
@@ -292,9 +292,9 @@ class HostfileSlots final : public Resources {
  private:
   // The slots of each host held by running jobs other than `except` (the larger of what a job
   // holds and what its rescale asked for).
-  static std::map<std::string, int> host_use(const std::vector<Job>& jobs, const Job* except) {
+  static std::map<std::string, int> host_use(const std::vector<ManagedJob>& jobs, const ManagedJob* except) {
     std::map<std::string, int> use;
-    for (const Job& j : jobs) {
+    for (const ManagedJob& j : jobs) {
       if (&j == except || !j.running()) continue;
       std::map<std::string, int> mine;
       for (const auto& [h, n] : j.hosts) mine[h] = std::max(mine[h], n);
@@ -308,13 +308,13 @@ class HostfileSlots final : public Resources {
   int total_ = 0;
 };
 
-void HostfileSlots::check_adopted(const std::vector<Job>& jobs) const {
+void HostfileSlots::check_adopted(const std::vector<ManagedJob>& jobs) const {
   const std::string again = "; start serve again with the hostfile the jobs were started with, or stop them first";
-  for (const Job& j : jobs)
+  for (const ManagedJob& j : jobs)
     if (j.running() && !j.sched.id.empty())
       throw Error("running job " + j.id + " is Slurm job " + j.sched.id + " (started by serve --backend slurm); start "
                   "serve again with --backend slurm, or stop it first");
-  for (const Job& j : jobs)
+  for (const ManagedJob& j : jobs)
     if (j.running() && j.hosts.empty())
       throw Error("running job " + j.id + " was started without --hostfile and holds no hosts of " + file_ + again);
   for (const auto& entry : host_use(jobs, nullptr)) {
@@ -325,7 +325,7 @@ void HostfileSlots::check_adopted(const std::vector<Job>& jobs) const {
       return std::any_of(hs.begin(), hs.end(), [&](const auto& x) { return x.first == host; });
     };
     std::string who;
-    for (const Job& j : jobs)
+    for (const ManagedJob& j : jobs)
       if (j.running() && (lists(j.hosts) || lists(j.next_hosts))) who += (who.empty() ? "" : ", ") + j.id;
     if (h == hosts_.end())
       throw Error("running job(s) " + who + " hold " + std::to_string(used) + " slot(s) on host " + host + ", which " +
@@ -354,7 +354,7 @@ Controller::Controller(ControllerConfig cfg, Resources& res, JobRunner& runner, 
 
 int Controller::slots_committed() const {
   int n = 0;
-  for (const Job& j : jobs_)
+  for (const ManagedJob& j : jobs_)
     if (j.running() && !j.preempt_requested)  // a preempted job gives all back
       n += ((j.target_workers > 0 ? j.target_workers : j.workers) + j.ranks_per_slot - 1) / j.ranks_per_slot;
   return n;
@@ -362,24 +362,24 @@ int Controller::slots_committed() const {
 
 int Controller::slots_held() const {
   int held = 0;
-  for (const Job& j : jobs_)
+  for (const ManagedJob& j : jobs_)
     if (j.running()) held += j.slots_held();
   return held;
 }
 
 bool Controller::idle() const {
-  return !jobs_.empty() && std::all_of(jobs_.begin(), jobs_.end(), [](const Job& j) { return finished(j.state); });
+  return !jobs_.empty() && std::all_of(jobs_.begin(), jobs_.end(), [](const ManagedJob& j) { return finished(j.state); });
 }
 
 bool Controller::has(const std::string& id) const {
-  return std::any_of(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.id == id; });
+  return std::any_of(jobs_.begin(), jobs_.end(), [&](const ManagedJob& j) { return j.id == id; });
 }
 
-int Controller::adopt(std::vector<Job> jobs) {
+int Controller::adopt(std::vector<ManagedJob> jobs) {
   jobs_ = std::move(jobs);
   res_.refresh(jobs_);  // a scheduler's view of the jobs before they are judged
   int adopted = 0;
-  for (Job& j : jobs_) {
+  for (ManagedJob& j : jobs_) {
     if (j.running()) {
       ++adopted;
       observe(j);  // ended while no controller ran? its exit record, its keeper, its edprun tell
@@ -403,8 +403,8 @@ int Controller::adopt(std::vector<Job> jobs) {
   return adopted;
 }
 
-Job& Controller::submit(const std::string& id, const JobSpec& spec) {
-  Job j;
+ManagedJob& Controller::submit(const std::string& id, const JobSpec& spec) {
+  ManagedJob j;
   j.id = id;
   j.spec = spec;
   j.submit_t = now_();
@@ -444,7 +444,7 @@ Job& Controller::submit(const std::string& id, const JobSpec& spec) {
     j.end_t = j.submit_t;
   }
   jobs_.push_back(std::move(j));
-  Job& k = jobs_.back();
+  ManagedJob& k = jobs_.back();
   log("job " + id + " (" + spec.name + ") " + (k.state == JobPhase::Failed ? "refused: " + k.error : "queued" + raised));
   note("submit " + id);
   changed_ = true;
@@ -452,7 +452,7 @@ Job& Controller::submit(const std::string& id, const JobSpec& spec) {
 }
 
 void Controller::cancel(const std::string& id) {
-  for (Job& j : jobs_) {
+  for (ManagedJob& j : jobs_) {
     if (j.id != id || finished(j.state)) continue;
     j.cancel_requested = true;
     if (j.state == JobPhase::Queued) {
@@ -472,7 +472,7 @@ bool Controller::tick() {
   const int slots = res_.slots();
   if (res_.refresh(jobs_)) changed_ = true;
   if (res_.slots() != slots) note("slots " + std::to_string(slots) + " -> " + std::to_string(res_.slots()));
-  for (Job& j : jobs_)
+  for (ManagedJob& j : jobs_)
     if (j.running()) observe(j);
   if (dirty_ || now_() - last_plan_ >= cfg_.replan_s) {
     replan(dirty_ ? trigger_ : "periodic");
@@ -485,7 +485,7 @@ bool Controller::tick() {
 }
 
 // What the job's files say since the last look: measured step times, progress, rescales, its end.
-void Controller::observe(Job& j) {
+void Controller::observe(ManagedJob& j) {
   if (const auto st = runner_.status(j)) take_status(j, *st);
   take_events(j);
   follow_grant(j);
@@ -494,7 +494,7 @@ void Controller::observe(Job& j) {
   check_end(j);
 }
 
-void Controller::take_status(Job& j, const elastic::JobStatus& st) {
+void Controller::take_status(ManagedJob& j, const elastic::JobStatus& st) {
   j.samples_done = st.samples_done;
   j.samples_total = st.samples_total;
   const int enough = live_policy().measured_steps();  // past its warm-up
@@ -539,13 +539,13 @@ void Controller::take_status(Job& j, const elastic::JobStatus& st) {
 }
 
 // The steps the job's window holds at its current configuration (it just came there).
-static int64_t steps_at(const Job& j) {
+static int64_t steps_at(const ManagedJob& j) {
   for (const Measured& m : j.measured)
     if (m.workers == j.workers && m.batch == j.batch && m.ranks_per_slot == j.ranks_per_slot) return m.steps;
   return 0;
 }
 
-void Controller::take_events(Job& j) {
+void Controller::take_events(ManagedJob& j) {
   const std::vector<elastic::MembershipEvent>& events = runner_.events(j);
   for (size_t i = j.events_seen; i < events.size(); ++i) {
     const elastic::MembershipEvent& e = events[i];
@@ -599,7 +599,7 @@ static std::string fmt_seconds(double s) {
 // A rescale of the controller's has landed: the job stays at its new size until the change could
 // have paid for itself — its pause and that of undoing it, at the speedup predicted when it was
 // asked for — and for at least settle_s; then its speed there counts from the newest steps only.
-void Controller::hold(Job& j, double cost) {
+void Controller::hold(ManagedJob& j, double cost) {
   const double gain = std::max(0.01, j.change_gain);
   const double pays_off_s = 2 * std::max(0.0, cost) / gain;
   const double hold_s = std::max(cfg_.settle_s, pays_off_s);
@@ -611,7 +611,7 @@ void Controller::hold(Job& j, double cost) {
       fmt_seconds(cfg_.settle_s) + ")");
 }
 
-void Controller::check_timeouts(Job& j) {
+void Controller::check_timeouts(ManagedJob& j) {
   if (j.target_workers > 0 && now_() - j.target_t > cfg_.rescale_timeout_s) {
     give_up_rescale(j, "did not happen within " + std::to_string(cfg_.rescale_timeout_s) + " s (see its log)");
   }
@@ -627,7 +627,7 @@ void Controller::check_timeouts(Job& j) {
 
 // A rescale that will not land: the job stays where it runs (a later restart too), its control
 // file says so again, and what was asked of a scheduler is withdrawn.
-void Controller::give_up_rescale(Job& j, const std::string& why) {
+void Controller::give_up_rescale(ManagedJob& j, const std::string& why) {
   log("job " + j.id + ": the rescale to " + std::to_string(j.target_workers) + " worker(s) " + why + "; it stays at " +
       std::to_string(j.workers));
   j.target_workers = 0;
@@ -639,7 +639,7 @@ void Controller::give_up_rescale(Job& j, const std::string& why) {
 }
 
 // A grow whose resources wait in the scheduler's queue: the job is told once they are its own.
-void Controller::follow_grant(Job& j) {
+void Controller::follow_grant(ManagedJob& j) {
   if (!j.awaiting) return;
   std::string why;
   const Grant g = res_.grant(j, &why);
@@ -663,7 +663,7 @@ static int64_t batch_for(const JobSpec& s, int workers, int64_t batch) {
 // Slots the cluster takes away from a running job (a node drained under it): the job moves off
 // them at the size the rest holds, as a job on a hostfile restarts without a lost host; one that
 // cannot run without them keeps them until it ends (the drain waits for it).
-void Controller::move_off_leaving(Job& j) {
+void Controller::move_off_leaving(ManagedJob& j) {
   const int lost = res_.leaving(j);
   if (lost <= 0 || j.target_workers > 0 || j.moving || j.preempt_requested || j.cancel_requested || !j.running()) return;
   const int w = j.workers - lost * j.ranks_per_slot;
@@ -689,7 +689,7 @@ void Controller::move_off_leaving(Job& j) {
 // Its end: the keeper's exit record; else, with the keeper gone, the job's own processes decide:
 // while its edprun runs the job runs (and keeps its slots); once edprun is gone too, its status
 // file tells whether it finished.
-void Controller::check_end(Job& j) {
+void Controller::check_end(ManagedJob& j) {
   if (const auto ex = runner_.exit_record(j)) return finish(j, *ex);
   if (runner_.keeper_alive(j)) return;
   if (const auto ex = runner_.exit_record(j)) return finish(j, *ex);  // written just before the keeper ended
@@ -718,7 +718,7 @@ void Controller::check_end(Job& j) {
   finish(j, ex);
 }
 
-void Controller::finish(Job& j, const ExitRecord& ex) {
+void Controller::finish(ManagedJob& j, const ExitRecord& ex) {
   const int code = ex.code;
   // A rescale by a new allocation: the job stopped at a checkpoint as asked; it starts again.
   if (j.moving && code == elastic::kStopExitCode && !j.cancel_requested && !ex.cancelled) return start_moved(j);
@@ -782,9 +782,9 @@ LivePolicy Controller::live_policy() const {
   return p;
 }
 
-std::vector<LiveJob> Controller::live_jobs(std::vector<Job*>& refs) {
+std::vector<LiveJob> Controller::live_jobs(std::vector<ManagedJob*>& refs) {
   std::vector<LiveJob> live;
-  for (Job& j : jobs_) {
+  for (ManagedJob& j : jobs_) {
     if (j.state != JobPhase::Queued && !j.running()) continue;
     if (j.cancel_requested || j.preempt_requested) continue;
     LiveJob l;
@@ -812,7 +812,7 @@ std::vector<LiveJob> Controller::live_jobs(std::vector<Job*>& refs) {
 
 void Controller::replan(const std::string& trigger) {
   const double t0 = now_();
-  std::vector<Job*> refs;
+  std::vector<ManagedJob*> refs;
   const std::vector<LiveJob> live = live_jobs(refs);
   LivePlan plan;
   try {
@@ -840,7 +840,7 @@ void Controller::replan(const std::string& trigger) {
   changed_ = true;
 }
 
-json Controller::act(Job& j, const LiveChoice& c) {
+json Controller::act(ManagedJob& j, const LiveChoice& c) {
   json d = {{"job", j.id}, {"action", action_name(c.action)}, {"reason", c.reason}, {"workers", c.workers},
             {"ranks_per_slot", c.ranks_per_slot}, {"batch", c.batch}, {"samples_per_s", c.samples_per_s},
             {"measured", c.measured}, {"remaining_s", c.remaining_s}};
@@ -882,7 +882,7 @@ json Controller::act(Job& j, const LiveChoice& c) {
   return d;
 }
 
-void Controller::start(Job& j, const LiveChoice& c) {
+void Controller::start(ManagedJob& j, const LiveChoice& c) {
   j.ranks_per_slot = c.ranks_per_slot;
   res_.assign(j, c.workers, jobs_);
   // The size it starts at, for the ranks to refuse nothing: the control file names it. The
@@ -904,7 +904,7 @@ void Controller::start(Job& j, const LiveChoice& c) {
   changed_ = true;
 }
 
-void Controller::request(Job& j, int workers, int64_t batch) {
+void Controller::request(ManagedJob& j, int workers, int64_t batch) {
   if (workers != j.workers && res_.moves(j, workers)) {
     // A new allocation: the job commits a checkpoint and stops; finish() starts it again there.
     j.moving = true;
@@ -922,13 +922,13 @@ void Controller::request(Job& j, int workers, int64_t batch) {
   if (!j.awaiting) tell(j, workers, batch);
 }
 
-void Controller::tell(Job& j, int workers, int64_t batch) {
+void Controller::tell(ManagedJob& j, int workers, int64_t batch) {
   if (const auto hs = res_.hostfile_of(j); !hs.empty()) runner_.write_hostfile(j, hs);
   runner_.write_control(j, workers, batch, false);
 }
 
 // A job stopped at a checkpoint for a rescale by a new allocation starts again at its target.
-void Controller::start_moved(Job& j) {
+void Controller::start_moved(ManagedJob& j) {
   LiveChoice c;
   c.workers = j.target_workers;
   c.batch = j.target_batch;
@@ -959,7 +959,7 @@ void Controller::start_moved(Job& j) {
 // they may be preempted.
 int Controller::must_hold() const {
   int n = 0;
-  for (const Job& j : jobs_) {
+  for (const ManagedJob& j : jobs_) {
     if (!j.running()) continue;
     const bool settled = j.samples_per_s > 0 && j.target_workers == 0 && !j.moving;
     if (!settled) n += j.slots();
@@ -970,7 +970,7 @@ int Controller::must_hold() const {
 
 // Asks the job to commit a checkpoint and stop (exit 78) at its next look at the control file;
 // check_timeouts() sends SIGTERM if it has not stopped within the grace period.
-void Controller::preempt(Job& j, const std::string& reason) {
+void Controller::preempt(ManagedJob& j, const std::string& reason) {
   j.preempt_requested = true;
   j.preempt_t = now_();
   j.preempt_signalled = false;

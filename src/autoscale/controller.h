@@ -50,7 +50,9 @@ struct FinalMetrics {
   double test_acc = -1, final_loss = -1, samples_per_s = -1;  // -1: not in the line
 };
 
-struct Job {
+// A job the live controller manages (the jobs.json table's row): its spec, phase, size, slots,
+// measurements and what it was told. elastic::Job is the training program's side of it.
+struct ManagedJob {
   std::string id;
   JobSpec spec;
   JobPhase state = JobPhase::Queued;
@@ -104,10 +106,10 @@ struct Job {
 };
 
 // The table, as ROOT/jobs.json holds it ({"version": 1, "jobs": [...]}).
-nlohmann::json job_json(const Job& j);
-Job job_from_json(const nlohmann::json& x);  // DataError naming the job and field
-std::string table_json(const std::vector<Job>& jobs);
-std::vector<Job> parse_table(const std::string& text, const std::string& where);
+nlohmann::json job_json(const ManagedJob& j);
+ManagedJob job_from_json(const nlohmann::json& x);  // DataError naming the job and field
+std::string table_json(const std::vector<ManagedJob>& jobs);
+std::vector<ManagedJob> parse_table(const std::string& text, const std::string& where);
 
 // ---- what the controller needs from the world ---------------------------------------------------
 
@@ -131,25 +133,25 @@ class Resources {
   virtual int limit() const { return slots(); }
   virtual bool gpu() const { return false; }
   virtual std::string describe() const = 0;
-  virtual void assign(Job& j, int workers, const std::vector<Job>& all) = 0;
-  virtual void landed(Job& j) { j.hosts = j.next_hosts; }
-  virtual void release(Job& j);
+  virtual void assign(ManagedJob& j, int workers, const std::vector<ManagedJob>& all) = 0;
+  virtual void landed(ManagedJob& j) { j.hosts = j.next_hosts; }
+  virtual void release(ManagedJob& j);
   // Where a rescale that did not land leaves the job: where it ran.
-  virtual void give_up_rescale(Job& j) { j.next_hosts = j.hosts; }
+  virtual void give_up_rescale(ManagedJob& j) { j.next_hosts = j.hosts; }
   // Re-adopted running jobs must fit: throws naming the job and what does not fit.
-  virtual void check_adopted(const std::vector<Job>& jobs) const = 0;
+  virtual void check_adopted(const std::vector<ManagedJob>& jobs) const = 0;
   // edprun's arguments that place the job (GPUs, hostfile, cores).
-  virtual std::vector<std::string> launch_args(const Job& j, int ranks_per_slot, const std::string& job_dir) const = 0;
+  virtual std::vector<std::string> launch_args(const ManagedJob& j, int ranks_per_slot, const std::string& job_dir) const = 0;
   // The hostfile the job runs with now, when the backend writes one (else empty).
-  virtual std::vector<HostShare> hostfile_of(const Job& j) const { return {}; }
+  virtual std::vector<HostShare> hostfile_of(const ManagedJob& j) const { return {}; }
   // Each host's use and slots for the decision log (empty: no hosts).
-  virtual nlohmann::json usage(const std::vector<Job>& jobs) const { return nlohmann::json::object(); }
+  virtual nlohmann::json usage(const std::vector<ManagedJob>& jobs) const { return nlohmann::json::object(); }
   // Scheduler backends (above); the others have nothing to look at and grant at once.
-  virtual bool refresh(std::vector<Job>& jobs) { return false; }
+  virtual bool refresh(std::vector<ManagedJob>& jobs) { return false; }
   virtual bool queues() const { return false; }  // starts and grows wait in the scheduler's queue, not here
-  virtual Grant grant(const Job& j, std::string* why) const { return Grant::Ready; }
-  virtual int leaving(const Job& j) const { return 0; }
-  virtual bool moves(const Job& j, int workers) const { return false; }
+  virtual Grant grant(const ManagedJob& j, std::string* why) const { return Grant::Ready; }
+  virtual int leaving(const ManagedJob& j) const { return 0; }
+  virtual bool moves(const ManagedJob& j, int workers) const { return false; }
 };
 
 std::unique_ptr<Resources> cpu_slots(int slots);  // a slot is a core of this host
@@ -176,21 +178,21 @@ struct ExitRecord {
 class JobRunner {
  public:
   virtual ~JobRunner() = default;
-  virtual std::string dir(const Job& j) const = 0;  // the job's directory (its files, its hostfile)
+  virtual std::string dir(const ManagedJob& j) const = 0;  // the job's directory (its files, its hostfile)
   // Starts the job at j.workers (edprun with `launch` placing it, then the job's command). Sets
   // keeper_pid/keeper_start; throws when it cannot be started.
-  virtual void start(Job& j, const std::vector<std::string>& launch) = 0;
-  virtual void signal(const Job& j, int sig) = 0;
-  virtual void write_control(const Job& j, int workers, int64_t batch, bool stop) = 0;
-  virtual void write_hostfile(const Job& j, const std::vector<HostShare>& hosts) = 0;
+  virtual void start(ManagedJob& j, const std::vector<std::string>& launch) = 0;
+  virtual void signal(const ManagedJob& j, int sig) = 0;
+  virtual void write_control(const ManagedJob& j, int workers, int64_t batch, bool stop) = 0;
+  virtual void write_hostfile(const ManagedJob& j, const std::vector<HostShare>& hosts) = 0;
   // Observations. status(): the job's status file when it changed since the last call, else nullopt.
-  virtual std::optional<elastic::JobStatus> status(const Job& j, bool even_unchanged = false) = 0;
-  virtual const std::vector<elastic::MembershipEvent>& events(const Job& j) = 0;
-  virtual std::optional<ExitRecord> exit_record(const Job& j) = 0;
-  virtual bool keeper_alive(const Job& j) = 0;
-  virtual bool edprun_alive(const Job& j) = 0;  // false also when it never recorded its pid
-  virtual std::string last_error(const Job& j) = 0;
-  virtual FinalMetrics final_metrics(const Job& j) = 0;
+  virtual std::optional<elastic::JobStatus> status(const ManagedJob& j, bool even_unchanged = false) = 0;
+  virtual const std::vector<elastic::MembershipEvent>& events(const ManagedJob& j) = 0;
+  virtual std::optional<ExitRecord> exit_record(const ManagedJob& j) = 0;
+  virtual bool keeper_alive(const ManagedJob& j) = 0;
+  virtual bool edprun_alive(const ManagedJob& j) = 0;  // false also when it never recorded its pid
+  virtual std::string last_error(const ManagedJob& j) = 0;
+  virtual FinalMetrics final_metrics(const ManagedJob& j) = 0;
 };
 
 struct ControllerConfig {
@@ -215,9 +217,9 @@ class Controller {
 
   // The table of a controller started again: running jobs are looked at once (one may have ended
   // while none ran) and must fit the resources (Resources::check_adopted). Returns how many run.
-  int adopt(std::vector<Job> jobs);
+  int adopt(std::vector<ManagedJob> jobs);
   // A job that was submitted (validated spec); refused (failed) when it can never run here.
-  Job& submit(const std::string& id, const JobSpec& spec);
+  ManagedJob& submit(const std::string& id, const JobSpec& spec);
   bool has(const std::string& id) const;
   void cancel(const std::string& id);
 
@@ -226,32 +228,32 @@ class Controller {
   bool tick();
   void note(const std::string& why) { dirty_ = true, trigger_ += why + "; "; }
 
-  const std::vector<Job>& jobs() const { return jobs_; }
+  const std::vector<ManagedJob>& jobs() const { return jobs_; }
   int slots_held() const;
   int slots_committed() const;  // the slots the running jobs hold once their rescales in flight land
   bool idle() const;  // every job has ended
   bool changed() const { return changed_; }
 
  private:
-  void observe(Job& j);
-  void take_status(Job& j, const elastic::JobStatus& st);
-  void take_events(Job& j);
-  void follow_grant(Job& j);
-  void move_off_leaving(Job& j);
-  void check_timeouts(Job& j);
-  void hold(Job& j, double cost);
-  void give_up_rescale(Job& j, const std::string& why);
-  void check_end(Job& j);
-  void finish(Job& j, const ExitRecord& ex);
+  void observe(ManagedJob& j);
+  void take_status(ManagedJob& j, const elastic::JobStatus& st);
+  void take_events(ManagedJob& j);
+  void follow_grant(ManagedJob& j);
+  void move_off_leaving(ManagedJob& j);
+  void check_timeouts(ManagedJob& j);
+  void hold(ManagedJob& j, double cost);
+  void give_up_rescale(ManagedJob& j, const std::string& why);
+  void check_end(ManagedJob& j);
+  void finish(ManagedJob& j, const ExitRecord& ex);
   void replan(const std::string& trigger);
-  nlohmann::json act(Job& j, const LiveChoice& c);
-  void start(Job& j, const LiveChoice& c);
-  void start_moved(Job& j);
-  void request(Job& j, int workers, int64_t batch);
-  void tell(Job& j, int workers, int64_t batch);  // the job's hostfile (if any) and control file
+  nlohmann::json act(ManagedJob& j, const LiveChoice& c);
+  void start(ManagedJob& j, const LiveChoice& c);
+  void start_moved(ManagedJob& j);
+  void request(ManagedJob& j, int workers, int64_t batch);
+  void tell(ManagedJob& j, int workers, int64_t batch);  // the job's hostfile (if any) and control file
   int must_hold() const;
-  void preempt(Job& j, const std::string& reason);
-  std::vector<LiveJob> live_jobs(std::vector<Job*>& refs);
+  void preempt(ManagedJob& j, const std::string& reason);
+  std::vector<LiveJob> live_jobs(std::vector<ManagedJob*>& refs);
   LivePolicy live_policy() const;
   void log(const std::string& s) { if (log_) log_(s); }
 
@@ -261,7 +263,7 @@ class Controller {
   Clock now_;
   Logger log_;
   DecisionLog decisions_;
-  std::vector<Job> jobs_;
+  std::vector<ManagedJob> jobs_;
   double last_plan_ = -1e300;
   bool dirty_ = true;
   bool changed_ = false;

@@ -28,33 +28,33 @@ bool JobDirRunner::changed(const fs::path& p, FileStamp& s) {
   return true;
 }
 
-void JobDirRunner::write_control(const Job& j, int workers, int64_t batch, bool stop) {
+void JobDirRunner::write_control(const ManagedJob& j, int workers, int64_t batch, bool stop) {
   json c = {{"workers", workers}, {"global_batch", batch}};
   if (stop) c["stop"] = true;
   files::make_dir(dir(j), "job directory");  // before its first start
   files::write_atomic(dir(j) + "/control.json", c.dump() + "\n");
 }
 
-void JobDirRunner::write_hostfile(const Job& j, const std::vector<HostShare>& hosts) {
+void JobDirRunner::write_hostfile(const ManagedJob& j, const std::vector<HostShare>& hosts) {
   std::string text = "# edp-autoscale serve: job " + j.id + "'s slots (edprun reads this again at every restart)\n";
   for (const auto& [h, n] : hosts) text += h + " slots=" + std::to_string(n) + "\n";
   files::write_atomic(dir(j) + "/hostfile", text);
 }
 
-std::optional<elastic::JobStatus> JobDirRunner::status(const Job& j, bool even_unchanged) {
+std::optional<elastic::JobStatus> JobDirRunner::status(const ManagedJob& j, bool even_unchanged) {
   const fs::path p = fs::path(dir(j)) / "status.json";
   if (!changed(p, cache_[j.id].status) && !even_unchanged) return std::nullopt;
   return elastic::read_status(p.string());
 }
 
-const std::vector<elastic::MembershipEvent>& JobDirRunner::events(const Job& j) {
+const std::vector<elastic::MembershipEvent>& JobDirRunner::events(const ManagedJob& j) {
   Cache& c = cache_[j.id];
   const fs::path p = fs::path(dir(j)) / "events.jsonl";
   if (changed(p, c.events_stamp)) c.events = elastic::read_events(p.string());
   return c.events;
 }
 
-std::optional<ExitRecord> JobDirRunner::exit_file(const Job& j) const {
+std::optional<ExitRecord> JobDirRunner::exit_file(const ManagedJob& j) const {
   std::optional<std::string> text;
   try {
     text = files::read_file_if_exists(dir(j) + "/exit.json", files::kRecordLimit);
@@ -68,7 +68,7 @@ std::optional<ExitRecord> JobDirRunner::exit_file(const Job& j) const {
   return r;
 }
 
-std::vector<std::string> JobDirRunner::edprun_command(const Job& j, const std::vector<std::string>& launch) const {
+std::vector<std::string> JobDirRunner::edprun_command(const ManagedJob& j, const std::vector<std::string>& launch) const {
   const fs::path d = dir(j);
   std::vector<std::string> argv = {edprun_, "--np", std::to_string(j.workers), "--control-file",
                                    (d / "control.json").string(), "--status-file", (d / "status.json").string(),
@@ -84,8 +84,8 @@ std::vector<std::string> JobDirRunner::edprun_command(const Job& j, const std::v
   return argv;
 }
 
-std::string JobDirRunner::last_error(const Job& j) { return last_error_in(fs::path(dir(j)) / "log"); }
-FinalMetrics JobDirRunner::final_metrics(const Job& j) { return metrics_in(fs::path(dir(j)) / "log"); }
+std::string JobDirRunner::last_error(const ManagedJob& j) { return last_error_in(fs::path(dir(j)) / "log"); }
+FinalMetrics JobDirRunner::final_metrics(const ManagedJob& j) { return metrics_in(fs::path(dir(j)) / "log"); }
 
 namespace {
 

@@ -19,21 +19,21 @@ class JobDirRunner : public JobRunner {
   JobDirRunner(std::filesystem::path root, std::string edprun, std::vector<std::string> edprun_args)
       : root_(std::move(root)), edprun_(std::move(edprun)), edprun_args_(std::move(edprun_args)) {}
 
-  std::string dir(const Job& j) const override { return (root_ / "jobs" / j.id).string(); }
-  void write_control(const Job& j, int workers, int64_t batch, bool stop) override;
-  void write_hostfile(const Job& j, const std::vector<HostShare>& hosts) override;
-  std::optional<elastic::JobStatus> status(const Job& j, bool even_unchanged) override;
-  const std::vector<elastic::MembershipEvent>& events(const Job& j) override;
-  std::string last_error(const Job& j) override;
-  FinalMetrics final_metrics(const Job& j) override;
+  std::string dir(const ManagedJob& j) const override { return (root_ / "jobs" / j.id).string(); }
+  void write_control(const ManagedJob& j, int workers, int64_t batch, bool stop) override;
+  void write_hostfile(const ManagedJob& j, const std::vector<HostShare>& hosts) override;
+  std::optional<elastic::JobStatus> status(const ManagedJob& j, bool even_unchanged) override;
+  const std::vector<elastic::MembershipEvent>& events(const ManagedJob& j) override;
+  std::string last_error(const ManagedJob& j) override;
+  FinalMetrics final_metrics(const ManagedJob& j) override;
 
  protected:
   // exit.json, as the job's supervisor (keeper, or the Slurm batch script) wrote it.
-  std::optional<ExitRecord> exit_file(const Job& j) const;
+  std::optional<ExitRecord> exit_file(const ManagedJob& j) const;
   const std::filesystem::path& root() const { return root_; }
   // The job's command line: edprun at j.workers with the job's control, status and events files,
   // `launch` (what places it), the extra arguments, then the spec's command ({job_dir} replaced).
-  std::vector<std::string> edprun_command(const Job& j, const std::vector<std::string>& launch) const;
+  std::vector<std::string> edprun_command(const ManagedJob& j, const std::vector<std::string>& launch) const;
 
  private:
   // A file's modification time and size as last seen: the controller polls every tick and reads a

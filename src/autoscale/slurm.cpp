@@ -245,17 +245,17 @@ bool SlurmBackend::poll() {
   }
 }
 
-bool SlurmBackend::refresh(std::vector<Job>& jobs) {
+bool SlurmBackend::refresh(std::vector<ManagedJob>& jobs) {
   if (!force_ && now_() - last_poll_ < o_.poll_s) return false;
   last_poll_ = now_();
   force_ = false;
   if (!poll()) return false;
   ours_.clear();
-  for (const Job& j : jobs)
+  for (const ManagedJob& j : jobs)
     for (const SchedJob* s : {&j.sched, &j.sched_grow})
       if (!s->id.empty()) ours_.insert(s->id);
   bool changed = false;
-  for (Job& j : jobs) {
+  for (ManagedJob& j : jobs) {
     const std::string before = j.sched.state + j.sched.reason + j.sched_grow.id + j.sched_grow.state + j.sched_grow.reason;
     const size_t hosts_before = j.next_hosts.size();
     if (!j.sched.id.empty() && (j.running() || active(j.sched.state))) follow(j);
@@ -268,7 +268,7 @@ bool SlurmBackend::refresh(std::vector<Job>& jobs) {
 }
 
 // The job's allocation as Slurm says; its nodes once it runs (this one, the batch host, first).
-void SlurmBackend::follow(Job& j) {
+void SlurmBackend::follow(ManagedJob& j) {
   const SlurmJobInfo* s = find(j.sched.id);
   if (!s) {  // Slurm no longer knows it (it ended longer ago than MinJobAge, or Slurm lost it)
     if (active(j.sched.state)) j.sched.reason = "gone from Slurm";
@@ -289,7 +289,7 @@ void SlurmBackend::follow(Job& j) {
 
 // A grow's resources: found in the queue (by the id salloc printed), waiting, then merged into the
 // job's allocation once Slurm grants them (or refused when they will not come).
-void SlurmBackend::follow_grow(Job& j) {
+void SlurmBackend::follow_grow(ManagedJob& j) {
   SchedJob& g = j.sched_grow;
   if (g.state.empty() || g.state == "REFUSED") return;
   if (g.id.empty()) {
@@ -326,7 +326,7 @@ void SlurmBackend::follow_grow(Job& j) {
 
 // scontrol update NumNodes=0 on the granted allocation moves its nodes into the job's; the job
 // then holds them (next_hosts) and is told to grow onto them.
-void SlurmBackend::merge_grow(Job& j, const SlurmJobInfo& helper) {
+void SlurmBackend::merge_grow(ManagedJob& j, const SlurmJobInfo& helper) {
   try {
     slurm_.run({"scontrol", "update", "JobId=" + helper.id, "NumNodes=0"});
     const auto now = parse_squeue(slurm_.run({"squeue", "--noheader", "--states=all", "--jobs=" + j.sched.id,
@@ -352,7 +352,7 @@ void SlurmBackend::merge_grow(Job& j, const SlurmJobInfo& helper) {
 
 // The slots Slurm would give edp now: the usable nodes its jobs hold and the idle ones, less the
 // nodes other users' jobs wait for (edp's elastic jobs give way to them).
-void SlurmBackend::compute_capacity(const std::vector<Job>& jobs) {
+void SlurmBackend::compute_capacity(const std::vector<ManagedJob>& jobs) {
   std::map<std::string, std::string> holder;  // node -> Slurm job holding it
   for (const auto& [id, s] : jobs_)
     if (holds_nodes(s.state))
@@ -365,7 +365,7 @@ void SlurmBackend::compute_capacity(const std::vector<Job>& jobs) {
     else if (ours_.count(h->second)) ++held;
   }
   std::set<std::string> grows;  // our grows salloc has not named yet
-  for (const Job& j : jobs)
+  for (const ManagedJob& j : jobs)
     if (j.running() && !j.sched_grow.state.empty() && j.sched_grow.id.empty()) grows.insert(name(j) + "-grow");
   int wait = 0;
   std::string who;
@@ -385,7 +385,7 @@ void SlurmBackend::compute_capacity(const std::vector<Job>& jobs) {
 
 // ---- the slots --------------------------------------------------------------------------------
 
-void SlurmBackend::assign(Job& j, int workers, const std::vector<Job>&) {
+void SlurmBackend::assign(ManagedJob& j, int workers, const std::vector<ManagedJob>&) {
   const int have = static_cast<int>(j.hosts.size());
   if (!j.running() || have == 0) {  // a start: Slurm chooses the nodes (the job's script names them)
     if (j.running()) throw Error("job " + j.id + " has no nodes from Slurm yet (Slurm job " + j.sched.id + " " + j.sched.state + ")");
@@ -438,7 +438,7 @@ std::string SlurmBackend::grow_id(const std::string& log) {
   return text.substr(from, (to == std::string::npos ? text.size() : to) - from);
 }
 
-Grant SlurmBackend::grant(const Job& j, std::string* why) const {
+Grant SlurmBackend::grant(const ManagedJob& j, std::string* why) const {
   if (j.sched_grow.state.empty()) return Grant::Ready;
   if (j.sched_grow.state != "REFUSED") return Grant::Waiting;
   if (why) *why = j.sched_grow.reason;
@@ -446,7 +446,7 @@ Grant SlurmBackend::grant(const Job& j, std::string* why) const {
 }
 
 // Gives back the nodes a job no longer runs on (its ranks there have left: the rescale landed).
-void SlurmBackend::landed(Job& j) {
+void SlurmBackend::landed(ManagedJob& j) {
   const std::vector<HostShare> before = j.hosts;
   j.hosts = j.next_hosts;
   if (j.hosts.size() >= before.size() || j.hosts.empty()) return;
@@ -466,7 +466,7 @@ void SlurmBackend::landed(Job& j) {
 }
 
 // A grow request withdrawn: by its job id, or by its name while salloc has not named the id.
-void SlurmBackend::withdraw_grow(const Job& j) {
+void SlurmBackend::withdraw_grow(const ManagedJob& j) {
   if (j.sched_grow.state.empty() || !active(j.sched_grow.state)) return;
   const std::string what = j.sched_grow.id.empty() ? "--name=" + name(j) + "-grow" : j.sched_grow.id;
   try {
@@ -476,7 +476,7 @@ void SlurmBackend::withdraw_grow(const Job& j) {
   }
 }
 
-void SlurmBackend::give_up_rescale(Job& j) {
+void SlurmBackend::give_up_rescale(ManagedJob& j) {
   withdraw_grow(j);
   // Nodes merged for a grow that did not land go back.
   if (j.next_hosts.size() > j.hosts.size() && !j.hosts.empty()) {
@@ -488,21 +488,21 @@ void SlurmBackend::give_up_rescale(Job& j) {
   force_ = true;
 }
 
-void SlurmBackend::release(Job& j) {
+void SlurmBackend::release(ManagedJob& j) {
   withdraw_grow(j);
   j.sched_grow = SchedJob{};
   Resources::release(j);
   force_ = true;
 }
 
-void SlurmBackend::check_adopted(const std::vector<Job>& jobs) const {
-  for (const Job& j : jobs)
+void SlurmBackend::check_adopted(const std::vector<ManagedJob>& jobs) const {
+  for (const ManagedJob& j : jobs)
     if (j.running() && j.sched.id.empty())
       throw Error("running job " + j.id + " was started by serve without --backend slurm (it is no Slurm job); start serve "
                   "again the way it was started, or stop it first");
 }
 
-int SlurmBackend::leaving(const Job& j) const {
+int SlurmBackend::leaving(const ManagedJob& j) const {
   int n = 0;
   for (size_t i = 1; i < j.hosts.size(); ++i) {  // the batch host stays the job's (Slurm keeps it)
     const auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const SlurmNodeInfo& x) { return x.name == j.hosts[i].first; });
@@ -511,22 +511,22 @@ int SlurmBackend::leaving(const Job& j) const {
   return n;
 }
 
-bool SlurmBackend::moves(const Job& j, int workers) const {
+bool SlurmBackend::moves(const ManagedJob& j, int workers) const {
   const bool again = resize_once_ && j.sched.resized > 0;  // see the constructor
   if (workers > j.workers) return !expand_ || again;
   return workers < j.workers && (!shrink_ || again);
 }
 
-std::vector<std::string> SlurmBackend::launch_args(const Job&, int, const std::string& dir) const {
+std::vector<std::string> SlurmBackend::launch_args(const ManagedJob&, int, const std::string& dir) const {
   // The job's hostfile: its nodes, which the batch script writes at start and the controller
   // before each rescale; edprun reads it again at every restart and follows it inside the
   // allocation. Sizes up to the partition may be asked for.
   return {"--gpus", "none", "--hostfile", dir + "/hostfile", "--reread-hostfile", "--max-np", std::to_string(limit())};
 }
 
-json SlurmBackend::usage(const std::vector<Job>& jobs) const {
+json SlurmBackend::usage(const std::vector<ManagedJob>& jobs) const {
   std::map<std::string, std::string> who;
-  for (const Job& j : jobs)
+  for (const ManagedJob& j : jobs)
     if (j.running())
       for (const auto& hs : {j.hosts, j.next_hosts})
         for (const auto& h : hs) who[h.first] = j.id;
@@ -546,7 +546,7 @@ json SlurmBackend::usage(const std::vector<Job>& jobs) const {
 
 // ---- the jobs ---------------------------------------------------------------------------------
 
-std::string SlurmBackend::batch_script(const Job& j, const std::vector<std::string>& launch) const {
+std::string SlurmBackend::batch_script(const ManagedJob& j, const std::vector<std::string>& launch) const {
   const std::string d = dir(j);
   const auto q = [](const std::string& s) { return launch::shell_quote(s); };
   std::string s = "#!/bin/bash\n# edp-autoscale serve: job " + j.id + " (" + j.spec.name +
@@ -564,7 +564,7 @@ std::string SlurmBackend::batch_script(const Job& j, const std::vector<std::stri
   return s;
 }
 
-void SlurmBackend::start(Job& j, const std::vector<std::string>& launch) {
+void SlurmBackend::start(ManagedJob& j, const std::vector<std::string>& launch) {
   const fs::path d = dir(j);
   files::make_dir(d.string(), "job directory");
   fs::remove(d / "exit.json");
@@ -589,7 +589,7 @@ void SlurmBackend::start(Job& j, const std::vector<std::string>& launch) {
   say("job " + j.id + " is Slurm job " + id + " (" + std::to_string(j.workers) + " node(s)): " + launch::shell_join(argv));
 }
 
-void SlurmBackend::signal(const Job& j, int sig) {
+void SlurmBackend::signal(const ManagedJob& j, int sig) {
   for (const std::string& id : {j.sched.id, j.sched_grow.id})
     if (!id.empty()) try {
         if (sig == SIGTERM) slurm_.run({"scancel", id});  // the whole job, Slurm's way: SIGTERM, then SIGKILL
@@ -603,7 +603,7 @@ void SlurmBackend::signal(const Job& j, int sig) {
 // How the job ended: cancelled in Slurm (by its owner or an administrator), else the exit status
 // its batch script recorded, else Slurm's end state; nothing while Slurm runs it. A status of a
 // signal (edprun got SIGTERM) waits for Slurm to tell whether the job was cancelled.
-std::optional<ExitRecord> SlurmBackend::exit_record(const Job& j) {
+std::optional<ExitRecord> SlurmBackend::exit_record(const ManagedJob& j) {
   const std::string& st = j.sched.state;
   if (st == "CANCELLED") {
     ExitRecord r;
@@ -623,7 +623,7 @@ std::optional<ExitRecord> SlurmBackend::exit_record(const Job& j) {
   return r;
 }
 
-bool SlurmBackend::keeper_alive(const Job& j) {
+bool SlurmBackend::keeper_alive(const ManagedJob& j) {
   if (j.sched.id.empty()) return false;
   if (stale_ || !seen_) return true;  // Slurm did not answer: nothing is concluded
   return !job_final(j.sched.state) && j.sched.reason != "gone from Slurm";

@@ -79,42 +79,42 @@ class SlurmBackend final : public Resources, public JobDirRunner {
   int slots() const override { return capacity_; }
   int limit() const override { return static_cast<int>(nodes_.size()); }
   std::string describe() const override;
-  void assign(Job& j, int workers, const std::vector<Job>& all) override;
-  void landed(Job& j) override;
-  void release(Job& j) override;
-  void give_up_rescale(Job& j) override;
-  void check_adopted(const std::vector<Job>& jobs) const override;
-  std::vector<std::string> launch_args(const Job& j, int ranks_per_slot, const std::string& job_dir) const override;
-  std::vector<HostShare> hostfile_of(const Job& j) const override { return j.next_hosts; }
-  nlohmann::json usage(const std::vector<Job>& jobs) const override;
-  bool refresh(std::vector<Job>& jobs) override;
+  void assign(ManagedJob& j, int workers, const std::vector<ManagedJob>& all) override;
+  void landed(ManagedJob& j) override;
+  void release(ManagedJob& j) override;
+  void give_up_rescale(ManagedJob& j) override;
+  void check_adopted(const std::vector<ManagedJob>& jobs) const override;
+  std::vector<std::string> launch_args(const ManagedJob& j, int ranks_per_slot, const std::string& job_dir) const override;
+  std::vector<HostShare> hostfile_of(const ManagedJob& j) const override { return j.next_hosts; }
+  nlohmann::json usage(const std::vector<ManagedJob>& jobs) const override;
+  bool refresh(std::vector<ManagedJob>& jobs) override;
   bool queues() const override { return true; }
-  Grant grant(const Job& j, std::string* why) const override;
-  int leaving(const Job& j) const override;
-  bool moves(const Job& j, int workers) const override;
+  Grant grant(const ManagedJob& j, std::string* why) const override;
+  int leaving(const ManagedJob& j) const override;
+  bool moves(const ManagedJob& j, int workers) const override;
 
   // JobRunner (the job's files: JobDirRunner)
-  void start(Job& j, const std::vector<std::string>& launch) override;
-  void signal(const Job& j, int sig) override;
-  std::optional<ExitRecord> exit_record(const Job& j) override;
-  bool keeper_alive(const Job& j) override;
-  bool edprun_alive(const Job& j) override { return keeper_alive(j); }
+  void start(ManagedJob& j, const std::vector<std::string>& launch) override;
+  void signal(const ManagedJob& j, int sig) override;
+  std::optional<ExitRecord> exit_record(const ManagedJob& j) override;
+  bool keeper_alive(const ManagedJob& j) override;
+  bool edprun_alive(const ManagedJob& j) override { return keeper_alive(j); }
 
   const std::string& partition() const { return o_.partition; }
   bool expands() const { return expand_; }
 
  private:
   bool poll();
-  void follow(Job& j);
-  void follow_grow(Job& j);
-  void merge_grow(Job& j, const SlurmJobInfo& helper);
-  void compute_capacity(const std::vector<Job>& jobs);
-  std::string batch_script(const Job& j, const std::vector<std::string>& launch) const;
+  void follow(ManagedJob& j);
+  void follow_grow(ManagedJob& j);
+  void merge_grow(ManagedJob& j, const SlurmJobInfo& helper);
+  void compute_capacity(const std::vector<ManagedJob>& jobs);
+  std::string batch_script(const ManagedJob& j, const std::vector<std::string>& launch) const;
   const SlurmJobInfo* find(const std::string& id) const;
   static std::string grow_id(const std::string& log);  // the job id salloc printed, "" not yet
-  void withdraw_grow(const Job& j);
+  void withdraw_grow(const ManagedJob& j);
   // The job's Slurm job name: edp-<tag of the root>-<id> (its grow requests: ...-grow).
-  std::string name(const Job& j) const { return "edp-" + tag_ + "-" + j.id; }
+  std::string name(const ManagedJob& j) const { return "edp-" + tag_ + "-" + j.id; }
   void say(const std::string& s) const { if (log_) log_(s); }
 
   SlurmClient& slurm_;

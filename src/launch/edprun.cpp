@@ -290,7 +290,9 @@ int mps_host(int argc, char** argv) {
 
 // ---- the launcher ----------------------------------------------------------------------------------
 
-struct Job {
+// What one launch owns and removes when it ends: its job directory, Open MPI's shared-memory
+// directory, the MPS daemons it started (here and on the other hosts).
+struct Launch {
   std::string dir;
   std::string parent;   // where dir was made (EDP_JOB_DIR_BASE or $TMPDIR)
   std::string shm_dir;  // Open MPI's shared-memory segments (/dev/shm/edprun.*), "" if not ours
@@ -333,7 +335,7 @@ struct Job {
     }
     return killed;
   }
-  ~Job() { cleanup(); }
+  ~Launch() { cleanup(); }
 };
 
 // ---- the launcher, step by step ---------------------------------------------------------------
@@ -596,7 +598,7 @@ void prepare_job(const cli::Options& o, Setup& s) {
 }
 
 // The MPS daemons of the plan; 0, or edprun's exit code when they cannot run and MPS is required.
-int start_daemons(Setup& s, MpsController& mps, Job& job) {
+int start_daemons(Setup& s, MpsController& mps, Launch& job) {
   LaunchRequest& req = s.req;
   Plan& plan = s.plan;
   const Discovery& disc = s.disc;
@@ -645,7 +647,7 @@ std::vector<HostSpec> current_hosts(const Setup& s, const std::vector<std::strin
 // The next start at np ranks: a new plan, and the MPS daemons follow a change of GPUs or hosts.
 // Throws (leaving the current plan) when np cannot run. `lost`: hosts that cannot be reached,
 // whose daemons are not stopped (mpirun would wait for them); lost_all: every host lost so far.
-void move_to(Setup& s, MpsController& mps, Job& job, int np, const std::vector<std::string>& lost,
+void move_to(Setup& s, MpsController& mps, Launch& job, int np, const std::vector<std::string>& lost,
              const std::vector<std::string>& lost_all) {
   LaunchRequest& req = s.req;
   Plan& plan = s.plan;
@@ -779,7 +781,7 @@ void follow_slurm_allocation(const Setup& s) {
 
 // Runs mpirun once and waits for it: forwards a stop signal (and kills mpirun after the grace
 // period), follows the job's events, and kills an mpirun stuck after a stall the ranks reported.
-MpirunEnd run_mpirun(Setup& s, Job& job, JobHistory& history, sigset_t& sigs, double grace) {
+MpirunEnd run_mpirun(Setup& s, Launch& job, JobHistory& history, sigset_t& sigs, double grace) {
   follow_slurm_allocation(s);
   const Plan& plan = s.plan;
   const std::string stall_dir = s.req.job_dir + "/stalls";
@@ -896,7 +898,7 @@ int wait_backoff(sigset_t& sigs, double backoff) {
 
 // Carries out one step of the supervisor; returns the next one when it cannot. `rescaled`: the
 // step was a rescale that is now done (the caller records it).
-Step carry_out(Setup& s, MpsController& mps, Job& job, Supervisor& sup, const Step& step, const RunEnd& e,
+Step carry_out(Setup& s, MpsController& mps, Launch& job, Supervisor& sup, const Step& step, const RunEnd& e,
                int history_workers) {
   try {
     if (step.kind == Step::Rescale) {
@@ -920,7 +922,7 @@ Step carry_out(Setup& s, MpsController& mps, Job& job, Supervisor& sup, const St
 }
 
 // The restart/rescale loop: run mpirun, ask the supervisor what next, carry it out.
-int supervise(const cli::Options& o, Setup& s, MpsController& mps, Job& job, sigset_t& sigs) {
+int supervise(const cli::Options& o, Setup& s, MpsController& mps, Launch& job, sigset_t& sigs) {
   // The job's size as its events tell it (in-place rescales change it without edprun), its
   // rescales and restarts; printed when the job ends.
   JobHistory history(s.plan.np, s.events_file);
@@ -1009,9 +1011,9 @@ int launcher(int argc, char** argv) {
     std::fprintf(stderr, "edprun: error: %s\n", e.what());
     return kUsageError;
   }
-  // Declared before the Job, so that it outlives the Job's cleanup on every path.
+  // Declared before the Launch, so that it outlives the Launch's cleanup on every path.
   MpsController mps(s.mps_control.empty() ? "nvidia-cuda-mps-control" : s.mps_control, s.verbose);
-  Job job;
+  Launch job;
   job.dir = s.req.job_dir;
   job.parent = job.dir.substr(0, job.dir.rfind('/'));  // the base it was made in (setup_job_dir)
   job.shm_dir = s.req.ompi_shm_dir;

@@ -32,8 +32,8 @@ struct FakeJob {
 
 class FakeRunner : public JobRunner {
  public:
-  std::string dir(const Job& j) const override { return "/fake/" + j.id; }
-  void start(Job& j, const std::vector<std::string>& launch) override {
+  std::string dir(const ManagedJob& j) const override { return "/fake/" + j.id; }
+  void start(ManagedJob& j, const std::vector<std::string>& launch) override {
     starts.push_back({j.id, j.workers, launch});
     j.keeper_pid = 1000 + static_cast<long>(starts.size());
     j.keeper_start = 1;
@@ -41,23 +41,23 @@ class FakeRunner : public JobRunner {
     f.keeper = f.edprun = true;
     f.exit.reset();
   }
-  void signal(const Job& j, int sig) override { signals.emplace_back(j.id, sig); }
-  void write_control(const Job& j, int workers, int64_t batch, bool stop) override {
+  void signal(const ManagedJob& j, int sig) override { signals.emplace_back(j.id, sig); }
+  void write_control(const ManagedJob& j, int workers, int64_t batch, bool stop) override {
     control[j.id] = {workers, batch, stop};
   }
-  void write_hostfile(const Job& j, const std::vector<HostShare>& hosts) override { hostfiles[j.id] = hosts; }
-  std::optional<elastic::JobStatus> status(const Job& j, bool even_unchanged) override {
+  void write_hostfile(const ManagedJob& j, const std::vector<HostShare>& hosts) override { hostfiles[j.id] = hosts; }
+  std::optional<elastic::JobStatus> status(const ManagedJob& j, bool even_unchanged) override {
     FakeJob& f = jobs[j.id];
     if (!f.status_changed && !even_unchanged) return std::nullopt;
     f.status_changed = false;
     return f.status;
   }
-  const std::vector<elastic::MembershipEvent>& events(const Job& j) override { return jobs[j.id].events; }
-  std::optional<ExitRecord> exit_record(const Job& j) override { return jobs[j.id].exit; }
-  bool keeper_alive(const Job& j) override { return jobs[j.id].keeper; }
-  bool edprun_alive(const Job& j) override { return jobs[j.id].edprun; }
-  std::string last_error(const Job&) override { return "the job's last complaint"; }
-  FinalMetrics final_metrics(const Job& j) override { return jobs[j.id].metrics; }
+  const std::vector<elastic::MembershipEvent>& events(const ManagedJob& j) override { return jobs[j.id].events; }
+  std::optional<ExitRecord> exit_record(const ManagedJob& j) override { return jobs[j.id].exit; }
+  bool keeper_alive(const ManagedJob& j) override { return jobs[j.id].keeper; }
+  bool edprun_alive(const ManagedJob& j) override { return jobs[j.id].edprun; }
+  std::string last_error(const ManagedJob&) override { return "the job's last complaint"; }
+  FinalMetrics final_metrics(const ManagedJob& j) override { return jobs[j.id].metrics; }
 
   // Test helpers.
   void report(const std::string& id, int workers, int64_t batch, int64_t steps, double step_s, int64_t done = 0,
@@ -120,8 +120,8 @@ struct Fixture {
                                        [this](const std::string& s) { log.push_back(s); },
                                        [this](const nlohmann::json& l) { decisions.push_back(l); });
   }
-  const Job& job(const std::string& id) const {
-    for (const Job& j : ctl->jobs())
+  const ManagedJob& job(const std::string& id) const {
+    for (const ManagedJob& j : ctl->jobs())
       if (j.id == id) return j;
     throw Error("no job " + id);
   }
@@ -142,7 +142,7 @@ struct Fixture {
 }  // namespace
 
 TEST(JobTable, RoundTripsAndRefusesUnknownStates) {
-  Job j;
+  ManagedJob j;
   j.id = "j0007";
   j.spec = spec();
   j.state = JobPhase::Running;
@@ -154,7 +154,7 @@ TEST(JobTable, RoundTripsAndRefusesUnknownStates) {
   j.keeper_lost = true;
   j.metrics = FinalMetrics{true, 0.91, 0.25, -1};
   const std::string text = table_json({j});
-  const std::vector<Job> back = parse_table(text, "jobs.json");
+  const std::vector<ManagedJob> back = parse_table(text, "jobs.json");
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(table_json(back), text);
   EXPECT_EQ(back[0].state, JobPhase::Running);
@@ -178,7 +178,7 @@ TEST(Controller, StartsQueuedJobsAndBooksTheirSlots) {
   EXPECT_NE(std::find(l.begin(), l.end(), "--cores-per-host"), l.end());
   EXPECT_EQ(f.runner.control["j1"].workers, 1);  // the size it starts at, named in its control file
   // A job that can never run here is refused at once.
-  Job& big = f.ctl->submit("j3", spec(R"(, "min_workers": 8, "max_workers": 8, "workers": 8)"));
+  ManagedJob& big = f.ctl->submit("j3", spec(R"(, "min_workers": 8, "max_workers": 8, "workers": 8)"));
   EXPECT_EQ(big.state, JobPhase::Failed);
   EXPECT_NE(big.error.find("exceeds the cluster"), std::string::npos);
 }
@@ -190,17 +190,17 @@ TEST(Controller, AMemoryNeedSetsTheFewestWorkers) {
   ControllerConfig cfg;
   cfg.slot_memory_bytes = int64_t{16} << 30;
   Fixture f(cpu_slots(4), cfg);
-  Job& s = f.ctl->submit("s", spec(R"(, "max_workers": 4,
+  ManagedJob& s = f.ctl->submit("s", spec(R"(, "max_workers": 4,
       "memory": {"model_bytes": 2147483648, "optimizer_state_bytes": 25769803776, "zero": 1})"));  // 2 + 24/w GiB
   EXPECT_EQ(s.state, JobPhase::Queued) << s.error;
   EXPECT_EQ(s.spec.min_workers, 2);
   EXPECT_NE(f.log.back().find("min_workers 1 -> 2"), std::string::npos) << f.log.back();
-  Job& t = f.ctl->submit("t", spec(R"(, "max_workers": 4,
+  ManagedJob& t = f.ctl->submit("t", spec(R"(, "max_workers": 4,
       "memory": {"model_bytes": 2147483648, "optimizer_state_bytes": 42949672960, "zero": 1})"));  // 2 + 40/w GiB
   EXPECT_EQ(t.state, JobPhase::Failed);
   EXPECT_NE(t.error.find("from 3 worker(s)"), std::string::npos) << t.error;
   EXPECT_NE(t.error.find("splits evenly"), std::string::npos) << t.error;
-  Job& w = f.ctl->submit("w", spec(R"(, "max_workers": 4,
+  ManagedJob& w = f.ctl->submit("w", spec(R"(, "max_workers": 4,
       "memory": {"model_bytes": 2147483648, "optimizer_state_bytes": 25769803776, "zero": 0})"));
   EXPECT_EQ(w.state, JobPhase::Failed);
   EXPECT_NE(w.error.find("does not fit"), std::string::npos) << w.error;
@@ -356,11 +356,11 @@ TEST(Controller, ALostKeeperIsFollowedThroughEdprun) {
 
 TEST(Controller, AdoptsRunningJobsAndRecoversJobsRecordedAsLost) {
   Fixture f(cpu_slots(2));
-  Job run, ended, lost;
+  ManagedJob run, ended, lost;
   run.id = "run";
   ended.id = "ended";
   lost.id = "lost";
-  for (Job* j : {&run, &ended, &lost}) {
+  for (ManagedJob* j : {&run, &ended, &lost}) {
     j->spec = spec();
     j->workers = 1;
     j->batch = 64;
@@ -375,7 +375,7 @@ TEST(Controller, AdoptsRunningJobsAndRecoversJobsRecordedAsLost) {
   EXPECT_EQ(f.job("ended").state, JobPhase::Done);
   EXPECT_EQ(f.job("lost").state, JobPhase::Done);
   // A job holding hosts cannot be adopted by a controller without them.
-  Job hosted = run;
+  ManagedJob hosted = run;
   hosted.hosts = {{"h1", 1}};
   Fixture g(cpu_slots(2));
   EXPECT_THROW(g.ctl->adopt({hosted}), Error);
@@ -384,7 +384,7 @@ TEST(Controller, AdoptsRunningJobsAndRecoversJobsRecordedAsLost) {
 TEST(Resources, HostfileSlotsKeepHostsAndNeverOverbook) {
   const auto res = hostfile_slots({{"h1", 2}, {"h2", 1}, {"h3", 1}}, "hosts");
   EXPECT_EQ(res->slots(), 4);
-  std::vector<Job> jobs(2);
+  std::vector<ManagedJob> jobs(2);
   jobs[0].id = "a";
   jobs[1].id = "b";
   res->assign(jobs[0], 2, jobs);
@@ -424,7 +424,7 @@ TEST(Resources, HostfileSlotsKeepHostsAndNeverOverbook) {
 
 TEST(Resources, GpuSlotsGiveEachJobItsOwnGpus) {
   const auto res = gpu_slots(3);
-  std::vector<Job> jobs(2);
+  std::vector<ManagedJob> jobs(2);
   jobs[0].id = "a";
   jobs[1].id = "b";
   jobs[0].ranks_per_slot = 2;
@@ -443,7 +443,7 @@ TEST(Resources, GpuSlotsGiveEachJobItsOwnGpus) {
 // they are MIG instances.
 TEST(Resources, MigSlotsGiveEachJobItsOwnInstances) {
   const auto res = mig_slots(4);
-  std::vector<Job> jobs(2);
+  std::vector<ManagedJob> jobs(2);
   jobs[0].id = "a";
   jobs[1].id = "b";
   res->assign(jobs[0], 3, jobs);

@@ -189,8 +189,8 @@ struct Cluster {
                                        [this](const std::string& s) { log.push_back(s); }, [](const nlohmann::json&) {});
   }
   ~Cluster() { fs::remove_all(root); }
-  const Job& job(const std::string& id) const {
-    for (const Job& j : ctl->jobs())
+  const ManagedJob& job(const std::string& id) const {
+    for (const ManagedJob& j : ctl->jobs())
       if (j.id == id) return j;
     throw Error("no job " + id);
   }
@@ -392,7 +392,7 @@ TEST(SlurmBackend, AControllerStartedAgainFollowsItsSlurmJobs) {
   Cluster c;
   const std::string id = running_job(c, "a", R"(, "max_workers": 1)");
   c.tick();
-  std::vector<Job> table = c.ctl->jobs();
+  std::vector<ManagedJob> table = c.ctl->jobs();
   Cluster again;
   again.slurm = c.slurm;
   again.slurm.calls.clear();

@@ -89,21 +89,21 @@ class FileRunner final : public JobDirRunner {
   FileRunner(fs::path root, std::string edprun, std::vector<std::string> edprun_args)
       : JobDirRunner(std::move(root), std::move(edprun), std::move(edprun_args)), self_(self_exe()) {}
 
-  void start(Job& j, const std::vector<std::string>& launch) override;
-  void signal(const Job& j, int sig) override {
+  void start(ManagedJob& j, const std::vector<std::string>& launch) override;
+  void signal(const ManagedJob& j, int sig) override {
     // edprun's pid, as its keeper recorded it; edprun forwards the signal to mpirun and cleans up.
     const auto [pid, st] = edprun_of(j);
     if (alive(pid, st)) ::kill(static_cast<pid_t>(pid), sig);
   }
-  std::optional<ExitRecord> exit_record(const Job& j) override { return exit_file(j); }
-  bool keeper_alive(const Job& j) override { return alive(j.keeper_pid, j.keeper_start); }
-  bool edprun_alive(const Job& j) override {
+  std::optional<ExitRecord> exit_record(const ManagedJob& j) override { return exit_file(j); }
+  bool keeper_alive(const ManagedJob& j) override { return alive(j.keeper_pid, j.keeper_start); }
+  bool edprun_alive(const ManagedJob& j) override {
     const auto [pid, st] = edprun_of(j);
     return alive(pid, st);
   }
 
  private:
-  std::pair<long, unsigned long long> edprun_of(const Job& j) const {
+  std::pair<long, unsigned long long> edprun_of(const ManagedJob& j) const {
     std::string text;
     try {
       text = files::read_file_if_exists(dir(j) + "/edprun.pid", files::kRecordLimit, files::Links::Refuse).value_or("");
@@ -118,7 +118,7 @@ class FileRunner final : public JobDirRunner {
   std::string self_;
 };
 
-void FileRunner::start(Job& j, const std::vector<std::string>& launch) {
+void FileRunner::start(ManagedJob& j, const std::vector<std::string>& launch) {
   const fs::path d = dir(j);
   files::make_dir(d.string(), "job directory");
   fs::remove(d / "exit.json");
@@ -284,7 +284,7 @@ int Serve::run() {
   const auto table = files::read_file_if_exists((o_.root / "jobs.json").string(), files::kTableLimit);
   // Refused (running jobs that do not fit these resources): before serve.json, which keeps the
   // settings of the controller that started them.
-  const int adopted = c.adopt(table ? parse_table(*table, (o_.root / "jobs.json").string()) : std::vector<Job>{});
+  const int adopted = c.adopt(table ? parse_table(*table, (o_.root / "jobs.json").string()) : std::vector<ManagedJob>{});
   files::write_atomic((o_.root / "serve.json").string(),
                       json{{"pid", getpid()}, {"slots", res.limit()}, {"kind", o_.kind}, {"policy", o_.cfg.policy},
                            {"max_ranks_per_gpu", o_.cfg.max_ranks_per_gpu}, {"hostfile", o_.hostfile},
@@ -309,7 +309,7 @@ int Serve::run() {
   }
   if (g_stop) why = std::string("got ") + strsignal(g_stop);
   save(c);
-  const auto running = std::count_if(c.jobs().begin(), c.jobs().end(), [](const Job& j) { return j.running(); });
+  const auto running = std::count_if(c.jobs().begin(), c.jobs().end(), [](const ManagedJob& j) { return j.running(); });
   log("stopping: " + why +
       (running ? "; " + std::to_string(running) + " job(s) keep running and are re-adopted by the next serve on this root"
                : std::string()));
@@ -318,9 +318,9 @@ int Serve::run() {
 
 // ---- submit / status / cancel ---------------------------------------------------------------------
 
-std::vector<Job> load_table(const fs::path& root) {
+std::vector<ManagedJob> load_table(const fs::path& root) {
   const auto text = files::read_file_if_exists((root / "jobs.json").string(), files::kTableLimit);
-  return text ? parse_table(*text, (root / "jobs.json").string()) : std::vector<Job>{};
+  return text ? parse_table(*text, (root / "jobs.json").string()) : std::vector<ManagedJob>{};
 }
 
 void need_root(const fs::path& root) {
@@ -378,7 +378,7 @@ int submit(const fs::path& root, const std::string& spec_path) {
 int cancel(const fs::path& root, const std::string& id) {
   need_root(root);
   bool known = fs::exists(root / "inbox" / (id + ".json"));
-  for (const Job& j : load_table(root))
+  for (const ManagedJob& j : load_table(root))
     if (j.id == id) {
       if (finished(j.state)) throw DataError("job " + id + " has already ended (" + phase_name(j.state) + ")");
       known = true;
@@ -390,7 +390,7 @@ int cancel(const fs::path& root, const std::string& id) {
 }
 
 // What the table's last column says of a job.
-std::string note_of(const Job& j) {
+std::string note_of(const ManagedJob& j) {
   if (j.running() && j.preempt_requested) return "stopping (preempted)";
   const std::string to = std::to_string(j.target_workers) + "x" + std::to_string(j.target_batch);
   if (j.running() && j.awaiting)
@@ -422,7 +422,7 @@ std::string note_of(const Job& j) {
 
 int status(const fs::path& root, bool as_json) {
   need_root(root);
-  std::vector<Job> jobs = load_table(root);
+  std::vector<ManagedJob> jobs = load_table(root);
   std::vector<std::pair<std::string, JobSpec>> submitted;  // in the inbox, not taken yet
   if (fs::exists(root / "inbox"))
     for (const auto& e : fs::directory_iterator(root / "inbox"))
@@ -434,7 +434,7 @@ int status(const fs::path& root, bool as_json) {
   const bool serving = files::FileLock::held_elsewhere((root / "serve.lock").string());
   if (as_json) {
     json arr = json::array();
-    for (const Job& j : jobs) {
+    for (const ManagedJob& j : jobs) {
       json x = job_json(j);
       const StepTimeModel m = fit_measured(j.measured);
       x["fit"] = {{"a", m.a}, {"c", m.c}, {"s0", m.s0}, {"s1", m.s1}, {"points", j.measured.size()}};
@@ -448,11 +448,11 @@ int status(const fs::path& root, bool as_json) {
   }
   std::printf("%s: controller %s\n", root.string().c_str(), serving ? "running" : "not running");
   // Jobs of Slurm (serve --backend slurm): their Slurm job id and state beside edp's.
-  const bool slurm = std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return !j.sched.id.empty(); });
+  const bool slurm = std::any_of(jobs.begin(), jobs.end(), [](const ManagedJob& j) { return !j.sched.id.empty(); });
   if (slurm) std::printf("%-8s %-12s ", "slurm", "slurm state");
   std::printf("%-6s %-16s %-10s %7s %5s %7s %10s %8s %8s %8s %8s  %s\n", "job", "name", "state", "workers", "k",
               "batch", "samples/s", "progress", "restarts", "rescales", "preempts", "note");
-  for (const Job& j : jobs) {
+  for (const ManagedJob& j : jobs) {
     if (slurm)
       std::printf("%-8s %-12s ", j.sched.id.empty() ? "-" : j.sched.id.c_str(),
                   j.sched.state.empty() ? "-" : j.sched.state.substr(0, 12).c_str());
