@@ -32,10 +32,10 @@ struct Case {
   bool pow2;         // GPU counts restricted to powers of two
 };
 
-std::vector<JobOptions> make_instance(const Case& c, uint64_t seed, long* raw_options) {
+std::vector<DpJob> make_instance(const Case& c, uint64_t seed, long* raw_options) {
   const auto models = synthetic_model_profiles();
   edp::Rng rng(seed);
-  std::vector<JobOptions> jobs(static_cast<size_t>(c.jobs));
+  std::vector<DpJob> jobs(static_cast<size_t>(c.jobs));
   *raw_options = 0;
   for (auto& j : jobs) {
     const ModelProfile& m = models[rng.below(models.size())];
@@ -60,12 +60,12 @@ std::vector<JobOptions> make_instance(const Case& c, uint64_t seed, long* raw_op
 // The same instance as a request of plan.h (objective throughput with own.samples_per_s = 1, so
 // that every option's value is the instance's): what every caller of the autoscaler now times, the
 // valuation and the request's checks included.
-PlanRequest as_request(const std::vector<JobOptions>& jobs, int gpus) {
+PlanRequest as_request(const std::vector<DpJob>& jobs, int gpus) {
   PlanRequest r;
   r.gpus = gpus;
   r.objective = Objective::Throughput;
   r.hysteresis = 0;
-  for (const JobOptions& j : jobs) {
+  for (const DpJob& j : jobs) {
     PlanJob p;
     p.own = Config{1, 1, 1, 1.0, 1.0};
     if (j.current_gpus > 0) p.current = Config{j.current_gpus, j.current_batch, 1, 0, 1.0};

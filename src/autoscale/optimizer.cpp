@@ -36,7 +36,7 @@ struct Kept {
 };
 
 // Reductions 1 and 2 for one job. The wait option (0 GPUs, value 0) comes first when allowed.
-std::vector<Kept> envelope(const JobOptions& job, int capacity) {
+std::vector<Kept> envelope(const DpJob& job, int capacity) {
   std::map<int, Kept> best;  // gpus -> best option with that many GPUs
   for (const Option& o : job.options) {
     EDP_CHECK(o.gpus >= 1, "solve: an option has gpus=", o.gpus, " (waiting is may_wait, not an option)");
@@ -123,7 +123,7 @@ constexpr size_t kWholeTableCells = size_t{8} << 20;  // 64 MiB of doubles
 
 }  // namespace
 
-Solution solve(const std::vector<JobOptions>& jobs, int capacity) {
+Solution solve(const std::vector<DpJob>& jobs, int capacity) {
   EDP_CHECK(capacity >= 0, "solve: capacity must be >= 0, got ", capacity);
   const size_t J = jobs.size();
   std::vector<std::vector<Kept>> kept(J);
@@ -239,7 +239,7 @@ Solution solve(const std::vector<JobOptions>& jobs, int capacity) {
   return sol;
 }
 
-Solution solve_brute_force(const std::vector<JobOptions>& jobs, int capacity) {
+Solution solve_brute_force(const std::vector<DpJob>& jobs, int capacity) {
   const size_t J = jobs.size();
   std::vector<Choice> cur(J), best_choice;
   double best = kNegInf;

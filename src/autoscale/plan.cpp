@@ -241,7 +241,7 @@ const Plan& Planner::decide(const PlanRequest& in) {
   problem_.resize(J);
   for (size_t i = 0; i < J; ++i) {
     const PlanJob& j = req.jobs[i];
-    JobOptions& jo = problem_[i];
+    DpJob& jo = problem_[i];
     jo.options.clear();
     jo.may_wait = j.may_wait;
     jo.current_gpus = j.current.gpus;
@@ -487,11 +487,11 @@ PlanRequest from_v1(const TableRequest& v1) {
   return r;
 }
 
-std::vector<JobOptions> make_problem(const TableRequest& v1) {
+std::vector<DpJob> make_problem(const TableRequest& v1) {
   const PlanRequest req = from_v1(v1);
   validate(req);
   check_must_run(req);
-  std::vector<JobOptions> out(req.jobs.size());
+  std::vector<DpJob> out(req.jobs.size());
   for (size_t i = 0; i < req.jobs.size(); ++i) {
     const PlanJob& j = req.jobs[i];
     out[i].may_wait = j.may_wait;

@@ -15,9 +15,9 @@ namespace {
 
 // Random instance: values either small integers (sums are exact, so objectives must match
 // bit for bit) or arbitrary doubles (sums in a different order may differ in the last bits).
-std::vector<JobOptions> random_instance(edp::Rng& rng, int capacity, bool integer_values) {
+std::vector<DpJob> random_instance(edp::Rng& rng, int capacity, bool integer_values) {
   const int J = 1 + static_cast<int>(rng.below(6));
-  std::vector<JobOptions> jobs(J);
+  std::vector<DpJob> jobs(J);
   for (auto& j : jobs) {
     const int K = 1 + static_cast<int>(rng.below(6));
     for (int k = 0; k < K; ++k) {
@@ -37,7 +37,7 @@ std::vector<JobOptions> random_instance(edp::Rng& rng, int capacity, bool intege
   return jobs;
 }
 
-bool feasible_exists(const std::vector<JobOptions>& jobs, int capacity) {
+bool feasible_exists(const std::vector<DpJob>& jobs, int capacity) {
   int need = 0;
   for (const auto& j : jobs) {
     if (j.may_wait) continue;
@@ -49,7 +49,7 @@ bool feasible_exists(const std::vector<JobOptions>& jobs, int capacity) {
 }
 
 // Checks that `s` is a valid assignment for `jobs` whose values sum to s.objective.
-void expect_feasible(const std::vector<JobOptions>& jobs, int capacity, const Solution& s) {
+void expect_feasible(const std::vector<DpJob>& jobs, int capacity, const Solution& s) {
   ASSERT_EQ(s.choices.size(), jobs.size());
   int used = 0;
   double sum = 0;
@@ -102,7 +102,7 @@ TEST(AutoscaleOptimizer, MatchesBruteForceOnRandomSmallInstances) {
 
 TEST(AutoscaleOptimizer, TiesGoToTheCurrentAllocation) {
   // Two jobs, 4 GPUs; either job at 4 GPUs is worth 2, both at 2 GPUs also 2 in total.
-  std::vector<JobOptions> jobs(2);
+  std::vector<DpJob> jobs(2);
   for (auto& j : jobs) j.options = {{2, 64, 1.0}, {4, 64, 2.0}};
   jobs[1].current_gpus = 4;
   jobs[1].current_batch = 64;
@@ -118,7 +118,7 @@ TEST(AutoscaleOptimizer, TiesGoToTheCurrentAllocation) {
   EXPECT_EQ(s.choices[0].gpus, 2);
   EXPECT_EQ(s.choices[1].gpus, 2);
   // Same GPU count, equal value, different batch: the current batch is kept.
-  std::vector<JobOptions> one(1);
+  std::vector<DpJob> one(1);
   one[0].options = {{2, 64, 1.5}, {2, 128, 1.5}};
   one[0].current_gpus = 2;
   one[0].current_batch = 128;
@@ -128,7 +128,7 @@ TEST(AutoscaleOptimizer, TiesGoToTheCurrentAllocation) {
 }
 
 TEST(AutoscaleOptimizer, MustRunJobsGetTheirMinimumEvenAtALoss) {
-  std::vector<JobOptions> jobs(2);
+  std::vector<DpJob> jobs(2);
   jobs[0].options = {{3, 30, 0.1}};
   jobs[0].may_wait = false;
   jobs[1].options = {{4, 32, 10.0}};
@@ -144,7 +144,7 @@ TEST(AutoscaleOptimizer, LargeInstanceIsFeasibleAndNotWorseThanGreedy) {
   // 300 jobs x 512 GPUs: no brute force possible; check feasibility and that the optimum is at
   // least as good as two simple heuristics (everyone at its best value per GPU, first fit).
   edp::Rng rng(7);
-  std::vector<JobOptions> jobs(300);
+  std::vector<DpJob> jobs(300);
   for (auto& j : jobs)
     for (int g = 1; g <= 16; g *= 2) j.options.push_back({g, 32 * g, std::pow(g, rng.uniform(0.5, 0.95))});
   const int cap = 512;

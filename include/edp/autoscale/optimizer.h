@@ -54,8 +54,9 @@ struct Option {
   int tag = 0;  // the caller's, carried into the Choice (e.g. an index into its own option list)
 };
 
-// What solve() needs per job. Options with gpus > capacity are simply never chosen.
-struct JobOptions {
+// What solve() needs per job (elastic::JobOptions is a training job's settings). Options with gpus >
+// capacity are simply never chosen.
+struct DpJob {
   std::vector<Option> options;  // any order; duplicates allowed
   bool may_wait = true;         // false: the job must get one of its options (non-preemptible)
   int current_gpus = 0;         // tie-break: prefer (current_gpus, current_batch) among equals
@@ -78,15 +79,15 @@ struct Solution {
 
 // Thrown (as edp::Error subclass) for invalid requests; the message names the job and field.
 // make_problem validates; solve() checks only its own preconditions.
-std::vector<JobOptions> make_problem(const TableRequest& req);
+std::vector<DpJob> make_problem(const TableRequest& req);
 
 // Exact optimum of: maximise sum_j value(choice_j) s.t. sum_j gpus(choice_j) <= capacity, each
 // job takes exactly one of its options, or waits (value 0) when may_wait. Ties between optimal
 // solutions go toward each job's current allocation (jobs examined from last to first), then
 // toward fewer GPUs. Throws edp::Error when the jobs that must run cannot all fit.
-Solution solve(const std::vector<JobOptions>& jobs, int capacity);
+Solution solve(const std::vector<DpJob>& jobs, int capacity);
 
 // Reference solver for tests: enumerates every assignment (exponential; tiny instances only).
-Solution solve_brute_force(const std::vector<JobOptions>& jobs, int capacity);
+Solution solve_brute_force(const std::vector<DpJob>& jobs, int capacity);
 
 }  // namespace edp::autoscale

@@ -139,7 +139,7 @@ class Planner {
 
  private:
   void place(const PlanRequest& req);
-  std::vector<JobOptions> problem_;
+  std::vector<DpJob> problem_;
   PlanRequest expanded_;
   Plan plan_;
 };
