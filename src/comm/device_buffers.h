@@ -1,5 +1,5 @@
 // Helpers shared by the communicators that take GPU buffers (src/comm/nccl_communicator.cpp,
-// src/cuda/colocated_communicator.cu): whether a pointer is device memory, and, where the NCCL
+// src/comm/colocated_communicator.cu): whether a pointer is device memory, and, where the NCCL
 // header exists, edp's dtypes and reduce ops in NCCL's terms. Internal.
 #pragma once
 #include <cuda_runtime.h>

@@ -383,28 +383,40 @@ const char* type_name(Type t) {
   return "?";
 }
 
+namespace {
+// One knob's line of docs/knobs.md.
+std::string row(const Knob& k) {
+  std::string type = type_name(k.type);
+  if (k.type == Type::Enum) {
+    std::string c = k.choices;
+    for (auto& ch : c)
+      if (ch == '|') ch = ',';
+    type += " (" + c + ")";
+  } else if ((k.type == Type::Int || k.type == Type::Double) && (k.min != kNoMin || k.max != kNoMax)) {
+    if (k.max == kNoMax)
+      type += detail::concat(" (>= ", k.min, ")");
+    else
+      type += detail::concat(" (", k.min, "..", k.max, ")");
+  }
+  std::ostringstream os;
+  os << "| `" << k.name << "` | " << type << " | " << (*k.def ? detail::concat("`", k.def, "`") : "") << " | "
+     << (k.internal ? "*Set by edprun.* " : "") << k.help << " |\n";
+  return os.str();
+}
+}  // namespace
+
 std::string markdown() {
   std::ostringstream os;
-  std::string area;
-  for (const auto& k : kKnobs) {
-    if (area != k.area) {
-      area = k.area;
-      os << "\n## " << area << "\n\n| Variable | Type | Default | Description |\n|---|---|---|---|\n";
+  // One section per area, in the order the areas first appear; in it, the table's order.
+  std::vector<std::string> areas;
+  for (const auto& k : kKnobs)
+    if (std::find(areas.begin(), areas.end(), k.area) == areas.end()) areas.push_back(k.area);
+  for (const std::string& area : areas) {
+    os << "\n## " << area << "\n\n| Variable | Type | Default | Description |\n|---|---|---|---|\n";
+    for (const auto& k : kKnobs) {
+      if (k.area != area) continue;
+      os << row(k);
     }
-    std::string type = type_name(k.type);
-    if (k.type == Type::Enum) {
-      std::string c = k.choices;
-      for (auto& ch : c)
-        if (ch == '|') ch = ',';
-      type += " (" + c + ")";
-    } else if ((k.type == Type::Int || k.type == Type::Double) && (k.min != kNoMin || k.max != kNoMax)) {
-      if (k.max == kNoMax)
-        type += detail::concat(" (>= ", k.min, ")");
-      else
-        type += detail::concat(" (", k.min, "..", k.max, ")");
-    }
-    os << "| `" << k.name << "` | " << type << " | " << (*k.def ? detail::concat("`", k.def, "`") : "") << " | "
-       << (k.internal ? "*Set by edprun.* " : "") << k.help << " |\n";
   }
   return os.str();
 }

@@ -1,4 +1,4 @@
-// The caching device allocator's bookkeeping (see include/edp/cuda/caching_allocator.h). Plain
+// The caching device allocator's bookkeeping (see src/cuda/caching_allocator.h). Plain
 // C++: compiled in every build, tested with a fake raw backend on machines without a GPU.
 #include "cuda/caching_allocator.h"
 
