@@ -18,7 +18,7 @@ import tempfile
 # The files that may call nlohmann's parse, and why (docs/architecture.md, "Reading JSON").
 ALLOWED = {
     "src/core/json_fields.cpp": "the strict reader itself",
-    "src/autoscale/controller.cpp": "a job spec it has just written (job_spec_json), embedded in the job table",
+    "src/autoscale/job_table.cpp": "a job spec it has just written (job_spec_json), embedded in the job table",
     "tools/edp-autoscale/serve.cpp": "a job spec it has just written, embedded in the submit answer",
     "tools/edp-autoscale/simulate.cpp": "a simulation summary it has just written, embedded in the combined one",
     "src/core/timeline.cpp": "a timeline event's arguments, made by edp, parsed with exceptions off",
