@@ -13,7 +13,7 @@ bool spawned() {
 }
 
 #if !EDP_HAVE_MPI
-// A build without MPI cannot start ranks (the MPI build's Grow is in mpi_communicator.cpp).
+// A build without MPI cannot start ranks (the MPI build's Grow is in mpi_grow.cpp).
 struct Grow::Impl {};
 Grow::Grow(Communicator&, int, const std::vector<std::string>&) {
   throw SpawnError("cannot start new ranks: this build of edp has no MPI");
