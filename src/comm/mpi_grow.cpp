@@ -1,6 +1,7 @@
 // Growing an MPI job in place (edp/comm/membership.h, comm::Grow): MPI_Comm_spawn of the new ranks
 // on a thread of their own, the ready handshake, the merge; what a new rank does to join.
 #include "mpi_check.h"
+
 #include <unistd.h>
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <functional>
 #include <mutex>
 #include <vector>
+
 #include "backend.h"
 #include "core/text.h"
 #include "edp/comm/membership.h"

@@ -1,6 +1,7 @@
 // Starting and ending MPI for edp (backend.h): MPI_Init_thread and the world, the stall inspector's
 // communicator, the exit lobby at the end, the abort.
 #include "mpi_check.h"
+
 #include <unistd.h>
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <functional>
 #include <mutex>
 #include <vector>
+
 #include "backend.h"
 #include "core/text.h"
 #include "edp/comm/membership.h"

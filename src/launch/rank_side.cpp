@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
 #include "core/text.h"
 #include "edp/core/cli.h"
 #include "edp/core/error.h"
