@@ -56,24 +56,15 @@ inline bool parse_double(const std::string& s, double& out) {
   return end && *end == '\0';
 }
 
-// A count written with decimal digits only (no sign, no blanks), at most 9 of them so that it
-// fits an int: false for anything else. Counts in lists that people write (hostfile slots, Slurm
-// node ranges, EDP_ALLOWED_WORKERS), where "+3" or " 3" is a typo rather than a number.
-inline bool parse_digits(std::string_view s, int& out) {
-  if (s.empty() || s.size() > 9) return false;
-  int v = 0;
-  for (const char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  out = v;
-  return true;
-}
-
-// The same for sizes and offsets written by edp itself (at most 18 digits: fits int64_t).
-inline bool parse_digits(std::string_view s, int64_t& out) {
-  if (s.empty() || s.size() > 18) return false;
-  int64_t v = 0;
+// A count written with decimal digits only (no sign, no blanks) that fits `Int` (int: at most 9
+// digits; int64_t: 18): false for anything else. Counts in lists that people write (hostfile
+// slots, Slurm node ranges, EDP_ALLOWED_WORKERS), where "+3" or " 3" is a typo rather than a
+// number, and sizes and offsets edp writes itself.
+template <typename Int, typename = std::enable_if_t<std::is_same_v<Int, int> || std::is_same_v<Int, int64_t>>>
+bool parse_digits(std::string_view s, Int& out) {
+  constexpr size_t kMaxDigits = std::is_same_v<Int, int> ? 9 : 18;
+  if (s.empty() || s.size() > kMaxDigits) return false;
+  Int v = 0;
   for (const char c : s) {
     if (c < '0' || c > '9') return false;
     v = v * 10 + (c - '0');
