@@ -174,7 +174,9 @@ ddp::StateShard read_shards(const Checkpoint& c, const std::string& path, const 
         static_cast<int64_t>(files::crc32(bytes.data(), bytes.size())) != c.int_at(key + ".crc"))
       throw DataError(file + ": not the part " + path + " was written with (its size or checksum differs)");
     const Checkpoint s = decode_checkpoint(std::vector<char>(bytes.begin(), bytes.end()), file);
-    for (const auto& [name, t] : s.tensors) {
+    for (const auto& entry : s.tensors) {
+      const std::string& name = entry.first;
+      const Tensor& t = entry.second;  // not a structured binding: the lambda below captures it
       // optim.<q>.<parameter>@<offset>
       const size_t dot = name.find('.', 6), at = name.rfind('@');
       int64_t q = 0, off = 0;
