@@ -131,8 +131,9 @@ class DistributedDataParallel {
   bool sharded() const { return zero_; }
   // This rank's part of the optimizer state (edp/ddp/shard.h), taken out of opt (and out of the
   // shards): sharded, its part over the ranks; otherwise the whole state as part 0 of 1. Fresh
-  // when the optimizer has not stepped. Not collective, except that a full state not sharded yet
-  // is sharded first (no communication). What an elastic change of size moves (ddp::reshard).
+  // when the optimizer has not stepped. Not collective: a full state in opt that was not sharded
+  // yet (a restored checkpoint before the first step) is cut to this rank's part locally. What an
+  // elastic change of size moves (ddp::reshard).
   StateShard take_optimizer_state(optim::Optimizer& opt);
   // The same part, left in place (its tensors shared, not copied): what a sharded checkpoint
   // writes (edp/train/shards.h).
