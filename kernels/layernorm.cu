@@ -1,10 +1,11 @@
 // LayerNorm over the last dimension, forward and backward: the kernels of
-// src/backend/cuda/layernorm.cpp, which implements src/backend/cpu/layernorm.cpp (the oracle).
+// src/backend/cuda/layernorm.cpp, which implements src/backend/cpu/layernorm.cpp (the oracle,
+// whose opening comment has the math). How the work is split here:
 //
-//   forward   one warp per row: μ, rstd = 1/√(var + ε) (biased), y = (x - μ)·rstd·γ + β
-//   backward  one warp per row: g = dy·γ, dx = rstd·(g - mean(g) - x̂·mean(g·x̂)); the row's
-//             dy·x̂ and dy go to a per-chunk partial (64 rows per chunk, summed in row order by
-//             one thread per column), then the chunks are added in order into dγ and dβ.
+//   forward   one warp per row (the row's μ and rstd reduced across the warp)
+//   backward  one warp per row for dx; the row's dy·x̂ and dy go to a per-chunk partial (64 rows
+//             per chunk, summed in row order by one thread per column), then the chunks are
+//             added in order into dγ and dβ.
 // Sums are in double and reduced over fixed trees: the results do not depend on timing.
 #include "common.cuh"
 

@@ -143,6 +143,36 @@ double ClusterApp::iterations(double batch, int epoch) const {
   return it_of(lo->second) + f * (it_of(hi->second) - it_of(lo->second));
 }
 
+namespace {
+// After the tables are read: the per-GPU batch grid, the rows sorted by batch, the best progress
+// any batch made by the end of each epoch.
+void finish_app(ClusterApp& a, const std::string& dir) {
+  // yolov3's job code caps the per-GPU batch at 8 although 11 and 16 were profiled.
+  if (a.name == "yolov3") a.max_local = std::min(a.max_local, 8);
+  auto by_b = [](const StepPoint& x, const StepPoint& y) { return x.local_bsz < y.local_bsz; };
+  std::set<int> grid;
+  for (auto& [k, rows] : a.placements) {
+    std::sort(rows.begin(), rows.end(), by_b);
+    for (const StepPoint& p : rows) grid.insert(static_cast<int>(std::lround(p.local_bsz)));
+  }
+  for (auto& [k, rows] : a.levels) std::sort(rows.begin(), rows.end(), by_b);
+  for (int b : grid)
+    if (b >= a.min_local && b <= a.max_local) a.local_grid.push_back(b);
+  EDP_CHECK(!a.placements.empty() && !a.validation.empty(), "model '", a.name,
+            "' has no placement rows or no convergence rows in ", dir);
+  a.epoch_progress.assign(1, 0.0);
+  for (int e = 1; e <= a.max_epochs; ++e) {
+    double m = std::numeric_limits<double>::infinity();
+    for (const auto& [b, v] : a.validation) {
+      EDP_CHECK(static_cast<int>(v.size()) >= e, "model '", a.name, "' batch ", b, ": only ", v.size(),
+                " epochs of convergence data, max_epochs is ", a.max_epochs);
+      m = std::min(m, v[size_t(e - 1)].progress);
+    }
+    a.epoch_progress.push_back(m);
+  }
+}
+}  // namespace
+
 ClusterProfiles ClusterProfiles::load(const std::string& dir) {
   ClusterProfiles out;
   {
@@ -223,31 +253,7 @@ ClusterProfiles ClusterProfiles::load(const std::string& dir) {
       v.push_back(EpochStats{f.num(r, cp), f.num(r, ci), f.num(r, cq), f.num(r, cv)});
     }
   }
-  for (ClusterApp& a : out.apps_) {
-    // yolov3's job code caps the per-GPU batch at 8 although 11 and 16 were profiled.
-    if (a.name == "yolov3") a.max_local = std::min(a.max_local, 8);
-    auto by_b = [](const StepPoint& x, const StepPoint& y) { return x.local_bsz < y.local_bsz; };
-    std::set<int> grid;
-    for (auto& [k, rows] : a.placements) {
-      std::sort(rows.begin(), rows.end(), by_b);
-      for (const StepPoint& p : rows) grid.insert(static_cast<int>(std::lround(p.local_bsz)));
-    }
-    for (auto& [k, rows] : a.levels) std::sort(rows.begin(), rows.end(), by_b);
-    for (int b : grid)
-      if (b >= a.min_local && b <= a.max_local) a.local_grid.push_back(b);
-    EDP_CHECK(!a.placements.empty() && !a.validation.empty(), "model '", a.name,
-              "' has no placement rows or no convergence rows in ", dir);
-    a.epoch_progress.assign(1, 0.0);
-    for (int e = 1; e <= a.max_epochs; ++e) {
-      double m = std::numeric_limits<double>::infinity();
-      for (const auto& [b, v] : a.validation) {
-        EDP_CHECK(static_cast<int>(v.size()) >= e, "model '", a.name, "' batch ", b, ": only ", v.size(),
-                  " epochs of convergence data, max_epochs is ", a.max_epochs);
-        m = std::min(m, v[size_t(e - 1)].progress);
-      }
-      a.epoch_progress.push_back(m);
-    }
-  }
+  for (ClusterApp& a : out.apps_) finish_app(a, dir);
   return out;
 }
 

@@ -121,6 +121,36 @@ void dp_step(const double* in, int hp, const std::vector<Kept>& opts, double* ou
 // backward pass reaches them: memory ~ 2 sqrt(jobs) tables, at the price of a second forward pass.
 constexpr size_t kWholeTableCells = size_t{8} << 20;  // 64 MiB of doubles
 
+// The refusal when the jobs that may not wait cannot all fit: each one's smallest option.
+[[noreturn]] void throw_infeasible(const std::vector<DpJob>& jobs, const std::vector<std::vector<Kept>>& kept,
+                                   int capacity) {
+  std::ostringstream os;
+  os << "the jobs that must run cannot all fit in " << capacity << " GPUs:";
+  int need = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (jobs[j].may_wait) continue;
+    int m = std::numeric_limits<int>::max();
+    for (const Kept& k : kept[j]) m = std::min(m, k.gpus);
+    os << " job #" << j << " needs " << (kept[j].empty() ? -1 : m);
+    need += kept[j].empty() ? 0 : m;
+  }
+  os << " (at least " << need << " in total)";
+  throw Error(os.str());
+}
+
+// The backward pass's choice for one job: an option that reaches the table's value `target` at
+// `c` GPUs from the previous table `in` (cells 0..hp), the job's current allocation first; null
+// when none does (an internal error).
+const Kept* pick_option(const DpJob& job, const std::vector<Kept>& kept, const double* in, int hp, int c,
+                        double target) {
+  auto reaches = [&](const Kept& k) { return k.gpus <= c && in[std::min(c - k.gpus, hp)] + k.value == target; };
+  for (const Kept& k : kept)
+    if (k.gpus == job.current_gpus && (k.gpus == 0 || k.batch == job.current_batch) && reaches(k)) return &k;
+  for (const Kept& k : kept)
+    if (reaches(k)) return &k;
+  return nullptr;
+}
+
 }  // namespace
 
 Solution solve(const std::vector<DpJob>& jobs, int capacity) {
@@ -190,20 +220,7 @@ Solution solve(const std::vector<DpJob>& jobs, int capacity) {
   const size_t last_seg = nseg == 0 ? 0 : nseg - 1;
   int c = hi[J];
   const double best = J == 0 ? 0.0 : buf[at[J - last_seg * seg] + static_cast<size_t>(c)];
-  if (best == kNegInf) {
-    std::ostringstream os;
-    os << "the jobs that must run cannot all fit in " << capacity << " GPUs:";
-    int need = 0;
-    for (size_t j = 0; j < J; ++j) {
-      if (jobs[j].may_wait) continue;
-      int m = std::numeric_limits<int>::max();
-      for (const Kept& k : kept[j]) m = std::min(m, k.gpus);
-      os << " job #" << j << " needs " << (kept[j].empty() ? -1 : m);
-      need += kept[j].empty() ? 0 : m;
-    }
-    os << " (at least " << need << " in total)";
-    throw Error(os.str());
-  }
+  if (best == kNegInf) throw_infeasible(jobs, kept, capacity);
   sol.objective = best;
   sol.choices.assign(J, Choice{});
   for (size_t s = nseg; s-- > 0;) {
@@ -214,22 +231,7 @@ Solution solve(const std::vector<DpJob>& jobs, int capacity) {
       const double target = buf[at[j - j0 + 1] + static_cast<size_t>(c)];
       const double* in = buf.data() + at[j - j0];
       const int hp = hi[j];
-      const Kept* pick = nullptr;
-      auto reaches = [&](const Kept& k) {
-        return k.gpus <= c && in[std::min(c - k.gpus, hp)] + k.value == target;
-      };
-      for (const Kept& k : kept[j])
-        if (k.gpus == jobs[j].current_gpus && (k.gpus == 0 || k.batch == jobs[j].current_batch) &&
-            reaches(k)) {
-          pick = &k;
-          break;
-        }
-      if (!pick)
-        for (const Kept& k : kept[j])
-          if (reaches(k)) {
-            pick = &k;
-            break;
-          }
+      const Kept* pick = pick_option(jobs[j], kept[j], in, hp, c, target);
       EDP_CHECK(pick != nullptr, "solve: internal error, no option reproduces the DP value of job #", j);
       sol.choices[j] = Choice{pick->gpus, pick->batch, pick->value, pick->tag};
       c -= pick->gpus;

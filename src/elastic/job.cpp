@@ -10,20 +10,7 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
   Impl& m = *impl_;
   JobOptions& o = m.o;
   EDP_CHECK(model_ != nullptr && m.train != nullptr, "elastic::Job needs a model and a training set");
-  EDP_CHECK(m.train->size() > 0, o.name, ": the training set is empty: nothing to train on");
-  EDP_CHECK(o.epochs >= 1, o.name, ": epochs must be >= 1, got ", o.epochs);
-  EDP_CHECK(o.global_batch >= 1, o.name, ": the global batch must be >= 1, got ", o.global_batch);
-  EDP_CHECK(o.lr_base_batch >= 1, o.name, ": lr_base_batch must be >= 1");
-  EDP_CHECK(o.lr >= 0, o.name, ": the learning rate must be >= 0 (0: the optimizer's), got ", o.lr);
-  if (o.lr == 0) o.lr = m.opt.lr();  // given once, to the optimizer
-  EDP_CHECK(o.max_micro_batch >= 0, o.name, ": max_micro_batch must be >= 0, got ", o.max_micro_batch);
-  EDP_CHECK(o.checkpoint_every >= 0 && o.keep_checkpoints >= 1 && o.control_every >= 1 && o.warmup_steps >= 0,
-            o.name, ": checkpoint_every and warmup_steps must be >= 0, keep_checkpoints and control_every >= 1");
-  EDP_CHECK(o.divergence_factor == 0 || o.divergence_factor > kGuardRecovered, o.name,
-            ": the divergence factor must be 0 (no guard) or above ", kGuardRecovered,
-            " (a loss that merely stays at its level would count as diverging), got ", o.divergence_factor);
-  EDP_CHECK(o.on_nonfinite == "stop" || o.on_nonfinite == "skip", o.name,
-            ": on_nonfinite must be stop or skip, got '", o.on_nonfinite, "'");
+  m.check_options();
   knobs::check_environment();  // every EDP_* value now: EDP_SPAWN_TIMEOUT=abc fails here, not at the first grow
   m.mode = o.rescale_mode.empty() ? knobs::get_string("EDP_RESCALE_MODE") : o.rescale_mode;
   EDP_CHECK(m.mode == "auto" || m.mode == "in-place" || m.mode == "restart", o.name,
@@ -60,26 +47,7 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
       m.restore(*resume);
     }
   }
-  if (!o.control_file.empty()) {
-    EDP_CHECK(m.ckpt || m.mode != "restart", o.name,
-              ": a control file with EDP_RESCALE_MODE=restart needs a checkpoint directory: the job restarts from it");
-    ControlLimits limits = ControlLimits::from_env();
-    const int64_t first = m.origin_global_batch, samples = static_cast<int64_t>(m.train->size());
-    const bool given = o.max_global_batch > 0 || o.min_global_batch > 0;
-    const int64_t max_gb = o.max_global_batch > 0 ? o.max_global_batch : first * kBatchRange;
-    limits.max_global_batch = std::min(samples, max_gb);
-    limits.min_global_batch = o.min_global_batch > 0 ? o.min_global_batch : std::max<int64_t>(1, first / kBatchRange);
-    const std::string range =
-        given ? "JobOptions::min_global_batch/max_global_batch, the examples' --min-global-batch and "
-                "--max-global-batch"
-              : "within " + std::to_string(kBatchRange) + "x of the job's first global batch " + std::to_string(first) +
-                    "; JobOptions::min_global_batch/max_global_batch, the examples' --min-global-batch and "
-                    "--max-global-batch, widen it";
-    limits.max_global_batch_rule = samples < max_gb ? "the training set's size" : range;
-    limits.min_global_batch_rule = range;
-    limits.max_worker_batch = o.max_worker_batch;
-    m.control = std::make_unique<ElasticControl>(o.control_file, world.size(), global_batch_, limits);
-  }
+  if (!o.control_file.empty()) m.make_control();
   const comm::CpuMask own = comm::affinity();
   m.enter(nullptr, global_batch_, joined ? &own : nullptr);  // a new rank takes part in the re-binding
   m.land_state();  // a new rank of a sharded job: its part of the optimizer state
@@ -89,43 +57,87 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
   } else {
     m.check_replicas(joined ? "after joining" : "after resuming");
   }
-  if (m.root()) {
+  m.note_start(resume ? &*resume : nullptr, resume_path, joined);
+}
+
+void Job::Impl::check_options() {
+  EDP_CHECK(train->size() > 0, o.name, ": the training set is empty: nothing to train on");
+  EDP_CHECK(o.epochs >= 1, o.name, ": epochs must be >= 1, got ", o.epochs);
+  EDP_CHECK(o.global_batch >= 1, o.name, ": the global batch must be >= 1, got ", o.global_batch);
+  EDP_CHECK(o.lr_base_batch >= 1, o.name, ": lr_base_batch must be >= 1");
+  EDP_CHECK(o.lr >= 0, o.name, ": the learning rate must be >= 0 (0: the optimizer's), got ", o.lr);
+  if (o.lr == 0) o.lr = opt.lr();  // given once, to the optimizer
+  EDP_CHECK(o.max_micro_batch >= 0, o.name, ": max_micro_batch must be >= 0, got ", o.max_micro_batch);
+  EDP_CHECK(o.checkpoint_every >= 0 && o.keep_checkpoints >= 1 && o.control_every >= 1 && o.warmup_steps >= 0,
+            o.name, ": checkpoint_every and warmup_steps must be >= 0, keep_checkpoints and control_every >= 1");
+  EDP_CHECK(o.divergence_factor == 0 || o.divergence_factor > kGuardRecovered, o.name,
+            ": the divergence factor must be 0 (no guard) or above ", kGuardRecovered,
+            " (a loss that merely stays at its level would count as diverging), got ", o.divergence_factor);
+  EDP_CHECK(o.on_nonfinite == "stop" || o.on_nonfinite == "skip", o.name,
+            ": on_nonfinite must be stop or skip, got '", o.on_nonfinite, "'");
+  guard = DivergenceGuard(o.divergence_factor);
+}
+
+void Job::Impl::make_control() {
+  JobOptions& o = this->o;
+  EDP_CHECK(ckpt || mode != "restart", o.name,
+            ": a control file with EDP_RESCALE_MODE=restart needs a checkpoint directory: the job restarts from it");
+  ControlLimits limits = ControlLimits::from_env();
+  const int64_t first = origin_global_batch, samples = static_cast<int64_t>(train->size());
+  const bool given = o.max_global_batch > 0 || o.min_global_batch > 0;
+  const int64_t max_gb = o.max_global_batch > 0 ? o.max_global_batch : first * kBatchRange;
+  limits.max_global_batch = std::min(samples, max_gb);
+  limits.min_global_batch = o.min_global_batch > 0 ? o.min_global_batch : std::max<int64_t>(1, first / kBatchRange);
+  const std::string range =
+      given ? "JobOptions::min_global_batch/max_global_batch, the examples' --min-global-batch and "
+              "--max-global-batch"
+            : "within " + std::to_string(kBatchRange) + "x of the job's first global batch " + std::to_string(first) +
+                  "; JobOptions::min_global_batch/max_global_batch, the examples' --min-global-batch and "
+                  "--max-global-batch, widen it";
+  limits.max_global_batch_rule = samples < max_gb ? "the training set's size" : range;
+  limits.min_global_batch_rule = range;
+  limits.max_worker_batch = o.max_worker_batch;
+  control = std::make_unique<ElasticControl>(o.control_file, world->size(), job.global_batch_, limits);
+}
+
+void Job::Impl::note_start(const train::Checkpoint* resume, const std::string& resume_path, bool joined) {
+  if (root()) {
     if (resume) {
-      log::info(o.name, ": resumed from ", resume_path, ": step ", step_, ", epoch ", m.loader->epoch() + 1, ", ",
-                m.loader->position(), " samples into it (saved by ",
+      log::info(o.name, ": resumed from ", resume_path, ": step ", job.step_, ", epoch ", loader->epoch() + 1, ", ",
+                loader->position(), " samples into it (saved by ",
                 resume->meta.count("world_size") ? resume->at("world_size") : std::string("?"), " rank(s))");
-      if (epoch_ >= o.epochs)
-        log::info(o.name, ": the training is already complete (all ", o.epochs, " epoch(s), step ", step_,
+      if (job.epoch_ >= o.epochs)
+        log::info(o.name, ": the training is already complete (all ", o.epochs, " epoch(s), step ", job.step_,
                   "): nothing to train; the model is the checkpoint's");
       if (const std::string diff = train::build_difference(*resume); !diff.empty())
         log::warn(o.name, ": the checkpoint was written by another build (", diff,
                   "): training continues correctly, but not bitwise as the uninterrupted run would have");
     }
-    MembershipEvent start = m.event_now("start");
-    start.threads = m.threads;
+    MembershipEvent start = event_now("start");
+    start.threads = threads;
     append_event(start);
   }
-  complete_at_start_ = resume && epoch_ >= o.epochs;
+  job.complete_at_start_ = resume && job.epoch_ >= o.epochs;
   if (resume && resume->meta.count("next.requested_t")) {
     MembershipEvent ev;
     ev.event = "rescale";
     ev.mode = "restart";
     ev.from_workers = resume->meta.count("world_size") ? static_cast<int>(resume->int_at("world_size")) : 0;
-    ev.workers = size();
+    ev.workers = job.size();
     ev.from_global_batch = resume->meta.count("global_batch") ? resume->int_at("global_batch") : 0;
-    ev.global_batch = global_batch_;
+    ev.global_batch = job.global_batch_;
     ev.requested_t = std::strtod(resume->at("next.requested_t").c_str(), nullptr);
-    ev.threads = m.threads;
-    m.pending = ev;
-    m.last_change = "at step " + std::to_string(step_) + ", by restart: " + std::to_string(ev.from_workers) +
-                    " -> " + std::to_string(ev.workers) + " worker(s), global batch " +
-                    std::to_string(ev.from_global_batch) + " -> " + std::to_string(ev.global_batch) +
-                    ", learning rate now " + detail::concat(lr_);
+    ev.threads = threads;
+    pending = ev;
+    last_change = "at step " + std::to_string(job.step_) + ", by restart: " + std::to_string(ev.from_workers) +
+                  " -> " + std::to_string(ev.workers) + " worker(s), global batch " +
+                  std::to_string(ev.from_global_batch) + " -> " + std::to_string(ev.global_batch) +
+                  ", learning rate now " + detail::concat(job.lr_);
   }
   if (joined) {
-    m.last_change = "at step " + std::to_string(step_) + ", in place: this rank joined the job at " +
-                    std::to_string(size()) + " worker(s), global batch " + std::to_string(global_batch_);
-    for (auto& cb : m.callbacks) cb({0, size(), 0, global_batch_, true});
+    last_change = "at step " + std::to_string(job.step_) + ", in place: this rank joined the job at " +
+                  std::to_string(job.size()) + " worker(s), global batch " + std::to_string(job.global_batch_);
+    for (auto& cb : callbacks) cb({0, job.size(), 0, job.global_batch_, true});
   }
 }
 
@@ -309,13 +321,7 @@ void Job::step(double loss) {
     m.ddp->step(m.opt);
   }
   if (std::isfinite(loss)) {
-    m.guard_sum += loss * static_cast<double>(m.local_count);
-    m.guard_n += static_cast<double>(m.local_count);
-    if (!m.guard_first_set) {  // the level of a job shorter than one window (guard_partial)
-      m.guard_first[0] = loss * static_cast<double>(m.local_count);
-      m.guard_first[1] = static_cast<double>(m.local_count);
-      m.guard_first_set = true;
-    }
+    m.guard.add(loss * static_cast<double>(m.local_count), static_cast<double>(m.local_count));
   } else {
     loss = 0;  // skip mode: kept out of the reported mean
   }

@@ -38,6 +38,7 @@
 #include "edp/train/checkpoint.h"
 #include "edp/train/progress.h"
 #include "edp/train/shards.h"
+#include "elastic/divergence_guard.h"
 
 namespace edp::elastic {
 
@@ -110,18 +111,9 @@ struct Job::Impl {
   double min_step_s = 0, last_step_end = 0;  // EDP_MIN_STEP_MS pacing
   int64_t skipped_steps = 0;
 
-  // The divergence guard (JobOptions::divergence_factor): this rank's loss sums over the window,
-  // the running level (a moving average of good windows' means; < 0: none yet), the windows above
-  // the limit in a row, and the step at the end of the last good window.
-  double guard_sum = 0, guard_n = 0, guard_level = -1;
-  int guard_suspect = 0;
-  int64_t guard_good_step = 0, guard_first_bad = 0;
-  double guard_peak = 0;         // the highest window mean of the rise in doubt
-  bool guard_came_down = false;  // a window of it was under the limit but not back to the level
-  double guard_last = 0;         // the last full window's mean
-  int64_t guard_from = 1;        // the first step in guard_sum
-  double guard_first[2] = {0, 0};  // this rank's loss sum and samples of this process's first step
-  bool guard_first_set = false, guard_ended = false;
+  // The divergence guard's rule and state (JobOptions::divergence_factor; set by check_options()).
+  DivergenceGuard guard{0};
+  bool guard_ended = false;
   std::string last_change = "none since the job started";
 
   // A grow under way in the background (comm::Grow): the ranks train on at their size until the
@@ -177,6 +169,13 @@ struct Job::Impl {
 
   // The settings that make this training run what it is (JobOptions::resume_may_change).
   std::vector<comm::Setting> identity() const;
+
+  // The constructor's parts: the options checked (JobOptions::lr = 0 takes the optimizer's rate);
+  // the control file's reader and its batch limits; once the job runs, the resume logged, the
+  // start event appended, a restart's rescale recorded as pending.
+  void check_options();
+  void make_control();
+  void note_start(const train::Checkpoint* resume, const std::string& resume_path, bool joined);
 
   // A checkpoint of another configuration of the job: refused, naming each difference, unless the
   // change is deliberate. Checkpoints written before identities were recorded pass.
@@ -326,8 +325,11 @@ struct Job::Impl {
   // that the job, started again, resumes from its last good state.
   [[noreturn]] void diverged(const std::string& what, const std::string& advice, bool collective);
 
-  // Every window in doubt above the limit, or (guard_came_down) some only not back from it.
-  void guard_diverged(double mean);
+  // The guard's window ending at this step said the loss diverged: the job stops.
+  void guard_diverged();
+
+  // What a diverged job's message advises: the peak learning rate, how it was scaled, what to lower.
+  std::string guard_advice() const;
 
   // The median of the recent step times (0 when none was measured).
   double typical_step() const;

@@ -70,8 +70,7 @@ void Job::Impl::restore(const train::Checkpoint& c) {
   if (c.meta.count("origin.global_batch")) origin_global_batch = c.int_at("origin.global_batch");
   // The divergence guard learns the loss's level again from the first window after a resume
   // (its state is not in the checkpoint, whose bytes are the same however the run was cut).
-  guard_good_step = job.step_;
-  guard_from = job.step_ + 1;
+  guard.resume_at(job.step_);
 }
 
 std::string Job::Impl::number(double v) {  // the shortest text that reads back as v

@@ -43,73 +43,33 @@ int64_t Job::Impl::samples_done() const {
 }
 
 void Job::Impl::guard_check() {
-  double v[2] = {guard_sum, guard_n};
+  const std::array<double, 4> mine = guard.local();
+  double v[2] = {mine[0], mine[1]};
   world->allreduce(v, v, 2, DType::F64, comm::ReduceOp::Sum);
-  guard_sum = guard_n = 0;
-  guard_from = job.step_ + 1;
-  if (v[1] <= 0) return;
-  const double mean = v[0] / v[1];
-  guard_last = mean;
-  log::debug(o.name, ": divergence guard: mean loss ", mean, " over steps ", job.step_ - kGuardWindow + 1, "-",
-             job.step_, ", running level ", guard_level);
-  if (guard_level < 0) {
-    guard_level = mean;
-    guard_good_step = job.step_;
-    return;
+  if (v[1] > 0)
+    log::debug(o.name, ": divergence guard: mean loss ", v[0] / v[1], " over steps ", job.step_ - kGuardWindow + 1, "-",
+               job.step_, ", running level ", guard.level());
+  switch (guard.end_window(job.step_, v[0], v[1])) {
+    case DivergenceGuard::Window::kDoubtBegins:
+      if (ckpt) ckpt->hold(guard.good_step());  // rotation must not remove the last good state
+      break;
+    case DivergenceGuard::Window::kGood:
+      if (ckpt) ckpt->hold(-1);
+      break;
+    case DivergenceGuard::Window::kDiverged:
+      guard_diverged();
+      break;
+    default:
+      break;
   }
-  const double f = o.divergence_factor;
-  const bool above = f > 0 && mean > f * guard_level;
-  // Down from a blow-up (a window above factor² times the level) but not back to the level:
-  // still in doubt. After a milder rise a slow recovery is normal (e.g. after a rescale).
-  const bool not_back = guard_suspect > 0 && guard_peak > f * f * guard_level && mean > kGuardRecovered * guard_level;
-  if (above || not_back) {
-    if (guard_suspect++ == 0) {
-      guard_first_bad = job.step_ - kGuardWindow + 1;
-      guard_peak = 0;
-      guard_came_down = false;
-      if (ckpt) ckpt->hold(guard_good_step);  // rotation must not remove the last good state
-    }
-    guard_peak = std::max(guard_peak, mean);
-    guard_came_down = guard_came_down || !above;
-    if (guard_suspect >= kGuardPatience) guard_diverged(mean);
-    return;
-  }
-  guard_suspect = 0;
-  if (ckpt) ckpt->hold(-1);
-  guard_level = 0.9 * guard_level + 0.1 * mean;
-  guard_good_step = job.step_;
 }
 
 void Job::Impl::guard_partial(const std::string& when) {
   if (o.divergence_factor <= 0 || !world) return;
-  double v[4] = {guard_sum, guard_n, guard_first[0], guard_first[1]};
-  world->allreduce(v, v, 4, DType::F64, comm::ReduceOp::Sum);
-  const bool partial = v[1] > 0;
-  if (!partial && guard_suspect == 0) return;
-  const double mean = partial ? v[0] / v[1] : guard_last;
-  const bool have_level = guard_level >= 0;
-  const double level = have_level ? guard_level : v[3] > 0 ? v[2] / v[3] : -1;
-  if (level < 0 || !std::isfinite(mean)) return;  // nothing to compare with (a non-finite loss stops elsewhere)
-  const double f = o.divergence_factor;
-  const bool above = mean > f * level;
-  const bool not_back = guard_suspect > 0 && guard_peak > f * f * level && mean > kGuardRecovered * level;
-  if (!above && !not_back) return;
-  // The steps judged: those since the last full window (windows end at multiples of kGuardWindow).
-  const long long to = job.step_;
-  const long long from = partial ? guard_from : std::max<long long>(1, to - kGuardWindow + 1);
-  char m[640];
-  std::snprintf(m, sizeof m,
-                "the loss diverged: its mean over steps %lld-%lld, the last before %s, was %.4g, more than %g times "
-                "%s %.4g; the guard's windows of %lld steps did not fill before %s.",
-                from, to, when.c_str(), mean, above ? f : kGuardRecovered,
-                have_level ? "its running level" : "the loss of the job's first step,", level,
-                static_cast<long long>(kGuardWindow), when.c_str());
-  diverged(m,
-           " The peak learning rate is " + detail::concat(job.lr_) + " at global batch " +
-               std::to_string(job.global_batch_) +
-               ". Lower the learning rate or the largest global batch the job may be given (JobOptions::"
-               "max_global_batch, the examples' --max-global-batch), or turn the guard off (divergence_factor 0)",
-           true);
+  std::array<double, 4> v = guard.local();
+  world->allreduce(v.data(), v.data(), 4, DType::F64, comm::ReduceOp::Sum);
+  const std::string what = guard.judge_partial(job.step_, v, when);
+  if (!what.empty()) diverged(what, guard_advice(), true);
 }
 
 void Job::Impl::guard_end() {
@@ -121,13 +81,13 @@ void Job::Impl::guard_end() {
 void Job::Impl::diverged(const std::string& what, const std::string& advice, bool collective) {
   std::string where;
   if (ckpt && root()) {
-    const std::vector<std::string> moved = ckpt->set_aside_after(guard_good_step, "diverged");
+    const std::vector<std::string> moved = ckpt->set_aside_after(guard.good_step(), "diverged");
     const std::vector<std::string> left = ckpt->list();
     where = left.empty() ? " No checkpoint from before the divergence remains."
                          : " Started again, it resumes from " + left.front() + ", the last good state.";
     if (!moved.empty())
       where += " The " + std::to_string(moved.size()) + " checkpoint(s) written after step " +
-               std::to_string(guard_good_step) + " were set aside (renamed *.diverged).";
+               std::to_string(guard.good_step()) + " were set aside (renamed *.diverged).";
   }
   const std::string m = o.name + ": " + what + " The last change of size: " + last_change + "." + where + advice;
   if (!collective) throw Error(m);
@@ -135,33 +95,18 @@ void Job::Impl::diverged(const std::string& what, const std::string& advice, boo
   throw CollectiveError(m, world->rank(), world->size());
 }
 
-void Job::Impl::guard_diverged(double mean) {
-  char m[600];
-  const long long from = job.step_ - kGuardWindow + 1, to = job.step_;
-  if (!guard_came_down)
-    std::snprintf(m, sizeof m,
-                  "the loss diverged: its mean over steps %lld-%lld was %.4g, more than %g times its running level "
-                  "%.4g, in %d windows of %lld steps in a row (since step %lld).",
-                  from, to, mean, o.divergence_factor, guard_level, kGuardPatience,
-                  static_cast<long long>(kGuardWindow), static_cast<long long>(guard_first_bad));
-  else
-    std::snprintf(m, sizeof m,
-                  "the loss diverged: it rose to %.4g, more than %g times its running level %.4g (since step %lld), "
-                  "and did not come back: its mean over steps %lld-%lld was %.4g, still more than %g times that "
-                  "level, %d windows of %lld steps after the rise began.",
-                  guard_peak, o.divergence_factor, guard_level, static_cast<long long>(guard_first_bad), from, to,
-                  mean, kGuardRecovered, kGuardPatience, static_cast<long long>(kGuardWindow));
-  std::string lr = o.lr_scaling == "none" || job.global_batch_ == o.lr_base_batch
-                       ? ""
-                       : " (" + o.lr_scaling + " scaling of " + detail::concat(o.lr) + " at global batch " +
-                             std::to_string(o.lr_base_batch) + "; sqrt scaling, the examples' --lr-scaling sqrt, "
-                             "gives less)";
-  diverged(m,
-           " The peak learning rate is " + detail::concat(job.lr_) + " at global batch " +
-               std::to_string(job.global_batch_) + lr +
-               ". Lower the learning rate or the largest global batch the job may be given (JobOptions::"
-               "max_global_batch, the examples' --max-global-batch), or turn the guard off (divergence_factor 0)",
-           true);
+void Job::Impl::guard_diverged() { diverged(guard.diverged_what(job.step_), guard_advice(), true); }
+
+std::string Job::Impl::guard_advice() const {
+  const std::string scaling = o.lr_scaling == "none" || job.global_batch_ == o.lr_base_batch
+                                  ? ""
+                                  : " (" + o.lr_scaling + " scaling of " + detail::concat(o.lr) + " at global batch " +
+                                        std::to_string(o.lr_base_batch) +
+                                        "; sqrt scaling, the examples' --lr-scaling sqrt, gives less)";
+  return " The peak learning rate is " + detail::concat(job.lr_) + " at global batch " +
+         std::to_string(job.global_batch_) + scaling +
+         ". Lower the learning rate or the largest global batch the job may be given (JobOptions::"
+         "max_global_batch, the examples' --max-global-batch), or turn the guard off (divergence_factor 0)";
 }
 
 double Job::Impl::typical_step() const {

@@ -55,4 +55,19 @@ TEST_F(CudaOps, InvalidLabelGivesTheCpuError) {
   EXPECT_EQ(gpu_msg, cpu_msg);
 }
 
+// The sequence form (the GPT's loss): positions labelled -1 count neither in the loss nor in n.
+TEST_F(CudaOps, SequenceCrossEntropyIgnoresTheIgnoreIndex) {
+  const Tensor z = randn({6, 5}, 3300, 2.0);
+  const Tensor lab = Tensor::from_vector<int32_t>({6}, {4, -1, 0, 2, -1, 1});
+  Tensor p_ref, p;
+  int64_t n_ref = 0, n = 0;
+  const double l_ref = ops::softmax_cross_entropy_forward(z, lab, p_ref, -1, &n_ref);
+  const double l = ops::softmax_cross_entropy_forward(G(z), G(lab), p, -1, &n);
+  EXPECT_EQ(n, n_ref);
+  EXPECT_EQ(n, 4);
+  EXPECT_NEAR(l, l_ref, 1e-6 * std::fabs(l_ref));
+  EXPECT_TRUE(close(ops::softmax_cross_entropy_backward(p, G(lab), 0.25, -1),
+                    ops::softmax_cross_entropy_backward(p_ref, lab, 0.25, -1), Tol{1e-6, 1e-9}, "dz"));
+}
+
 }  // namespace
