@@ -1,7 +1,8 @@
 // Discrete-event simulation of elastic jobs on a shared cluster (simulator.h). Between two
 // events every job progresses linearly, so the state is advanced in closed form from event to
 // event; events are arrivals, completions and periodic re-plans, and all events at the same
-// instant are handled together before one re-plan.
+// instant are handled together before one re-plan. Past 600 lines on purpose: the event loop and
+// the job state it advances in closed form are one piece of logic.
 #include "edp/autoscale/simulator.h"
 
 #include <algorithm>

@@ -1,4 +1,6 @@
-// The Slurm backend of the live controller (slurm.h).
+// The Slurm backend of the live controller (slurm.h). Past 600 lines on purpose: each Slurm
+// command (sbatch, scontrol, squeue, sinfo, scancel) sits beside the parser of its output and the
+// errors it can give; split, a command and its parser would live apart.
 #include "autoscale/slurm.h"
 
 #include <fcntl.h>

@@ -1,4 +1,6 @@
 // The MPI backend of edp::comm::Communicator (Open MPI from Debian; any MPI-3 library works).
+// Its grow is mpi_grow.cpp, its start and end mpi_init.cpp; what stays here past 600 lines is the
+// collectives and the host shared-memory path they dispatch to, which change together.
 // Compiled only when CMake finds MPI. Each collective maps to one MPI call per chunk of at most
 // INT_MAX elements (MPI counts are int); Avg is MPI_SUM followed by a division in place.
 //

@@ -1,4 +1,5 @@
-// Finite-difference gradient checks for every layer and the loss, in float64.
+// Finite-difference gradient checks for every layer and the loss, in float64 (the transformer
+// ops' are in tests/backend/embedding_test.cpp, layernorm_test.cpp, attention_test.cpp).
 //
 // Method: L = Σ r ⊙ f(x) for a fixed random r, so dL/dy = r. Analytic gradients come from
 // backward(r); numeric ones from central differences (L(θ+h) - L(θ-h)) / 2h with h = 1e-6.
@@ -18,38 +19,19 @@
 #include "edp/nn/gradcheck.h"
 #include "edp/nn/init.h"
 #include "edp/nn/layers.h"
+#include "support/gradcheck_util.h"
 
 using namespace edp;
 using namespace edp::nn;
 
 namespace {
 
-// The public checker (edp/nn/gradcheck.h) is the one these tests use.
-Tensor random_input(Shape s, Rng& rng, bool away_from_zero = true) {
-  return gradcheck_input(s, rng.next_u64(), away_from_zero);
-}
-
-double dot(const Tensor& a, const Tensor& b) {
-  double s = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) s += a.data<double>()[i] * b.data<double>()[i];
-  return s;
-}
-
 using Mismatch = GradCheckResult;
-
-void compare(const std::string& what, Tensor& target, const Tensor& analytic,
-             const std::function<double()>& loss, Mismatch& mm) {
-  gradcheck_tensor(what, target, analytic, loss, mm);
-  for (const auto& r : mm.reports) ADD_FAILURE() << r;
-  mm.reports.clear();
-}
-
-// Checks dL/dx and dL/dθ of a module at input shape `in`.
-void gradcheck_module(Module& m, Shape in, uint64_t seed = 1) {
-  const GradCheckResult r = gradcheck(m, in, {.seed = seed});
-  EXPECT_TRUE(r.ok()) << r.str();
-  ::testing::Test::RecordProperty("max_rel_err", std::to_string(r.max_rel_err));
-}
+using test::compare;
+using test::dot;
+using test::gradcheck_ids;
+using test::gradcheck_module;
+using test::random_input;
 
 }  // namespace
 
@@ -240,79 +222,6 @@ TEST(GradCheck, SoftmaxCrossEntropy) {
 
 // ---- transformer layers ------------------------------------------------------------------------
 
-namespace {
-// Checks dL/dθ of a module whose input is token ids (no input gradient).
-void gradcheck_ids(Module& m, const Tensor& ids, uint64_t seed = 1) {
-  const GradCheckResult r = gradcheck(m, ids, {.seed = seed});
-  EXPECT_TRUE(r.ok()) << r.str();
-}
-}  // namespace
-
-TEST(GradCheck, TokenPositionEmbedding) {
-  // Token 3 appears three times, 0 twice: their rows sum several positions' gradients.
-  manual_seed(40);
-  TokenPositionEmbedding e(5, 4, 3);
-  gradcheck_ids(e, Tensor::from_vector<int32_t>({2, 4}, {3, 0, 3, 1, 0, 3, 4, 2}));
-}
-
-TEST(GradCheck, TokenPositionEmbeddingShorterThanContext) {
-  manual_seed(41);
-  TokenPositionEmbedding e(6, 8, 2);
-  gradcheck_ids(e, Tensor::from_vector<int32_t>({3, 2}, {5, 5, 0, 1, 5, 2}));
-}
-
-TEST(GradCheck, LayerNorm) {
-  LayerNorm ln(6);
-  Rng rng(42);
-  ln.to(DType::F64);
-  for (Parameter* p : ln.parameters()) p->value = random_input(p->value.shape(), rng);
-  gradcheck_module(ln, {3, 4, 6});
-}
-
-TEST(GradCheck, LayerNormManyRowChunks) {
-  // 150 rows: the parameter gradients are summed over chunks of 64 rows (64 + 64 + 22).
-  LayerNorm ln(3);
-  Rng rng(43);
-  ln.to(DType::F64);
-  for (Parameter* p : ln.parameters()) p->value = random_input(p->value.shape(), rng);
-  gradcheck_module(ln, {150, 3});
-}
-
-TEST(GradCheck, CausalSelfAttention) {
-  manual_seed(44);
-  CausalSelfAttention a(8, 2, 2);
-  gradcheck_module(a, {2, 5, 8});
-}
-
-TEST(GradCheck, AttentionCoreAcrossQueryBlocks) {
-  // T = 67 > 64: the second query block (3 rows) sees keys of the first; 2 heads of width 2.
-  Rng rng(45);
-  Tensor qkv = random_input({1, 67, 12}, rng);
-  Tensor lse;
-  Tensor y = ops::attention_forward(qkv, 2, lse);
-  Tensor r = random_input(y.shape(), rng, false);
-  Tensor dqkv = ops::attention_backward(qkv, y, r, lse, 2);
-  auto loss = [&] {
-    Tensor l2;
-    return dot(ops::attention_forward(qkv, 2, l2), r);
-  };
-  Mismatch mm;
-  compare("attention dqkv", qkv, dqkv, loss, mm);
-  EXPECT_EQ(mm.mismatches, 0) << "max relative error " << mm.max_rel_err;
-}
-
-TEST(GradCheck, AttentionIsCausal) {
-  // The output at position t must not depend on positions after t: perturbing the last token's
-  // q, k, v changes only the last output row.
-  Rng rng(46);
-  Tensor qkv = random_input({1, 6, 6}, rng);
-  Tensor lse;
-  Tensor y0 = ops::attention_forward(qkv, 1, lse);
-  for (int64_t c = 0; c < 6; ++c) qkv.data<double>()[5 * 6 + c] += 0.5;
-  Tensor y1 = ops::attention_forward(qkv, 1, lse);
-  for (int64_t i = 0; i < 5 * 2; ++i) EXPECT_EQ(y0.item(i), y1.item(i)) << "row " << i / 2;
-  EXPECT_NE(y0.item(5 * 2), y1.item(5 * 2));
-}
 
 TEST(GradCheck, Residual) {
   manual_seed(47);

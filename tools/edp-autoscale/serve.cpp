@@ -1,7 +1,8 @@
 // edp-autoscale serve | submit | status | cancel | keeper: the live autoscaler's command line and
 // process plumbing (docs/autoscaler.md §8). The controller itself — job table, slots, planning,
 // the state transitions — is the library's (src/autoscale/controller.h); this file gives it its
-// processes and files (FileRunner) and runs it.
+// processes and files (FileRunner) and runs it. Past 600 lines on purpose: the five subcommands
+// share the root directory's layout and its lock, which stay in one file.
 //
 // Everything lives under one root directory, so that the controller can be killed and started
 // again without losing a job, and so that submit/status/cancel need no connection to it:
