@@ -17,6 +17,7 @@
 //   edp/autoscale/policy.h
 //   edp/autoscale/simulator.h
 //   edp/autoscale/throughput.h
+//   edp/autoscale/typed_optimizer.h
 #pragma once
 #include "edp/config.h"
 

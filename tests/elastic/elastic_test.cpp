@@ -367,7 +367,9 @@ TEST(ElasticJob, MicroBatchesUpdateAsTheWholeBatch) {
         job.step(l);
       }
     EXPECT_EQ(job.steps(), 6);
-    if (micro == 3) EXPECT_GE(batches, 5 * 3) << "the full steps come in 3 micro-batches each";
+    if (micro == 3) {
+      EXPECT_GE(batches, 5 * 3) << "the full steps come in 3 micro-batches each";
+    }
     loss = job.last_epoch().train_loss;
     std::vector<Tensor> ps;
     for (auto* p : model->parameters()) ps.push_back(p->value.clone());

@@ -1,0 +1,468 @@
+// The optimizer over several GPU types (typed_optimizer.h): the exact product-space DP, and the
+// Lagrangian decomposition into one exact one-type DP per type for problems too large for it.
+#include "edp/autoscale/typed_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "edp/autoscale/optimizer.h"
+#include "edp/core/error.h"
+
+namespace edp::autoscale {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// An option that survived the exact reductions, with its index in the job's options.
+struct Kept {
+  std::vector<int> gpus;
+  int batch = 0;
+  double value = 0;
+  int tag = 0;
+  int index = -1;
+  bool current = false;
+  int total = 0;  // GPUs of every type together
+};
+
+void check(const std::vector<TypedJob>& jobs, const std::vector<int>& capacity) {
+  EDP_CHECK(!capacity.empty(), "solve_typed: no GPU type (capacity is empty)");
+  for (size_t t = 0; t < capacity.size(); ++t)
+    EDP_CHECK(capacity[t] >= 0, "solve_typed: type #", t, " has capacity ", capacity[t], " (must be >= 0)");
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for (size_t i = 0; i < jobs[j].options.size(); ++i) {
+      const TypedOption& o = jobs[j].options[i];
+      EDP_CHECK(o.gpus.size() == capacity.size(), "solve_typed: job #", j, " option #", i, " gives GPUs of ",
+                o.gpus.size(), " types, the cluster has ", capacity.size());
+      int total = 0;
+      for (int g : o.gpus) {
+        EDP_CHECK(g >= 0, "solve_typed: job #", j, " option #", i, " has a negative GPU count");
+        total += g;
+      }
+      EDP_CHECK(total >= 1, "solve_typed: job #", j, " option #", i,
+                " has no GPU (waiting is may_wait, not an option)");
+      EDP_CHECK(std::isfinite(o.value), "solve_typed: job #", j, " option #", i, " has a non-finite value");
+    }
+}
+
+bool within(const std::vector<int>& a, const std::vector<int>& b) {  // a <= b in every type
+  for (size_t t = 0; t < a.size(); ++t)
+    if (a[t] > b[t]) return false;
+  return true;
+}
+
+// The exact reductions for one job: options that fit; per GPU vector the best (ties: the current
+// one, then the smaller batch); then every option that costs at least as much of each type as
+// another (or as waiting) and is worth no more, unless it is the current one and worth as much.
+std::vector<Kept> reduce(const TypedJob& job, const std::vector<int>& capacity) {
+  std::map<std::vector<int>, Kept> best;
+  for (size_t i = 0; i < job.options.size(); ++i) {
+    const TypedOption& o = job.options[i];
+    if (!within(o.gpus, capacity)) continue;
+    Kept k{o.gpus, o.batch, o.value, o.tag, static_cast<int>(i), o.current, 0};
+    for (int g : o.gpus) k.total += g;
+    auto [it, fresh] = best.emplace(o.gpus, k);
+    if (fresh) continue;
+    Kept& b = it->second;
+    if (k.value > b.value || (k.value == b.value && (k.current || (!b.current && k.batch < b.batch)))) b = k;
+  }
+  std::vector<Kept> all;
+  for (auto& [g, k] : best) all.push_back(std::move(k));
+  std::vector<Kept> kept;
+  for (const Kept& o : all) {
+    bool dominated = job.may_wait && (o.value < 0 || (o.value == 0 && !o.current));
+    for (const Kept& p : all) {
+      if (dominated) break;
+      if (&p == &o || !within(p.gpus, o.gpus)) continue;
+      dominated = p.value > o.value || (p.value == o.value && !o.current);
+    }
+    if (!dominated) kept.push_back(o);
+  }
+  std::sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) {
+    return a.total != b.total ? a.total < b.total : a.gpus < b.gpus;
+  });
+  return kept;
+}
+
+[[noreturn]] void infeasible(const std::vector<TypedJob>& jobs, const std::vector<int>& capacity) {
+  std::ostringstream os;
+  os << "the jobs that must run cannot all fit in the cluster (";
+  for (size_t t = 0; t < capacity.size(); ++t) os << (t ? ", " : "") << capacity[t];
+  os << " GPUs by type):";
+  for (size_t j = 0; j < jobs.size(); ++j)
+    if (!jobs[j].may_wait) os << " job #" << j;
+  os << " must run";
+  throw Error(os.str());
+}
+
+TypedChoice choice_of(const Kept* k, size_t types) {
+  TypedChoice c;
+  c.gpus.assign(types, 0);
+  if (!k) return c;
+  return TypedChoice{k->gpus, k->batch, k->value, k->tag, k->index};
+}
+
+void finish(TypedSolution& s, size_t types) {
+  s.gpus_used.assign(types, 0);
+  s.objective = 0;
+  for (const TypedChoice& c : s.choices) {
+    s.objective += c.value;
+    for (size_t t = 0; t < types; ++t) s.gpus_used[t] += c.gpus[t];
+  }
+}
+
+// ---- exact: the DP over the product of the capacities ----------------------------------------
+
+// The layout of a table: cell index = sum_t c_t x stride_t, the last type contiguous.
+struct Grid {
+  std::vector<int> cap;
+  std::vector<int64_t> stride;
+  int64_t cells = 1;
+  explicit Grid(const std::vector<int>& capacity) : cap(capacity), stride(capacity.size()) {
+    for (size_t t = capacity.size(); t-- > 0;) {
+      stride[t] = cells;
+      cells *= capacity[t] + 1;
+    }
+  }
+  int64_t shift(const std::vector<int>& g) const {
+    int64_t s = 0;
+    for (size_t t = 0; t < g.size(); ++t) s += g[t] * stride[t];
+    return s;
+  }
+  // Calls run(first, length) for the cells with c >= g in every type, as contiguous runs: the
+  // types after the last one g uses are whole, so each run spans them.
+  template <typename Run>
+  int64_t for_each_run(const std::vector<int>& g, Run&& run) const {
+    size_t m = g.size() - 1;
+    while (g[m] == 0) --m;  // g has a GPU somewhere (checked)
+    const int64_t len = (cap[m] + 1 - g[m]) * stride[m];
+    if (len <= 0) return 0;
+    for (size_t u = 0; u < m; ++u)
+      if (g[u] > cap[u]) return 0;
+    std::vector<int> c(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(m));  // the odometer over types < m
+    int64_t done = 0;
+    for (;;) {
+      int64_t first = g[m] * stride[m];
+      for (size_t u = 0; u < m; ++u) first += c[u] * stride[u];
+      run(first, len);
+      done += len;
+      size_t u = m;
+      for (;;) {
+        if (u == 0) return done;
+        --u;
+        if (++c[u] <= cap[u]) break;
+        c[u] = g[u];
+      }
+    }
+  }
+};
+
+// The type an option uses, or -1 when it spans types.
+int type_of(const Kept& k) {
+  int t = -1;
+  for (size_t u = 0; u < k.gpus.size(); ++u)
+    if (k.gpus[u] > 0) {
+      if (t >= 0) return -1;
+      t = static_cast<int>(u);
+    }
+  return t;
+}
+
+TypedSolution solve_exact(const std::vector<TypedJob>& jobs, const std::vector<std::vector<Kept>>& kept,
+                          const std::vector<int>& capacity) {
+  const Grid grid(capacity);
+  const size_t J = jobs.size(), S = static_cast<size_t>(grid.cells);
+  // F_j(c): the best value of jobs 0..j-1 within c GPUs of each type (every cell starts at 0:
+  // "at most c", so the tables only grow along each type).
+  // Reused across calls of the same thread and never zero-filled (every cell read is written
+  // first): fresh pages would cost a fault each, the simulators solve thousands of times.
+  thread_local std::vector<double> tables;
+  if (tables.size() < (J + 1) * S) tables.resize((J + 1) * S);
+  std::fill(tables.begin(), tables.begin() + static_cast<std::ptrdiff_t>(S), 0.0);
+  TypedSolution sol;
+  for (size_t j = 0; j < J; ++j) {
+    const double* in = tables.data() + j * S;
+    double* out = tables.data() + (j + 1) * S;
+    if (jobs[j].may_wait)
+      std::copy(in, in + S, out);
+    else
+      std::fill(out, out + S, kNegInf);
+    for (const Kept& k : kept[j]) {
+      const int64_t shift = grid.shift(k.gpus);
+      const double v = k.value;
+      sol.cells += grid.for_each_run(k.gpus, [&](int64_t first, int64_t len) {
+        double* o = out + first;
+        const double* i = in + first - shift;
+        for (int64_t x = 0; x < len; ++x) o[x] = std::max(o[x], i[x] + v);
+      });
+    }
+  }
+  int64_t at = grid.cells - 1;  // every type's whole capacity
+  if (tables[J * S + static_cast<size_t>(at)] == kNegInf) infeasible(jobs, capacity);
+  sol.choices.resize(J);
+  std::vector<int> c = capacity;
+  for (size_t j = J; j-- > 0;) {
+    const double target = tables[(j + 1) * S + static_cast<size_t>(at)];
+    const double* in = tables.data() + j * S;
+    auto reaches = [&](const Kept& k) {
+      return within(k.gpus, c) && in[at - grid.shift(k.gpus)] + k.value == target;
+    };
+    const Kept* pick = nullptr;
+    bool wait = false;
+    for (const Kept& k : kept[j])
+      if (k.current && reaches(k)) pick = &k;
+    if (!pick) wait = jobs[j].may_wait && in[at] == target;
+    if (!pick && !wait)
+      for (const Kept& k : kept[j])
+        if (reaches(k)) {
+          pick = &k;
+          break;
+        }
+    EDP_CHECK(pick || wait, "solve_typed: internal error, no option reproduces the DP value of job #", j);
+    sol.choices[j] = choice_of(pick, capacity.size());
+    if (pick) {
+      at -= grid.shift(pick->gpus);
+      for (size_t t = 0; t < c.size(); ++t) c[t] -= pick->gpus[t];
+    }
+  }
+  sol.method = "exact";
+  sol.exact = true;
+  finish(sol, capacity.size());
+  sol.bound = sol.objective;
+  return sol;
+}
+
+// ---- decomposed: Lagrangian prices, one exact one-type DP per type ------------------------------
+
+
+// Each job's best option at prices lambda (nullptr: waiting); the dual value and its subgradient.
+struct Priced {
+  std::vector<const Kept*> pick;
+  double dual = 0;
+  std::vector<double> subgradient;
+};
+
+Priced price(const std::vector<TypedJob>& jobs, const std::vector<std::vector<Kept>>& kept,
+             const std::vector<int>& capacity, const std::vector<double>& lambda) {
+  const size_t K = capacity.size();
+  Priced p{std::vector<const Kept*>(jobs.size(), nullptr), 0, std::vector<double>(K)};
+  for (size_t t = 0; t < K; ++t) {
+    p.dual += lambda[t] * capacity[t];
+    p.subgradient[t] = capacity[t];
+  }
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    double best = jobs[j].may_wait ? 0.0 : kNegInf;
+    for (const Kept& k : kept[j]) {
+      double r = k.value;
+      for (size_t t = 0; t < K; ++t) r -= lambda[t] * k.gpus[t];
+      if (r > best) {
+        best = r;
+        p.pick[j] = &k;
+      }
+    }
+    p.dual += best;
+    if (p.pick[j])
+      for (size_t t = 0; t < K; ++t) p.subgradient[t] -= p.pick[j]->gpus[t];
+  }
+  return p;
+}
+
+// A feasible solution from prices: each job goes to the type of its best one-type option at those
+// prices, each type is solved exactly over its jobs, then jobs left waiting take what is left of
+// any type, best value first. Returns false when the jobs that must run do not fit this way.
+bool primal(const std::vector<TypedJob>& jobs, const std::vector<std::vector<Kept>>& kept,
+            const std::vector<int>& capacity, const std::vector<double>& lambda, TypedSolution& out) {
+  const size_t K = capacity.size(), J = jobs.size();
+  std::vector<int> home(J, -1);
+  for (size_t j = 0; j < J; ++j) {
+    double best = kNegInf;
+    for (const Kept& k : kept[j]) {
+      const int t = type_of(k);
+      if (t < 0) continue;
+      // The job's current type when it runs there and must keep running.
+      const double r = k.value - lambda[static_cast<size_t>(t)] * k.gpus[static_cast<size_t>(t)] +
+                       (k.current && !jobs[j].may_wait ? 1e300 : 0.0);
+      if (r > best) {
+        best = r;
+        home[j] = t;
+      }
+    }
+    if (home[j] < 0 && !jobs[j].may_wait) return false;
+  }
+  TypedSolution s;
+  s.choices.assign(J, choice_of(nullptr, K));
+  std::vector<int> left = capacity;
+  for (size_t t = 0; t < K; ++t) {
+    std::vector<DpJob> dp;
+    std::vector<size_t> who;
+    for (size_t j = 0; j < J; ++j) {
+      if (home[j] != static_cast<int>(t)) continue;
+      DpJob d;
+      d.may_wait = jobs[j].may_wait;
+      for (size_t i = 0; i < kept[j].size(); ++i) {
+        const Kept& k = kept[j][i];
+        if (type_of(k) != static_cast<int>(t)) continue;
+        d.options.push_back(Option{k.gpus[t], k.batch, k.value, static_cast<int>(i)});
+        if (k.current) {
+          d.current_gpus = k.gpus[t];
+          d.current_batch = k.batch;
+        }
+      }
+      dp.push_back(std::move(d));
+      who.push_back(j);
+    }
+    if (dp.empty()) continue;
+    Solution one;
+    try {
+      one = solve(dp, capacity[t]);
+    } catch (const Error&) {
+      return false;  // this type's must-run jobs do not fit it
+    }
+    s.cells += one.cells;
+    for (size_t x = 0; x < who.size(); ++x)
+      if (one.choices[x].gpus > 0) {
+        s.choices[who[x]] = choice_of(&kept[who[x]][static_cast<size_t>(one.choices[x].tag)], K);
+        left[t] -= one.choices[x].gpus;
+      }
+  }
+  // Jobs still waiting, by their best value: any option that fits what is left.
+  std::vector<std::pair<double, size_t>> waiting;
+  for (size_t j = 0; j < J; ++j)
+    if (s.choices[j].option < 0 && !kept[j].empty()) {
+      double v = kNegInf;
+      for (const Kept& k : kept[j]) v = std::max(v, k.value);
+      if (v > 0) waiting.push_back({-v, j});
+    }
+  std::sort(waiting.begin(), waiting.end());
+  for (const auto& [neg, j] : waiting) {
+    const Kept* best = nullptr;
+    for (const Kept& k : kept[j])
+      if (within(k.gpus, left) && k.value > 0 && (!best || k.value > best->value)) best = &k;
+    if (!best) continue;
+    s.choices[j] = choice_of(best, K);
+    for (size_t t = 0; t < K; ++t) left[t] -= best->gpus[t];
+  }
+  finish(s, K);
+  out = std::move(s);
+  return true;
+}
+
+TypedSolution solve_decomposed(const std::vector<TypedJob>& jobs, const std::vector<std::vector<Kept>>& kept,
+                               const std::vector<int>& capacity) {
+  const size_t K = capacity.size();
+  std::vector<double> lambda(K, 0.0), best_lambda = lambda;
+  double bound = std::numeric_limits<double>::infinity();
+  TypedSolution best;
+  bool have = false;
+  auto try_primal = [&](const std::vector<double>& l) {
+    TypedSolution s;
+    if (primal(jobs, kept, capacity, l, s) && (!have || s.objective > best.objective)) {
+      best = std::move(s);
+      have = true;
+    }
+  };
+  // Subgradient descent on the dual, with Polyak's step toward the best feasible value so far; the
+  // step's scale halves after 20 rounds without a better bound.
+  constexpr int kRounds = 300, kPrimalEvery = 50;
+  double scale = 1.0;
+  int stale = 0;
+  int64_t cells = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    const Priced p = price(jobs, kept, capacity, lambda);
+    for (const auto& ks : kept) cells += static_cast<int64_t>(ks.size());
+    if (round == 0 || p.dual < bound - 1e-12 * std::max(1.0, std::fabs(bound))) {
+      bound = p.dual;
+      best_lambda = lambda;
+      stale = 0;
+    } else if (++stale >= 20) {
+      scale /= 2;
+      stale = 0;
+    }
+    if (round % kPrimalEvery == 0) try_primal(lambda);
+    if (have && bound - best.objective <= 1e-9 * std::max(1.0, std::fabs(best.objective))) break;
+    double norm = 0;
+    for (double g : p.subgradient) norm += g * g;
+    if (norm == 0) break;  // every type exactly full at these prices: the bound is reached
+    const double target = have ? best.objective : 0.0;
+    const double step = scale * std::max(p.dual - target, 1e-9 * std::max(1.0, std::fabs(p.dual))) / norm;
+    for (size_t t = 0; t < K; ++t) lambda[t] = std::max(0.0, lambda[t] - step * p.subgradient[t]);
+  }
+  try_primal(best_lambda);
+  if (!have) infeasible(jobs, capacity);
+  best.cells += cells;
+  best.bound = std::max(bound, best.objective);
+  best.exact = best.bound - best.objective <= 1e-9 * std::max(1.0, std::fabs(best.objective));
+  best.method = "decomposed";
+  return best;
+}
+
+}  // namespace
+
+TypedSolution solve_typed(const std::vector<TypedJob>& jobs, const std::vector<int>& capacity,
+                          const std::string& force) {
+  check(jobs, capacity);
+  EDP_CHECK(force.empty() || force == "exact" || force == "decomposed", "solve_typed: method '", force,
+            "' (known: exact, decomposed)");
+  std::vector<std::vector<Kept>> kept(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    kept[j] = reduce(jobs[j], capacity);
+    if (!jobs[j].may_wait && kept[j].empty()) infeasible(jobs, capacity);
+  }
+  const Grid grid(capacity);
+  const bool small = grid.cells <= kExactCells / static_cast<int64_t>(jobs.size() + 1);
+  if (force == "exact" || (force.empty() && small)) {
+    EDP_CHECK(small, "solve_typed: the exact method needs ", grid.cells, " cells per job for ", jobs.size(),
+              " jobs, more than ", kExactCells, " in all");
+    return solve_exact(jobs, kept, capacity);
+  }
+  return solve_decomposed(jobs, kept, capacity);
+}
+
+TypedSolution solve_typed_brute_force(const std::vector<TypedJob>& jobs, const std::vector<int>& capacity) {
+  check(jobs, capacity);
+  const size_t K = capacity.size(), J = jobs.size();
+  std::vector<int> pick(J, -1), best_pick;
+  double best = kNegInf;
+  std::vector<int> left = capacity;
+  std::function<void(size_t, double)> go = [&](size_t j, double value) {
+    if (j == J) {
+      if (value > best) {
+        best = value;
+        best_pick = pick;
+      }
+      return;
+    }
+    if (jobs[j].may_wait) {
+      pick[j] = -1;
+      go(j + 1, value);
+    }
+    for (size_t i = 0; i < jobs[j].options.size(); ++i) {
+      const TypedOption& o = jobs[j].options[i];
+      if (!within(o.gpus, left)) continue;
+      for (size_t t = 0; t < K; ++t) left[t] -= o.gpus[t];
+      pick[j] = static_cast<int>(i);
+      go(j + 1, value + o.value);
+      for (size_t t = 0; t < K; ++t) left[t] += o.gpus[t];
+    }
+    pick[j] = -1;
+  };
+  go(0, 0.0);
+  if (best == kNegInf) infeasible(jobs, capacity);
+  TypedSolution s;
+  s.choices.assign(J, choice_of(nullptr, K));
+  for (size_t j = 0; j < J; ++j)
+    if (best_pick[j] >= 0) {
+      const TypedOption& o = jobs[j].options[static_cast<size_t>(best_pick[j])];
+      s.choices[j] = TypedChoice{o.gpus, o.batch, o.value, o.tag, best_pick[j]};
+    }
+  s.method = "brute-force";
+  s.exact = true;
+  finish(s, K);
+  s.bound = s.objective;
+  return s;
+}
+
+}  // namespace edp::autoscale
