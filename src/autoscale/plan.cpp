@@ -7,6 +7,7 @@
 #include <numeric>
 #include <set>
 
+#include "autoscale/plan_types.h"
 #include "edp/core/error.h"
 
 namespace edp::autoscale {
@@ -29,7 +30,7 @@ Objective parse_objective(const std::string& name) {
 
 bool is_current(const PlanJob& job, const Config& o) {
   return job.current.gpus > 0 && o.gpus == job.current.gpus && o.batch == job.current.batch &&
-         o.ranks_per_gpu == job.current.ranks_per_gpu;
+         o.ranks_per_gpu == job.current.ranks_per_gpu && o.type == job.current.type;
 }
 
 namespace {
@@ -37,7 +38,7 @@ namespace {
 // A running job's option at its GPUs and ranks per GPU with another batch: a rebatch.
 bool is_rebatch(const PlanJob& job, const Config& o) {
   return job.current.gpus > 0 && o.gpus == job.current.gpus && o.ranks_per_gpu == job.current.ranks_per_gpu &&
-         o.batch != job.current.batch;
+         o.type == job.current.type && o.batch != job.current.batch;
 }
 
 }  // namespace
@@ -114,6 +115,7 @@ void validate(const PlanRequest& req) {
   if (!finite_nonneg(req.start_s)) throw DataError("field 'start_s': must be a finite number >= 0");
   if (!finite_nonneg(req.margin_s)) throw DataError("field 'margin_s': must be a finite number >= 0");
   if (!finite_nonneg(req.pause_per_gpu)) throw DataError("field 'pause_per_gpu': must be a finite number >= 0");
+  detail::validate_types(req);
   const bool fifo = req.objective == Objective::Fifo;
   for (size_t i = 0; i < req.jobs.size(); ++i) {
     const PlanJob& j = req.jobs[i];
@@ -162,7 +164,7 @@ void validate(const PlanRequest& req) {
 
 // An option the job fits in (its current configuration always: it runs there).
 bool usable(const PlanRequest& req, const PlanJob& j, const Config& o) {
-  return fits(j.memory, req.gpu_memory_bytes, o.gpus, o.ranks_per_gpu) || is_current(j, o);
+  return fits(j.memory, detail::gpu_memory_of(req, o), o.gpus, o.ranks_per_gpu) || is_current(j, o);
 }
 
 // The jobs that must run need at least their smallest useful option each.
@@ -181,19 +183,26 @@ void check_must_run(const PlanRequest& req) {
       }
     if (!any) bad_job(j, i, "options", "the job must run (may_wait false) but has no option with a throughput above 0");
     if (least == std::numeric_limits<int>::max())
-      bad_job(j, i, "memory", "the job must run (may_wait false) but none of its options fits in GPUs of " +
-                                  std::to_string(req.gpu_memory_bytes) + " bytes (" + describe(j.memory) + ")");
+      bad_job(j, i, "memory", "the job must run (may_wait false) but none of its options fits in the memory of its "
+                              "GPUs (" + std::to_string(req.gpu_memory_bytes) + " bytes; " + describe(j.memory) + ")");
     need += least;
     who += (who.empty() ? "" : ", ") + ("'" + j.id + "' needs " + std::to_string(least));
   }
-  if (need > req.gpus)
+  if (need > req.gpus && req.types.empty())  // with types, solve_typed says which jobs do not fit
     throw DataError("field 'gpus': the non-preemptible jobs need at least " + std::to_string(need) +
                     " GPUs but gpus = " + std::to_string(req.gpus) + " (" + who + ")");
 }
 
 void decide_fifo(const PlanRequest& req, Plan& plan) {
-  int free = req.gpus;
-  for (const PlanJob& j : req.jobs) free -= j.current.gpus;
+  // The free GPUs of each type (one pool without types): a job starts when its own type has room.
+  const size_t K = std::max<size_t>(1, req.types.size());
+  auto slot = [&](const Config& c) {
+    return req.types.empty() ? size_t{0} : static_cast<size_t>(detail::type_index(req, c.type));
+  };
+  std::vector<int> free(K);
+  for (size_t t = 0; t < K; ++t) free[t] = req.types.empty() ? req.gpus : req.types[t].gpus;
+  for (const PlanJob& j : req.jobs)
+    if (j.current.gpus > 0) free[slot(j.current)] -= j.current.gpus;
   bool blocked = false;
   for (size_t i = 0; i < req.jobs.size(); ++i) {
     const PlanJob& j = req.jobs[i];
@@ -202,11 +211,12 @@ void decide_fifo(const PlanRequest& req, Plan& plan) {
       c.config = j.current;
       for (size_t k = 0; k < j.options.size(); ++k)
         if (is_current(j, j.options[k])) c.option = static_cast<int>(k), c.config = j.options[k];
-    } else if (j.own.gpus > req.gpus || !fits(j.memory, req.gpu_memory_bytes, j.own.gpus, j.own.ranks_per_gpu)) {
+    } else if (j.own.gpus > (req.types.empty() ? req.gpus : req.types[slot(j.own)].gpus) ||
+               !fits(j.memory, detail::gpu_memory_of(req, j.own), j.own.gpus, j.own.ranks_per_gpu)) {
       continue;  // can never run here; must not block the queue forever
-    } else if (!blocked && j.own.gpus <= free) {
+    } else if (!blocked && j.own.gpus <= free[slot(j.own)]) {
       c.config = j.own;
-      free -= j.own.gpus;
+      free[slot(j.own)] -= j.own.gpus;
     } else {
       blocked = true;  // strict FIFO: the head waits, so do all behind it
       continue;
@@ -238,6 +248,11 @@ const Plan& Planner::decide(const PlanRequest& in) {
     return plan_;
   }
   check_must_run(req);
+  if (!req.types.empty()) {
+    detail::decide_typed(req, plan_);
+    place(req);
+    return plan_;
+  }
   problem_.resize(J);
   for (size_t i = 0; i < J; ++i) {
     const PlanJob& j = req.jobs[i];
@@ -279,6 +294,10 @@ const Plan& Planner::decide(const PlanRequest& in) {
 
 void Planner::place(const PlanRequest& req) {
   plan_.nodes.clear();
+  if (!req.types.empty()) {
+    plan_.nodes = detail::place_typed(req, plan_);
+    return;
+  }
   if (req.nodes.empty()) return;
   std::vector<std::vector<int>> current(req.jobs.size());
   std::vector<int> counts(req.jobs.size());

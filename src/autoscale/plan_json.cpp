@@ -87,9 +87,10 @@ void parse_v1_job(TableRequest& r, const Json& job, size_t i, const std::string&
 // ---- version 2: the cluster state ----
 
 Config parse_config(const Fields& f, bool with_rate) {
-  if (with_rate) f.allow({"gpus", "batch", "ranks_per_gpu", "samples_per_s", "efficiency"});
-  else f.allow({"gpus", "batch", "ranks_per_gpu"});
+  if (with_rate) f.allow({"gpus", "batch", "ranks_per_gpu", "samples_per_s", "efficiency", "type"});
+  else f.allow({"gpus", "batch", "ranks_per_gpu", "type"});
   Config c;
+  c.type = f.text("type", "");
   c.gpus = static_cast<int>(f.integer("gpus", 0, kMaxGpus));
   c.batch = static_cast<int>(f.integer("batch", 0, kMaxBatch, 0));
   c.ranks_per_gpu = static_cast<int>(f.integer("ranks_per_gpu", 1, 64, 1));
@@ -155,7 +156,9 @@ PlanJob parse_job(const Fields& j, const PlanRequest& r) {
     j.fail("own", "samples_per_s must be > 0 (policy throughput values options relative to it)");
   if (const auto cur = j.object_if("current")) {
     const bool with_nodes = cur->has("nodes");
-    if (with_nodes && r.nodes.empty()) cur->fail("nodes", "only in a request with \"nodes\"");
+    size_t node_count = r.nodes.size();
+    for (const GpuType& t : r.types) node_count += t.nodes.size();
+    if (with_nodes && node_count == 0) cur->fail("nodes", "only in a request with \"nodes\"");
     Json plain = cur->json();
     plain.erase("nodes");
     p.current = parse_config(Fields(plain, cur->where()), false);
@@ -164,8 +167,8 @@ PlanJob parse_job(const Fields& j, const PlanRequest& r) {
     if (with_nodes) {
       const Json& ns = cur->array("nodes");
       for (size_t k = 0; k < ns.size(); ++k) {
-        if (!ns[k].is_number_integer() || ns[k].get<int64_t>() < 0 || ns[k].get<int64_t>() >= static_cast<int64_t>(r.nodes.size()))
-          cur->fail("nodes", "element " + std::to_string(k) + " must be a node index in [0, " + std::to_string(r.nodes.size()) +
+        if (!ns[k].is_number_integer() || ns[k].get<int64_t>() < 0 || ns[k].get<int64_t>() >= static_cast<int64_t>(node_count))
+          cur->fail("nodes", "element " + std::to_string(k) + " must be a node index in [0, " + std::to_string(node_count) +
                                  "), got " + ns[k].dump());
         p.current_nodes.push_back(ns[k].get<int>());
       }
@@ -189,13 +192,14 @@ PlanJob parse_job(const Fields& j, const PlanRequest& r) {
     ref_batch = static_cast<double>(eff->integer("ref_batch", 1, kMaxBatch));
   }
   const Json& opts = j.array("options");
-  std::set<std::tuple<int, int, int>> seen;
+  std::set<std::tuple<int, int, int, std::string>> seen;
   for (size_t k = 0; k < opts.size(); ++k) {
     const Fields of = j.element("options", k);
     Config c = parse_config(of, true);
-    if (!seen.insert({c.gpus, c.batch, c.ranks_per_gpu}).second)
+    if (!seen.insert({c.gpus, c.batch, c.ranks_per_gpu, c.type}).second)
       of.fail("gpus", "the configuration (gpus " + std::to_string(c.gpus) + ", batch " + std::to_string(c.batch) +
-                          ", ranks_per_gpu " + std::to_string(c.ranks_per_gpu) + ") is listed twice");
+                          ", ranks_per_gpu " + std::to_string(c.ranks_per_gpu) +
+                          (c.type.empty() ? "" : ", type " + c.type) + ") is listed twice");
     if (std::isnan(c.efficiency)) {
       if (ref_batch > 0 && c.batch == 0) of.fail("efficiency", "needed: batch 0 (adaptive) has no efficiency to compute");
       c.efficiency =
@@ -209,10 +213,37 @@ PlanJob parse_job(const Fields& j, const PlanRequest& r) {
 PlanRequest parse_v2_header(const Json& in, const std::string& where, int gpus_override) {
   const Fields req(in, where);
   req.allow({"version", "gpus", "policy", "hysteresis", "pause_s", "start_s", "margin_s", "pause_per_gpu", "nodes",
-             "gpu_memory_bytes", "jobs"});
+             "gpu_memory_bytes", "types", "jobs"});
   PlanRequest r;
   int64_t node_sum = -1;
-  if (req.has("nodes")) {
+  if (req.has("types")) {
+    // Several GPU types: gpus defaults to their sum; plan.cpp checks the rest (names, nodes).
+    const Json& ts = req.array("types");
+    if (ts.empty()) req.fail("types", "must name at least one type (or be left out)");
+    node_sum = 0;
+    for (size_t k = 0; k < ts.size(); ++k) {
+      const Fields t = req.element("types", k);
+      t.allow({"name", "gpus", "nodes", "gpu_memory_bytes"});
+      GpuType g;
+      g.name = t.text("name");
+      if (g.name.empty()) t.fail("name", "must be a non-empty string");
+      g.gpus = static_cast<int>(t.integer("gpus", 0, kMaxGpus));
+      if (t.has("nodes")) {
+        const Json& ns = t.array("nodes");
+        for (size_t n = 0; n < ns.size(); ++n) {
+          if (!ns[n].is_number_integer() || ns[n].get<int64_t>() < 1 || ns[n].get<int64_t>() > 4096)
+            t.fail("nodes", "element " + std::to_string(n) + " must be the GPUs of a node, an integer in [1, 4096], got " +
+                                ns[n].dump());
+          g.nodes.push_back(ns[n].get<int>());
+        }
+      }
+      g.gpu_memory_bytes = t.integer("gpu_memory_bytes", 0, kMaxBytes, 0);
+      node_sum += g.gpus;
+      r.types.push_back(std::move(g));
+    }
+    if (req.has("nodes")) req.fail("nodes", "a request with types gives each type's nodes (types[].nodes)");
+  }
+  if (req.has("nodes") && r.types.empty()) {
     const Json& ns = req.array("nodes");
     node_sum = 0;
     for (size_t k = 0; k < ns.size(); ++k) {
@@ -225,6 +256,8 @@ PlanRequest parse_v2_header(const Json& in, const std::string& where, int gpus_o
   r.gpus = gpus_override >= 0 ? gpus_override
            : node_sum >= 0    ? static_cast<int>(req.integer("gpus", 0, kMaxGpus, node_sum))
                               : static_cast<int>(req.integer("gpus", 0, kMaxGpus));
+  if (node_sum >= 0 && r.gpus != node_sum && !r.types.empty())
+    req.fail("gpus", "the types hold " + std::to_string(node_sum) + " GPUs but gpus = " + std::to_string(r.gpus));
   if (node_sum >= 0 && r.gpus != node_sum)
     req.fail("nodes", "the nodes hold " + std::to_string(node_sum) + " GPUs but gpus = " + std::to_string(r.gpus));
   try {
@@ -267,6 +300,7 @@ ojson config_json(const Config& c, bool with_rate) {
     o["samples_per_s"] = c.samples_per_s;
     o["efficiency"] = c.efficiency;
   }
+  if (!c.type.empty()) o["type"] = c.type;
   return o;
 }
 
@@ -274,6 +308,7 @@ const char* action(const PlanJob& j, const PlanChoice& c) {
   const bool running = j.current.gpus > 0;
   if (c.config.gpus == 0) return running ? "stop" : "wait";
   if (!running) return "start";
+  if (c.config.type != j.current.type) return "move";  // to GPUs of another type
   const int now = j.current.gpus * j.current.ranks_per_gpu, next = c.config.gpus * c.config.ranks_per_gpu;
   if (c.option >= 0 ? is_current(j, c.config) : c.config.gpus == j.current.gpus) return "hold";
   return next > now ? "grow" : next < now ? "shrink" : "rebatch";
@@ -343,6 +378,16 @@ std::string plan_request_json(const PlanRequest& r) {
   if (r.pause_per_gpu > 0) out["pause_per_gpu"] = r.pause_per_gpu;
   if (!r.nodes.empty()) out["nodes"] = r.nodes;
   if (r.gpu_memory_bytes > 0) out["gpu_memory_bytes"] = r.gpu_memory_bytes;
+  if (!r.types.empty()) {
+    ojson ts = ojson::array();
+    for (const GpuType& t : r.types) {
+      ojson x = {{"name", t.name}, {"gpus", t.gpus}};
+      if (!t.nodes.empty()) x["nodes"] = t.nodes;
+      if (t.gpu_memory_bytes > 0) x["gpu_memory_bytes"] = t.gpu_memory_bytes;
+      ts.push_back(x);
+    }
+    out["types"] = ts;
+  }
   out["jobs"] = jobs;
   return out.dump(2) + "\n";
 }

@@ -24,6 +24,7 @@
 #pragma once
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "edp/autoscale/memory.h"
@@ -43,11 +44,17 @@ Objective parse_objective(const std::string& name);
 // itself at that size (an adaptive batch: such configurations are told apart by gpus and ranks
 // per GPU only).
 struct Config {
+  Config() = default;
+  Config(int gpus_, int batch_, int ranks_per_gpu_ = 1, double samples_per_s_ = 0, double efficiency_ = 1.0,
+         std::string type_ = {})
+      : gpus(gpus_), batch(batch_), ranks_per_gpu(ranks_per_gpu_), samples_per_s(samples_per_s_),
+        efficiency(efficiency_), type(std::move(type_)) {}
   int gpus = 0;
   int batch = 0;
   int ranks_per_gpu = 1;
   double samples_per_s = 0;  // throughput there (measured or predicted)
   double efficiency = 1.0;   // statistical efficiency: progress per sample, relative to the job's own batch
+  std::string type;          // the GPU type (PlanRequest::types); "" in a request without types
 };
 
 struct PlanJob {
@@ -73,6 +80,14 @@ struct PlanJob {
   LearnSpec learn;
 };
 
+// One GPU type of a cluster with several (docs/plan.md, "Several GPU types").
+struct GpuType {
+  std::string name;              // what options, current and own configurations name it by
+  int gpus = 0;                  // how many
+  std::vector<int> nodes;        // GPUs per node (empty: one pool); numbered after the previous types' nodes
+  int64_t gpu_memory_bytes = 0;  // each GPU's memory (0: the request's)
+};
+
 struct PlanRequest {
   int version = 2;  // the contract version it came as (from_v1: 1); the answer is given in the same
   int gpus = 0;     // capacity
@@ -89,6 +104,10 @@ struct PlanRequest {
   // and learned jobs' GPU counts pack onto them (1..node size, then whole nodes).
   std::vector<int> nodes;
   int64_t gpu_memory_bytes = 0;  // each GPU's memory (0: not limited; the jobs' MemoryNeed is then unused)
+  // Several GPU types: every configuration names its type, gpus is their sum, nodes (numbered
+  // across the types in order) are given per type, and decide() solves over the types' capacities
+  // (typed_optimizer.h). Empty: one type, the configurations name none. Learned jobs need one type.
+  std::vector<GpuType> types;
   std::vector<PlanJob> jobs;
 };
 

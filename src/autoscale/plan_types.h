@@ -1,0 +1,30 @@
+// decide() on a cluster of several GPU types (plan.h, PlanRequest::types): the checks a typed
+// request needs, the solve over the types' capacities (typed_optimizer.h) and the placement of
+// each type's jobs on that type's nodes. Internal to src/autoscale/plan*.cpp.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "edp/autoscale/plan.h"
+
+namespace edp::autoscale::detail {
+
+// The index of the type named `name` in req.types, or -1.
+int type_index(const PlanRequest& req, const std::string& name);
+
+// The memory of each GPU a configuration runs on: its type's, else the request's.
+int64_t gpu_memory_of(const PlanRequest& req, const Config& c);
+
+// The checks of a typed request (edp::DataError naming the field), and that a request without
+// types names none. Called by validate().
+void validate_types(const PlanRequest& req);
+
+// Values every option (option_value), solves over the types (solve_typed) and fills plan's
+// choices, values, objective and GPUs used. Jobs' options must already be checked (validate).
+void decide_typed(const PlanRequest& req, Plan& plan);
+
+// The nodes of a typed request's jobs (Plan::nodes): each type's jobs on that type's nodes, node
+// indices counted across the types in order; empty when no type has nodes.
+std::vector<std::vector<int>> place_typed(const PlanRequest& req, const Plan& plan);
+
+}  // namespace edp::autoscale::detail
