@@ -316,6 +316,10 @@ Plan decide(const PlanRequest& req) {
 // ---- learned options and placement on nodes ------------------------------------------------------
 
 void expand_learned(PlanRequest& req) {
+  if (!req.types.empty()) {
+    detail::expand_learned_typed(req);
+    return;
+  }
   const int node_size = req.nodes.empty() ? std::max(1, req.gpus) : *std::max_element(req.nodes.begin(), req.nodes.end());
   auto nodes_for = [&](int g) { return (g + node_size - 1) / node_size; };
   double shortest = std::numeric_limits<double>::infinity();  // fastest finish of a job that reported

@@ -103,7 +103,7 @@ Config parse_config(const Fields& f, bool with_rate) {
 
 LearnSpec parse_learn(const Fields& f) {
   f.allow({"init_batch", "max_batch", "min_local", "max_local", "max_gpus", "fixed_batch", "accumulate_on_one_gpu",
-           "explore", "fixed_share", "observed", "grad"});
+           "explore", "fixed_share", "observed", "types", "grad"});
   LearnSpec l;
   l.init_batch = static_cast<int>(f.integer("init_batch", 1, kMaxBatch));
   l.max_batch = static_cast<int>(f.integer("max_batch", l.init_batch, kMaxBatch, l.init_batch));
@@ -118,14 +118,28 @@ LearnSpec parse_learn(const Fields& f) {
     const Json& obs = f.array("observed");
     for (size_t k = 0; k < obs.size(); ++k) {
       const Fields o = f.element("observed", k);
-      o.allow({"nodes", "gpus", "local_batch", "step_s", "sync_s"});
+      o.allow({"nodes", "gpus", "local_batch", "step_s", "sync_s", "type"});
       StepObservation x;
       x.nodes = static_cast<int>(o.integer("nodes", 1, kMaxGpus, 1));
       x.gpus = static_cast<int>(o.integer("gpus", x.nodes, kMaxGpus));
       x.local_batch = o.number("local_batch", 1e-9, 1e12);
       x.step_s = o.number("step_s", 1e-12, kMaxPause);
       x.sync_s = o.number("sync_s", 0, x.step_s, 0);
+      x.type = o.text("type", "");
       l.observed.push_back(x);
+    }
+  }
+  if (f.has("types")) {
+    const Json& ts = f.array("types");
+    for (size_t k = 0; k < ts.size(); ++k) {
+      const Fields t = f.element("types", k);
+      t.allow({"name", "max_local", "speed"});
+      TypeLearn tl;
+      tl.name = t.text("name");
+      if (tl.name.empty()) t.fail("name", "must be a non-empty string");
+      tl.max_local = static_cast<int>(t.integer("max_local", 0, kMaxBatch, 0));
+      tl.speed = t.number("speed", 1e-6, 1e6, 1.0);
+      l.types.push_back(tl);
     }
   }
   if (const auto g = f.object_if("grad")) {
@@ -287,9 +301,17 @@ ojson learn_json(const LearnSpec& l) {
              {"accumulate_on_one_gpu", l.accumulate_on_one_gpu}, {"explore", l.explore},
              {"fixed_share", l.fixed_share}};
   ojson obs = ojson::array();
-  for (const StepObservation& o : l.observed)
-    obs.push_back({{"nodes", o.nodes}, {"gpus", o.gpus}, {"local_batch", o.local_batch}, {"step_s", o.step_s}, {"sync_s", o.sync_s}});
+  for (const StepObservation& o : l.observed) {
+    ojson e = {{"nodes", o.nodes}, {"gpus", o.gpus}, {"local_batch", o.local_batch}, {"step_s", o.step_s}, {"sync_s", o.sync_s}};
+    if (!o.type.empty()) e["type"] = o.type;
+    obs.push_back(e);
+  }
   x["observed"] = obs;
+  if (!l.types.empty()) {
+    ojson ts = ojson::array();
+    for (const TypeLearn& t : l.types) ts.push_back({{"name", t.name}, {"max_local", t.max_local}, {"speed", t.speed}});
+    x["types"] = ts;
+  }
   if (l.has_grad) x["grad"] = {{"sqr", l.grad_sqr}, {"var", l.grad_var}};
   return x;
 }

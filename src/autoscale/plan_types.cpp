@@ -1,10 +1,14 @@
 // decide() on a cluster of several GPU types (plan_types.h).
 #include "autoscale/plan_types.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <set>
 
 #include "edp/autoscale/memory.h"
+#include "edp/autoscale/online.h"
 #include "edp/autoscale/typed_optimizer.h"
 #include "edp/core/error.h"
 
@@ -79,10 +83,21 @@ void validate_types(const PlanRequest& req) {
   }
   for (size_t i = 0; i < req.jobs.size(); ++i) {
     const PlanJob& j = req.jobs[i];
-    if (!req.types.empty() && j.learned)
-      throw DataError("job '" + j.id + "' (jobs[" + std::to_string(i) +
-                      "]): field 'learn': learned options need a request of one GPU type (a job's speed is learned "
-                      "per job, not per type, yet): give its options per type");
+    if (j.learned) {
+      const std::string at = "job '" + j.id + "' (jobs[" + std::to_string(i) + "]): field 'learn.";
+      if (req.types.empty() && !j.learn.types.empty())
+        throw DataError(at + "types': only in a request with types");
+      for (const TypeLearn& t : j.learn.types)
+        if (type_index(req, t.name) < 0)
+          throw DataError(at + "types': type '" + t.name + "' is not one of the request's types (" + known_types(req) + ")");
+      for (size_t k = 0; k < j.learn.observed.size(); ++k) {
+        const std::string& t = j.learn.observed[k].type;
+        if (req.types.empty() ? !t.empty() : type_index(req, t) < 0)
+          throw DataError(at + "observed[" + std::to_string(k) + "].type': " +
+                          (req.types.empty() ? "'" + t + "' in a request without types"
+                                             : "'" + t + "' is not one of the request's types (" + known_types(req) + ")"));
+      }
+    }
     if (j.current.gpus > 0) check_type(req, j, i, "current.type", j.current);
     if (j.own.gpus > 0 && (req.objective == Objective::Fifo || !req.types.empty() || !j.own.type.empty()))
       check_type(req, j, i, "own.type", j.own);
@@ -180,6 +195,99 @@ std::vector<std::vector<int>> place_typed(const PlanRequest& req, const Plan& pl
     first += n;
   }
   return out;
+}
+
+namespace {
+
+// The types a learned job may run on, with what it states about each (all, at speed 1, when it
+// names none).
+std::vector<TypeLearn> job_types(const PlanRequest& req, const PlanJob& j) {
+  if (!j.learn.types.empty()) return j.learn.types;
+  std::vector<TypeLearn> all;
+  for (const GpuType& t : req.types) all.push_back(TypeLearn{t.name, 0, 1.0});
+  return all;
+}
+
+LearnSpec on_type(const LearnSpec& spec, const TypeLearn& t, const std::string& observed_type) {
+  LearnSpec s = spec;
+  if (t.max_local > 0) s.max_local = std::max(t.max_local, s.min_local);
+  s.observed.clear();
+  for (const StepObservation& o : spec.observed)
+    if (o.type == observed_type) s.observed.push_back(o);
+  return s;
+}
+
+}  // namespace
+
+void expand_learned_typed(PlanRequest& req) {
+  double shortest = std::numeric_limits<double>::infinity();  // fastest finish of a job that reported
+  std::vector<size_t> unseen;
+  for (size_t i = 0; i < req.jobs.size(); ++i) {
+    PlanJob& j = req.jobs[i];
+    if (!j.learned) continue;
+    if (j.learn.observed.empty()) {
+      unseen.push_back(i);
+      continue;
+    }
+    j.options.clear();
+    // The type it ran on most: the model an unobserved type is projected from.
+    std::map<std::string, int> count;
+    for (const StepObservation& o : j.learn.observed) ++count[o.type];
+    std::string most;
+    for (const auto& [t, n] : count)
+      if (most.empty() || n > count[most]) most = t;
+    const std::vector<TypeLearn> types = job_types(req, j);
+    double most_speed = 1.0;
+    for (const TypeLearn& t : types)
+      if (t.name == most) most_speed = t.speed;
+    const GoodputModel all(j.learn);  // exploration: explore x the most GPUs it ran at, on any type
+    for (const TypeLearn& t : types) {
+      const GpuType& type = req.types[static_cast<size_t>(type_index(req, t.name))];
+      const int node_size = type.nodes.empty() ? std::max(1, type.gpus) : *std::max_element(type.nodes.begin(), type.nodes.end());
+      auto nodes_for = [&](int g) { return (g + node_size - 1) / node_size; };
+      const bool seen_here = count.count(t.name) > 0;
+      const GoodputModel m(on_type(j.learn, t, seen_here ? t.name : most));
+      const double scale = seen_here ? 1.0 : t.speed / most_speed;
+      const int cur = j.current.gpus > 0 && j.current.type == t.name ? j.current.gpus : 0;
+      int cur_nodes = nodes_for(cur);
+      if (cur > 0 && !j.current_nodes.empty()) {
+        std::vector<int> distinct = j.current_nodes;
+        std::sort(distinct.begin(), distinct.end());
+        cur_nodes = static_cast<int>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
+      }
+      const int cap = std::min(all.max_gpus(node_size), type.gpus);
+      for (int g = 1; g <= std::max(cap, cur); ++g) {
+        const bool packs = g <= node_size || g % node_size == 0;
+        if (g != cur && (g > cap || !packs)) continue;
+        const LearnedConfig c = m.best(g == cur ? cur_nodes : nodes_for(g), g);
+        if (c.gpus == 0 || !(c.goodput() > 0)) continue;
+        j.options.push_back(Config(g, c.batch, 1, c.samples_per_s * scale, c.efficiency, t.name));
+        shortest = std::min(shortest, j.remaining / (c.goodput() * scale));
+      }
+    }
+  }
+  const double prior_s = std::isfinite(shortest) ? shortest : std::max(1.0, req.start_s);
+  for (size_t i : unseen) {
+    PlanJob& j = req.jobs[i];
+    const LearnSpec& l = j.learn;
+    const std::vector<TypeLearn> types = job_types(req, j);
+    double fastest = 0;
+    for (const TypeLearn& t : types) fastest = std::max(fastest, t.speed);
+    j.options.clear();
+    for (const TypeLearn& t : types) {
+      const GpuType& type = req.types[static_cast<size_t>(type_index(req, t.name))];
+      const bool running_here = j.current.gpus > 0 && j.current.type == t.name;
+      const int g = running_here ? j.current.gpus
+                                 : std::max(1, min_gpus_for_memory(j.memory, gpu_memory_of(req, Config(1, 0, 1, 0, 1.0, t.name)),
+                                                                   std::max(1, type.gpus)));
+      const int max_local = t.max_local > 0 ? std::max(t.max_local, l.min_local) : l.max_local;
+      const int batch = l.fixed_batch > 0 ? l.fixed_batch : std::max(l.init_batch, g * l.min_local);
+      const BatchSplit sp = split_batch(g, batch, max_local, l.init_batch, l.max_batch, l.accumulate_on_one_gpu);
+      const int b = g * sp.atomic * (sp.accum + 1);
+      // Its rate is unknown: valued as if it finished in prior_s on its fastest type, slower by speed elsewhere.
+      j.options.push_back(Config(g, b, 1, j.remaining / prior_s * t.speed / fastest, 1.0, t.name));
+    }
+  }
 }
 
 }  // namespace edp::autoscale::detail

@@ -23,6 +23,11 @@ void validate_types(const PlanRequest& req);
 // choices, values, objective and GPUs used. Jobs' options must already be checked (validate).
 void decide_typed(const PlanRequest& req, Plan& plan);
 
+// expand_learned (plan.h) on a request with types: per type the job may run on, options from that
+// type's observations, or projected from the type it ran on most by their speeds; a job that has
+// not run gets one configuration on each type, valued by its speed there.
+void expand_learned_typed(PlanRequest& req);
+
 // The nodes of a typed request's jobs (Plan::nodes): each type's jobs on that type's nodes, node
 // indices counted across the types in order; empty when no type has nodes.
 std::vector<std::vector<int>> place_typed(const PlanRequest& req, const Plan& plan);

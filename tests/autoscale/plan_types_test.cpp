@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "edp/autoscale/online.h"
 #include "edp/autoscale/plan.h"
 #include "edp/autoscale/typed_optimizer.h"
 #include "edp/core/error.h"
@@ -158,8 +159,13 @@ TEST(PlanTypes, RefusalsNameTheField) {
   r.jobs[1].learned = true;
   r.jobs[1].learn.init_batch = 32;
   r.jobs[1].learn.max_batch = 32;
+  r.jobs[1].learn.max_local = 32;
   r.jobs[1].options.clear();
-  expect_refused(r, "learned options need a request of one GPU type");
+  r.jobs[1].learn.types = {TypeLearn{"h100", 0, 3.0}};
+  expect_refused(r, "field 'learn.types': type 'h100' is not one of the request's types (a100, v100)");
+  r.jobs[1].learn.types.clear();
+  r.jobs[1].learn.observed = {StepObservation{1, 1, 32, 0.1, 0, "tpu"}};
+  expect_refused(r, "field 'learn.observed[0].type': 'tpu' is not one of the request's types");
   PlanRequest untyped;
   untyped.gpus = 2;
   PlanJob j;
@@ -171,6 +177,62 @@ TEST(PlanTypes, RefusalsNameTheField) {
   EXPECT_THROW(parse_plan_request(R"({"version": 2, "types": [], "jobs": []})", "x"), DataError);
   EXPECT_THROW(parse_plan_request(R"({"version": 2, "types": [{"name": "a", "gpus": 2}], "nodes": [2], "jobs": []})", "x"),
                DataError);
+}
+
+// ---- learned jobs: each type's speed from what the job reported there --------------------------
+
+PlanRequest learned_request() {
+  PlanRequest req;
+  req.objective = Objective::RestartAware;
+  req.types = {GpuType{"fast", 8, {}, 0}, GpuType{"slow", 8, {}, 0}};
+  req.gpus = 16;
+  PlanJob j;
+  j.id = "j";
+  j.remaining = 1e6;
+  j.learned = true;
+  j.learn.init_batch = 64;
+  j.learn.max_batch = 64;  // one batch: the options differ by type and GPUs only
+  j.learn.max_local = 64;
+  j.learn.types = {TypeLearn{"fast", 0, 2.0}, TypeLearn{"slow", 0, 1.0}};
+  req.jobs = {j};
+  return req;
+}
+
+double rate(const PlanRequest& req, const std::string& type, int gpus) {
+  for (const Config& c : req.jobs[0].options)
+    if (c.type == type && c.gpus == gpus) return c.samples_per_s;
+  return -1;
+}
+
+TEST(PlanTypes, AnUnseenTypeIsProjectedBySpeed) {
+  PlanRequest req = learned_request();
+  req.jobs[0].learn.observed = {StepObservation{1, 1, 64, 0.5, 0, "slow"}, StepObservation{1, 2, 32, 0.3, 0.05, "slow"}};
+  expand_learned(req);
+  ASSERT_GT(rate(req, "slow", 1), 0);
+  // The fast type has no observation: the slow type's model, twice as fast (its stated speed).
+  for (int g : {1, 2}) EXPECT_NEAR(rate(req, "fast", g), 2.0 * rate(req, "slow", g), 1e-9 * rate(req, "slow", g)) << g;
+  // Exploration is shared: up to explore (4) x the most GPUs it ran at (2) on either type.
+  EXPECT_GT(rate(req, "fast", 8), 0);
+  EXPECT_GT(rate(req, "slow", 8), 0);
+  PlanRequest again = learned_request();  // decide() expands the same
+  again.jobs[0].learn.observed = req.jobs[0].learn.observed;
+  EXPECT_EQ(decide(again).choices[0].config.type, "fast");
+}
+
+TEST(PlanTypes, ATypeItRanOnIsItsOwnModel) {
+  PlanRequest req = learned_request();
+  // On the fast type it was 5x faster than the slow one, not 2x as stated: what it measured counts.
+  req.jobs[0].learn.observed = {StepObservation{1, 1, 64, 0.5, 0, "slow"}, StepObservation{1, 1, 64, 0.1, 0, "fast"}};
+  expand_learned(req);
+  EXPECT_NEAR(rate(req, "fast", 1), 5.0 * rate(req, "slow", 1), 1e-9 * rate(req, "fast", 1));
+}
+
+TEST(PlanTypes, AJobThatHasNotRunGetsOneGpuOfEachType) {
+  PlanRequest req = learned_request();
+  expand_learned(req);
+  ASSERT_EQ(req.jobs[0].options.size(), 2u);
+  EXPECT_EQ(req.jobs[0].options[0].gpus, 1);
+  EXPECT_NEAR(rate(req, "fast", 1), 2.0 * rate(req, "slow", 1), 1e-12 * rate(req, "fast", 1));
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 // accumulation steps, the artifact's and AdaptDL's rule; the micro-step time of the split is what
 // the model predicts, and an accumulated batch takes step + accum x (step - sync).
 #pragma once
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,14 @@ struct StepObservation {
   double local_batch = 0;  // per-GPU micro-batch
   double step_s = 0;       // one micro-batch step with its synchronisation
   double sync_s = 0;       // the synchronisation backward did not hide
+  std::string type;        // the GPU type it ran on (requests with types; "" otherwise)
+};
+
+// What a job states about one GPU type of a cluster with several (plan.h PlanRequest::types).
+struct TypeLearn {
+  std::string name;
+  int max_local = 0;   // its per-GPU micro-batch limit there (memory); 0: LearnSpec::max_local
+  double speed = 1.0;  // its 1-GPU throughput there relative to the other types' (a profile, Sia's bootstrap)
 };
 
 struct LearnSpec {
@@ -54,6 +63,10 @@ struct LearnSpec {
   // grows with the micro-batch). Pollux's prior is 1/2; a quarter predicts a split batch better.
   double fixed_share = 0.25;
   std::vector<StepObservation> observed;
+  // Requests with types: the types it may run on (none given: every type, at speed 1). Each
+  // type's step times are fitted on that type's observations alone; a type it has not run on is
+  // predicted from the type it has the most observations on, scaled by their speeds.
+  std::vector<TypeLearn> types;
   bool has_grad = false;
   double grad_sqr = 0, grad_var = 0;
 };
