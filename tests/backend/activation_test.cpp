@@ -8,10 +8,34 @@
 #include <vector>
 
 #include "op_test_util.h"
+#include "edp/backend/ops.h"
+#include "edp/core/random.h"
+#include "edp/core/threads.h"
+#include "edp/nn/gpt.h"
+#include "edp/nn/init.h"
+#include "edp/nn/layers.h"
+#include "support/gradcheck_util.h"
 
 namespace {
 using namespace edp;
 using namespace edp::test;
+
+#if EDP_OP_TEST_CPU
+// ---- gradients by finite differences (every build, test_backend_cpu; support/gradcheck_util.h) ----
+using namespace edp::nn;
+using Mismatch = GradCheckResult;
+
+TEST(ActivationGrad, ReLU) {
+  ReLU r;
+  gradcheck_module(r, {4, 9});
+}
+
+TEST(ActivationGrad, GELU) {
+  GELU g;
+  gradcheck_module(g, {3, 11});
+}
+
+#else  // the GPU against the CPU
 
 // ---- activations ---------------------------------------------------------------------------------
 
@@ -66,5 +90,7 @@ TEST_F(CudaOps, FusedBiasActivationMatchesCpuComposition) {
     }
   }
 }
+
+#endif  // EDP_OP_TEST_CPU
 
 }  // namespace

@@ -13,6 +13,13 @@
 #include <vector>
 
 #include "op_test_util.h"
+#include "edp/backend/ops.h"
+#include "edp/core/random.h"
+#include "edp/core/threads.h"
+#include "edp/nn/gpt.h"
+#include "edp/nn/init.h"
+#include "edp/nn/layers.h"
+#include "support/gradcheck_util.h"
 
 namespace {
 using namespace edp;
@@ -214,6 +221,61 @@ TEST_F(CpuConv2d, Float64UsesEigenUnderDnnl) {
   ops::set_cpu_conv(ops::CpuConv::dnnl);
   EXPECT_TRUE(same(ops::conv2d_forward(x, w, Tensor(), {1, 1}), ref, "y (float64)"));
 }
+// ---- gradients by finite differences (every build, test_backend_cpu; support/gradcheck_util.h) ----
+using namespace edp::nn;
+using Mismatch = GradCheckResult;
+
+TEST(Conv2dGrad, Conv2dPad1Stride1) {
+  manual_seed(3);
+  Conv2d c(2, 3, 3, 1, 1);
+  gradcheck_module(c, {2, 2, 5, 6});
+}
+
+TEST(Conv2dGrad, Conv2dStride2NoPad) {
+  manual_seed(4);
+  Conv2d c(3, 2, 3, 2, 0);
+  gradcheck_module(c, {2, 3, 7, 7});
+}
+
+TEST(Conv2dGrad, Conv2dStride2Pad1) {
+  manual_seed(5);
+  Conv2d c(2, 4, 3, 2, 1, false);
+  gradcheck_module(c, {3, 2, 6, 5});
+}
+
+TEST(Conv2dGrad, Conv2dSeveralSamplesPerGemm) {
+  // One thread and 7 samples: the CPU conv groups up to 4 samples per GEMM (3 + 4 here), so the
+  // scatter/gather between the grouped col matrix and NCHW is exercised.
+  set_num_threads(1);
+  manual_seed(16);
+  Conv2d c(2, 3, 3, 1, 1);
+  gradcheck_module(c, {7, 2, 4, 5});
+  set_num_threads(2);
+}
+
+TEST(Conv2dGrad, Conv2dFusedReluGrouped) {
+  // Fused ReLU on the grouped im2col path (1 thread, 6 samples) and with stride 2.
+  set_num_threads(1);
+  manual_seed(17);
+  Conv2d c(2, 3, 3, 1, 1, true, /*relu=*/true);
+  gradcheck_module(c, {6, 2, 4, 4});
+  Conv2d s(2, 2, 3, 2, 1, false, /*relu=*/true);
+  gradcheck_module(s, {3, 2, 5, 5});
+  set_num_threads(2);
+}
+
+TEST(Conv2dGrad, Conv2dFusedReluPointwise) {
+  manual_seed(18);
+  Conv2d c(3, 4, 1, 1, 0, true, /*relu=*/true);
+  gradcheck_module(c, {2, 3, 3, 3});
+}
+
+TEST(Conv2dGrad, Conv2dPointwise) {
+  manual_seed(6);
+  Conv2d c(3, 4, 1);
+  gradcheck_module(c, {2, 3, 4, 4});
+}
+
 #endif  // EDP_OP_TEST_CPU
 
 }  // namespace

@@ -8,10 +8,42 @@
 #include <vector>
 
 #include "op_test_util.h"
+#include "edp/backend/ops.h"
+#include "edp/core/random.h"
+#include "edp/core/threads.h"
+#include "edp/nn/gpt.h"
+#include "edp/nn/init.h"
+#include "edp/nn/layers.h"
+#include "support/gradcheck_util.h"
 
 namespace {
 using namespace edp;
 using namespace edp::test;
+
+#if EDP_OP_TEST_CPU
+// ---- gradients by finite differences (every build, test_backend_cpu; support/gradcheck_util.h) ----
+using namespace edp::nn;
+using Mismatch = GradCheckResult;
+
+TEST(DropoutGrad, DropoutFixedMask) {
+  // The layer draws a new mask per call; check the op with a fixed seed (mask fixed).
+  Rng rng(11);
+  Tensor x = random_input({4, 10}, rng);
+  Tensor r = random_input({4, 10}, rng, false);
+  Tensor mask;
+  const double p = 0.3;
+  ops::dropout_forward(x, p, 1234, mask);
+  Tensor dx = ops::dropout_backward(r, mask, p);
+  auto loss = [&] {
+    Tensor m2;
+    return dot(ops::dropout_forward(x, p, 1234, m2), r);
+  };
+  Mismatch mm;
+  compare("dropout dx", x, dx, loss, mm);
+  EXPECT_EQ(mm.mismatches, 0);
+}
+
+#else  // the GPU against the CPU
 
 TEST_F(CudaOps, DropoutMaskIsTheCpuMaskBitForBit) {
   uint64_t seed = 600;
@@ -36,5 +68,7 @@ TEST_F(CudaOps, DropoutMaskIsTheCpuMaskBitForBit) {
   EXPECT_TRUE(same(m1, m2, "mask of a misaligned view"));
   EXPECT_TRUE(same(y1, y2, "y of a misaligned view"));
 }
+
+#endif  // EDP_OP_TEST_CPU
 
 }  // namespace

@@ -8,10 +8,87 @@
 #include <vector>
 
 #include "op_test_util.h"
+#include "edp/backend/ops.h"
+#include "edp/core/random.h"
+#include "edp/core/threads.h"
+#include "edp/nn/gpt.h"
+#include "edp/nn/init.h"
+#include "edp/nn/layers.h"
+#include "support/gradcheck_util.h"
 
 namespace {
 using namespace edp;
 using namespace edp::test;
+
+#if EDP_OP_TEST_CPU
+// ---- gradients by finite differences (every build, test_backend_cpu; support/gradcheck_util.h) ----
+using namespace edp::nn;
+using Mismatch = GradCheckResult;
+
+TEST(ElementwiseGrad, SigmoidTanhSiLU) {
+  // Inputs in [-1, 1] and, scaled by 8, far into the tails, where a wrong σ form would overflow
+  // or cancel.
+  for (double scale : {1.0, 8.0}) {
+    SCOPED_TRACE(scale);
+    Sigmoid s;
+    Tanh t;
+    SiLU u;
+    for (Module* m : std::initializer_list<Module*>{&s, &t, &u}) {
+      Tensor x = gradcheck_input({3, 7}, 60);
+      ops::scale_(x, scale);
+      const GradCheckResult r = gradcheck(*m, x);
+      EXPECT_TRUE(r.ok()) << m->type_name() << ": " << r.str();
+    }
+  }
+  // Values from the definitions.
+  Sigmoid s;
+  Tensor y = s.forward(Tensor::from_vector<double>({3}, {0.0, 2.0, -40.0}));
+  EXPECT_DOUBLE_EQ(y.item(0), 0.5);
+  EXPECT_NEAR(y.item(1), 1.0 / (1.0 + std::exp(-2.0)), 1e-15);
+  EXPECT_GT(y.item(2), 0.0);  // e^-40/(1+e^-40), not 0 from 1/(1+e^40) overflowing nothing
+  EXPECT_NEAR(y.item(2), std::exp(-40.0), 1e-30);
+}
+
+TEST(ElementwiseGrad, PointwiseLosses) {
+  Tensor p = gradcheck_input({6, 2}, 61);
+  Tensor t = gradcheck_input({6, 2}, 62, false);
+  for (int k = 0; k < 4; ++k) {
+    std::unique_ptr<PointwiseLoss> loss;
+    switch (k) {
+      case 0: loss = std::make_unique<MSELoss>(); break;
+      case 1: loss = std::make_unique<L1Loss>(); break;
+      case 2: loss = std::make_unique<HuberLoss>(0.3); break;  // both branches: |d| spans [0, 2]
+      default: loss = std::make_unique<BCEWithLogitsLoss>(); break;
+    }
+    SCOPED_TRACE(ops::point_loss_name(loss->kind()));
+    Tensor target = k == 3 ? Tensor::from_vector<double>({6, 2}, {0, 1, 1, 0, 0.25, 1, 0, 0, 1, 1, 0.5, 0}) : t;
+    loss->forward(p, target);
+    Tensor dp = loss->backward().clone();
+    auto again = [&] {
+      PointwiseLoss l2(loss->kind(), 0.3);
+      return l2.forward(p, target);
+    };
+    Mismatch mm;
+    compare("dpred", p, dp, again, mm);
+    EXPECT_EQ(mm.mismatches, 0) << mm.str();
+  }
+  // Values: mse of d = (1, -2) is 2.5; l1 1.5; huber(1) (0.5 + 1.5)/2 = 1; BCE of logit 0 is log 2.
+  Tensor a = Tensor::from_vector<double>({2, 1}, {1, -2});
+  Tensor z = Tensor::from_vector<double>({2}, {0, 0});  // [2] targets against [2, 1] predictions
+  EXPECT_DOUBLE_EQ(MSELoss().forward(a, z), 2.5);
+  EXPECT_DOUBLE_EQ(L1Loss().forward(a, z), 1.5);
+  EXPECT_DOUBLE_EQ(HuberLoss(1.0).forward(a, z), 1.0);
+  EXPECT_NEAR(BCEWithLogitsLoss().forward(z, Tensor::from_vector<double>({2}, {0, 1})), std::log(2.0), 1e-15);
+  // A large logit: the loss of the wrong class is the logit itself, not inf.
+  EXPECT_NEAR(BCEWithLogitsLoss().forward(Tensor::from_vector<double>({1}, {800}),
+                                          Tensor::from_vector<double>({1}, {0})), 800.0, 1e-9);
+  // int32 0/1 labels are converted; a count mismatch names both shapes.
+  EXPECT_NEAR(BCEWithLogitsLoss().forward(Tensor::from_vector<float>({2}, {0, 0}),
+                                          Tensor::from_vector<int32_t>({2}, {0, 1})), std::log(2.0), 1e-7);
+  EXPECT_THROW(MSELoss().forward(a, Tensor::from_vector<double>({3}, {0, 0, 0})), ShapeError);
+}
+
+#else  // the GPU against the CPU
 
 TEST_F(CudaOps, SmoothActivationsMatchCpu) {
   uint64_t seed = 900;
@@ -61,5 +138,7 @@ TEST_F(CudaOps, PointLossesMatchCpu) {
     }
   }
 }
+
+#endif  // EDP_OP_TEST_CPU
 
 }  // namespace

@@ -7,10 +7,50 @@
 #include <vector>
 
 #include "op_test_util.h"
+#include "edp/backend/ops.h"
+#include "edp/core/random.h"
+#include "edp/core/threads.h"
+#include "edp/nn/gpt.h"
+#include "edp/nn/init.h"
+#include "edp/nn/layers.h"
+#include "support/gradcheck_util.h"
 
 namespace {
 using namespace edp;
 using namespace edp::test;
+
+#if EDP_OP_TEST_CPU
+// ---- gradients by finite differences (every build, test_backend_cpu; support/gradcheck_util.h) ----
+using namespace edp::nn;
+using Mismatch = GradCheckResult;
+
+TEST(LinearGrad, Linear) {
+  manual_seed(1);
+  Linear l(7, 5);
+  gradcheck_module(l, {4, 7});
+}
+
+TEST(LinearGrad, LinearNoBias) {
+  manual_seed(2);
+  Linear l(3, 6, false);
+  gradcheck_module(l, {5, 3});
+}
+
+TEST(LinearGrad, LinearSplitAcrossThreads) {
+  // The CPU linear splits each GEMM by output columns or rows into shares of 16 per thread
+  // (parallel_ranges): 45 outputs and 37 inputs give shares 16/16/13 with 3 threads and 32/13
+  // with 2, so y, dw (by output rows) and dx (by input columns) each cross share boundaries.
+  for (int threads : {2, 3}) {
+    SCOPED_TRACE(threads);
+    set_num_threads(threads);
+    manual_seed(30 + threads);
+    Linear l(37, 45);
+    gradcheck_module(l, {3, 37});
+  }
+  set_num_threads(2);
+}
+
+#else  // the GPU against the CPU
 
 // ---- Linear ----------------------------------------------------------------------------------------
 TEST_F(CudaOps, LinearForwardBackwardMatchCpu) {
@@ -57,5 +97,7 @@ TEST_F(CudaOps, LinearRejectsBadOperands) {
   EXPECT_THROW(ops::linear_forward(G(x), G(randn({5, 4}, 3)), Tensor()), ShapeError);
   EXPECT_THROW(ops::linear_forward(G(x.to(DType::F64)), G(w.to(DType::F64)), Tensor()), ShapeError);
 }
+
+#endif  // EDP_OP_TEST_CPU
 
 }  // namespace

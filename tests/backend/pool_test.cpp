@@ -7,10 +7,39 @@
 #include <vector>
 
 #include "op_test_util.h"
+#include "edp/backend/ops.h"
+#include "edp/core/random.h"
+#include "edp/core/threads.h"
+#include "edp/nn/gpt.h"
+#include "edp/nn/init.h"
+#include "edp/nn/layers.h"
+#include "support/gradcheck_util.h"
 
 namespace {
 using namespace edp;
 using namespace edp::test;
+
+#if EDP_OP_TEST_CPU
+// ---- gradients by finite differences (every build, test_backend_cpu; support/gradcheck_util.h) ----
+using namespace edp::nn;
+using Mismatch = GradCheckResult;
+
+TEST(PoolGrad, MaxPool2d) {
+  MaxPool2d p(2);
+  gradcheck_module(p, {2, 3, 6, 4});
+}
+
+TEST(PoolGrad, MaxPool2dOverlapping) {
+  MaxPool2d p(3, 2);
+  gradcheck_module(p, {2, 2, 7, 7});
+}
+
+TEST(PoolGrad, GlobalAvgPool) {
+  GlobalAvgPool2d p;
+  gradcheck_module(p, {3, 4, 3, 5});
+}
+
+#else  // the GPU against the CPU
 
 // ---- pooling ------------------------------------------------------------------------------------------
 TEST_F(CudaOps, MaxPoolMatchesCpu) {
@@ -48,5 +77,7 @@ TEST_F(CudaOps, GlobalAvgPoolMatchesCpu) {
                      "dx " + shape.str()));
   }
 }
+
+#endif  // EDP_OP_TEST_CPU
 
 }  // namespace

@@ -8,10 +8,72 @@
 #include <vector>
 
 #include "op_test_util.h"
+#include "edp/backend/ops.h"
+#include "edp/core/random.h"
+#include "edp/core/threads.h"
+#include "edp/nn/gpt.h"
+#include "edp/nn/init.h"
+#include "edp/nn/layers.h"
+#include "support/gradcheck_util.h"
 
 namespace {
 using namespace edp;
 using namespace edp::test;
+
+#if EDP_OP_TEST_CPU
+// ---- gradients by finite differences (every build, test_backend_cpu; support/gradcheck_util.h) ----
+using namespace edp::nn;
+using Mismatch = GradCheckResult;
+
+TEST(SoftmaxXentGrad, SoftmaxCrossEntropy) {
+  Rng rng(15);
+  Tensor z = random_input({5, 7}, rng);
+  Tensor labels = Tensor::from_vector<int32_t>({5}, {0, 6, 3, 3, 1});
+  SoftmaxCrossEntropy ce;
+  ce.forward(z, labels);
+  Tensor dz = ce.backward();
+  auto loss = [&] {
+    SoftmaxCrossEntropy c2;
+    return c2.forward(z, labels);
+  };
+  Mismatch mm;
+  compare("softmax_ce dlogits", z, dz, loss, mm);
+  EXPECT_EQ(mm.mismatches, 0) << "max relative error " << mm.max_rel_err;
+}
+
+TEST(SoftmaxXentGrad, SequenceCrossEntropyIgnoreIndex) {
+  Rng rng(50);
+  Tensor z = random_input({2, 3, 5}, rng);
+  Tensor t = Tensor::from_vector<int32_t>({2, 3}, {4, -1, 0, 2, 2, -1});
+  SequenceCrossEntropy ce(-1);
+  const double l = ce.forward(z, t);
+  EXPECT_EQ(ce.counted(), 4);
+  Tensor dz = ce.backward();
+  ASSERT_EQ(dz.shape(), z.shape());
+  for (int64_t c = 0; c < 5; ++c) {  // ignored positions: no gradient
+    EXPECT_EQ(dz.item(1 * 5 + c), 0.0);
+    EXPECT_EQ(dz.item(5 * 5 + c), 0.0);
+  }
+  // The mean over the 4 counted rows, from the definition.
+  double want = 0;
+  for (int64_t row : {0, 2, 3, 4}) {
+    const int64_t lab = static_cast<int64_t>(t.item(row));
+    double s = 0;
+    for (int64_t c = 0; c < 5; ++c) s += std::exp(z.item(row * 5 + c));
+    want += std::log(s) - z.item(row * 5 + lab);
+  }
+  EXPECT_NEAR(l, want / 4, 1e-12);
+  auto loss = [&] {
+    SequenceCrossEntropy c2(-1);
+    return c2.forward(z, t);
+  };
+  Mismatch mm;
+  compare("sequence_ce dlogits", z, dz, loss, mm);
+  EXPECT_EQ(mm.mismatches, 0) << "max relative error " << mm.max_rel_err;
+  EXPECT_THROW(ce.forward(z, Tensor::from_vector<int32_t>({2, 3}, {4, -2, 0, 2, 2, -1})), ShapeError);
+}
+
+#else  // the GPU against the CPU
 
 // ---- softmax cross-entropy ---------------------------------------------------------------------------
 TEST_F(CudaOps, SoftmaxCrossEntropyMatchesCpu) {
@@ -69,5 +131,7 @@ TEST_F(CudaOps, SequenceCrossEntropyIgnoresTheIgnoreIndex) {
   EXPECT_TRUE(close(ops::softmax_cross_entropy_backward(p, G(lab), 0.25, -1),
                     ops::softmax_cross_entropy_backward(p_ref, lab, 0.25, -1), Tol{1e-6, 1e-9}, "dz"));
 }
+
+#endif  // EDP_OP_TEST_CPU
 
 }  // namespace

@@ -5,7 +5,10 @@
 //                                 the oracle for the CUDA one
 //   src/backend/cuda/<name>.cpp   the CUDA implementation (edp/backend/cuda_ops.h)
 //   kernels/<name>.cu             its kernels (linear and conv2d use cuBLASLt / cuDNN instead)
-//   tests/backend/<name>_test.cpp the CUDA implementation against the CPU one
+//   tests/backend/<name>_test.cpp its tests: the gradients by finite differences (and, for the
+//                                 transformer ops, the CPU oracle against the definition) in every
+//                                 build; the CUDA implementation against the CPU one on a GPU
+//   bench/ops                     each op timed alone, forward and backward (edp_bench_ops)
 // with <name> one of linear, conv2d, pool, activation, dropout, reduce, batchnorm,
 // softmax_xent, optim, embedding, layernorm, attention, elementwise, loss.
 //
