@@ -416,7 +416,25 @@ TypedSolution solve_typed(const std::vector<TypedJob>& jobs, const std::vector<i
   if (force == "exact" || (force.empty() && small)) {
     EDP_CHECK(small, "solve_typed: the exact method needs ", grid.cells, " cells per job for ", jobs.size(),
               " jobs, more than ", kExactCells, " in all");
-    return solve_exact(jobs, kept, capacity);
+    // The largest type last: its options run along the contiguous axis, in the fewest, longest runs.
+    std::vector<size_t> order(capacity.size());
+    for (size_t t = 0; t < order.size(); ++t) order[t] = t;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return capacity[a] < capacity[b]; });
+    auto permute = [&](const std::vector<int>& v) {
+      std::vector<int> out(v.size());
+      for (size_t t = 0; t < v.size(); ++t) out[t] = v[order[t]];
+      return out;
+    };
+    for (auto& ks : kept)
+      for (Kept& k : ks) k.gpus = permute(k.gpus);
+    TypedSolution sol = solve_exact(jobs, kept, permute(capacity));
+    for (TypedChoice& c : sol.choices) {  // back to the caller's order of types
+      std::vector<int> g(c.gpus.size());
+      for (size_t t = 0; t < g.size(); ++t) g[order[t]] = c.gpus[t];
+      c.gpus = std::move(g);
+    }
+    finish(sol, capacity.size());
+    return sol;
   }
   return solve_decomposed(jobs, kept, capacity);
 }
