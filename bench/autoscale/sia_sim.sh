@@ -17,9 +17,11 @@
 #   gavel   Gavel, max-sum-throughput, 360-s rounds, each job at its trace GPU count and batch
 #   pollux  Pollux, unaware of GPU types (p = -1, 60-s rounds; 8-GPU nodes seen as two 4-GPU
 #           nodes, a job spread over types cut back to one type by the artifact's heuristic)
-#   edp     edp's autoscaler, through bench/autoscale/sia_policy.py (the adapter, not written
-#           yet): `sia_policy.py --artifact DIR --workload CSV --edp BIN [--first N]
-#           [--cluster SPEC] EDP_ADAPTER_ARGS...` must print one JSON line with the fields below
+#   edp     edp's autoscaler (`edp-autoscale plan` with GPU types, oracle rates, restart-aware,
+#           60-s rounds), through bench/autoscale/sia_policy.py: `sia_policy.py --artifact DIR
+#           --workload CSV --edp BIN [--first N] [--cluster SPEC] EDP_ADAPTER_ARGS...` prints one
+#           JSON line with the fields below (EDP_ADAPTER_ARGS: sia_policy.py --help); BIN is
+#           edp-autoscale under --build
 # --first N keeps the first N jobs of each workload (a short smoke run; the paper uses them
 # whole: 160 jobs in 8 h for philly/saturn, 960 in 48 h for newtrace). --cluster sets nodes per
 # GPU type (default: the paper's heterogeneous 64 GPUs, 6 aws x 4 T4, 2 dgx-ext x 8 A100,
@@ -80,7 +82,7 @@ for p in ${policies//,/ }; do
     sia|gavel|pollux) ;;
     edp)
       [[ -f "$here/bench/autoscale/sia_policy.py" ]] || {
-        echo "sia_sim.sh: policy edp needs bench/autoscale/sia_policy.py, edp's adapter for this simulator (not written yet)" >&2; exit 2; }
+        echo "sia_sim.sh: policy edp needs bench/autoscale/sia_policy.py, edp's adapter for this simulator" >&2; exit 2; }
       [[ -x "$build/tools/edp-autoscale/edp-autoscale" ]] || {
         echo "sia_sim.sh: no $build/tools/edp-autoscale/edp-autoscale (build edp first: scripts/build.sh)" >&2; exit 2; } ;;
     *) echo "sia_sim.sh: unknown policy '$p' (sia, gavel, pollux, edp)" >&2; exit 2 ;;
