@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""edp's autoscaler as the scheduling policy of the Sia SOSP'23 artifact's simulator (GPU types).
+
+  sia_policy.py --artifact DIR --workload CSV --edp BIN [--first N] [--cluster aws:6,dgx-ext:2,rtx:3]
+      [--interval 60] [--hysteresis 0] [--margin 150] [--pause-per-gpu 0.5] [--trace FILE]
+
+DIR is a checkout of the public repository siasosp23/artifacts (its sia-simulator/ is imported
+from there; no artifact code is part of edp); CSV one of its workloads; BIN edp-autoscale. Used by
+bench/autoscale/sia_sim.sh (policy edp), which says how to get the artifact and its Python.
+
+The artifact's own Cluster and Job classes run the workload on a cluster of several GPU types
+(default: the paper's 64 GPUs, 6 aws nodes x 4 T4, 2 dgx-ext x 8 A100, 3 rtx x 8 RTX 2080Ti);
+only the policy is replaced. Every interval this adapter sends the cluster state to
+`edp-autoscale plan` (version 2 with "types", docs/plan.md) and applies the answer:
+  types       one per GPU type in the cluster's order; node indices run across the types in order
+  remaining   (declared progress of max_epochs - progress done) x the initial batch, in
+              "samples x efficiency" (the simulator's progress is in iterations at that batch)
+  current     its type, GPU count, the batch edp gave it, the global index of each GPU's node
+  pause_s     the model's restart delay in the simulator (a type change costs the same);
+              start_s the same (a first start pays it too); a job still restarting keeps its
+              configuration (may_wait false, its current option only: Sia's rule)
+  options     oracle rates: per type, the GPU counts Sia's configurations allow there (1, 2, 4,
+              (8) GPUs on one node, then whole nodes up to the profiled node limit), each at the
+              global batch with the best true goodput on that type's tables (the split of a batch
+              into micro-batch and accumulation steps as the simulator makes it), samples_per_s =
+              true throughput x the model's calibration slowdown, efficiency = Pollux's gain at
+              that batch from the job's true gradient statistics at its epoch
+and the answer's type and nodes become the job's allocation; its batch becomes the job's batch
+(bsz tuning off: the simulator splits edp's batch for its placement, at once where the GPUs stay).
+Prints one JSON line with the fields sia_sim.sh reads (average/p99 JCT, restarts per job, ...).
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import types
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--artifact", required=True, help="checkout of siasosp23/artifacts (has sia-simulator/)")
+    ap.add_argument("--workload", required=True, help="a workload CSV of the artifact (sia-simulator/workloads/...)")
+    ap.add_argument("--edp", required=True, help="the edp-autoscale binary")
+    ap.add_argument("--first", type=int, default=0, help="keep the first N jobs by submission time (0: all)")
+    ap.add_argument("--cluster", default="aws:6,dgx-ext:2,rtx:3", help="nodes per GPU type, TYPE:NODES,...")
+    ap.add_argument("--interval", type=int, default=60, help="scheduling interval (s), Sia's")
+    # edp's node-level policy (as in pollux_policy.py): no relative hysteresis, a change must save
+    # 150 s beyond its pause, a running job's pause counts (1 + 0.5 x its GPUs) times.
+    ap.add_argument("--hysteresis", type=float, default=0.0)
+    ap.add_argument("--margin", type=float, default=150.0, help="seconds a change must save beyond its pause")
+    ap.add_argument("--pause-per-gpu", type=float, default=0.5)
+    ap.add_argument("--trace", help="write every request and answer here (JSON lines)")
+    args = ap.parse_args()
+    sim = os.path.join(args.artifact, "sia-simulator")
+    if not os.path.isfile(os.path.join(sim, "cluster.py")):
+        ap.error("--artifact %r has no sia-simulator/cluster.py (a checkout of siasosp23/artifacts)" % args.artifact)
+    if not os.path.isfile(args.workload):
+        ap.error("--workload %r: no such file" % args.workload)
+    if not (os.path.isfile(args.edp) and os.access(args.edp, os.X_OK)):
+        ap.error("--edp %r is not an executable file" % args.edp)
+    if args.first < 0:
+        ap.error("--first must be >= 0, got %d" % args.first)
+    if args.interval <= 0:
+        ap.error("--interval must be > 0, got %d" % args.interval)
+    if not 0 <= args.hysteresis < 1:
+        ap.error("--hysteresis must be in [0, 1), got %g" % args.hysteresis)
+    if args.margin < 0 or args.pause_per_gpu < 0:
+        ap.error("--margin and --pause-per-gpu must be >= 0")
+    spec = {}
+    for part in args.cluster.split(","):
+        name, _, count = part.partition(":")
+        if not name or not count.isdigit() or int(count) == 0 or name in spec:
+            ap.error("--cluster must be TYPE:NODES,... with distinct types and NODES >= 1, got %r" % args.cluster)
+        spec[name] = int(count)
+    args.cluster_nodes = spec
+    return args
+
+
+class EdpPolicy:
+    """Stands in for the artifact's policy: optimize(job_infos, node_infos, prev_allocations) every
+    interval returns {job: (type, [type-local node index per GPU])}."""
+
+    def __init__(self, cluster, args, max_physical_nodes):
+        self.cluster = cluster
+        self.args = args
+        self.by_name = {job.name: job for job in cluster.jobs}
+        self.types = list(cluster.clusters)  # the cluster's order: global node indices follow it
+        self.gpn = {t: cluster.ngpus_per_node[t] for t in self.types}
+        self.offset, k = {}, 0
+        for t in self.types:
+            self.offset[t] = k
+            k += cluster.num_nodes[t]
+        # Sia's configurations per type: 1, 2, 4 (8) GPUs on one node, then whole nodes
+        self.counts = {}
+        for t in self.types:
+            g, n = self.gpn[t], min(cluster.num_nodes[t], max_physical_nodes[t])
+            self.counts[t] = sorted({c for c in (1, 2, 4, 8) if c <= g} | {g * m for m in range(1, n + 1)})
+        self.timings, self.batch_sets = {}, {}
+        self.calls = 0
+        self.plan_s = 0.0
+        self.solve_ms = 0.0
+        self.spent = []
+        self.trace = open(args.trace, "w") if args.trace else None
+
+    # ---- what the adapter knows of a job ----
+
+    @staticmethod
+    def remaining(job):
+        app = job.applications[job.current_cluster] if job.current_cluster else job.reference_app
+        total = app.get_progress(app.max_epochs)  # shared by all types (same validation tables)
+        return max(1e-6, total - job.progress) * app.init_batch_size
+
+    @staticmethod
+    def split(app, placement, batch):
+        """(micro-batch, accumulation steps) the simulator runs `batch` at on `placement`, with bsz
+        tuning off (as Job.update_local_bsz splits a given batch)."""
+        n = sum(placement)
+        max_local = app.get_max_local_bsz(placement)
+        local = math.ceil(batch / n - 1e-8)
+        accum = math.ceil(local / max_local - 1e-8) - 1
+        if n == 1 and batch > app.init_batch_size:
+            accum = max(1, accum)
+        atomic = math.ceil(local / (accum + 1) - 1e-8)
+        rows = app.placements[app.placements.num_replicas == n]
+        if len(rows):  # the simulator's memory correction for a profiled GPU count
+            atomic = min(atomic, int(rows.local_bsz.max()))
+        return min(atomic, int(app.max_batch_size / (n * (accum + 1)))), accum
+
+    def timing(self, app, t, placement, m):
+        """(micro-batch, accumulation steps, seconds per iteration) of global batch m on `placement`
+        of type t (None where the tables have no entry); cached: it depends on the tables only."""
+        key = (app.name, t, placement, m)
+        if key not in self.timings:
+            atomic, accum = self.split(app, placement, m)
+            step, sync = app.get_throughput(placement, atomic) if atomic >= 1 else (-1, -1)
+            self.timings[key] = (atomic, accum, step + accum * (step - sync)) if step > 0 else None
+        return self.timings[key]
+
+    def batches(self, app, t, placement):
+        """Every global batch the tables' micro-batches and up to 16 accumulation steps make."""
+        key = (app.name, t, placement)
+        if key not in self.batch_sets:
+            n = sum(placement)
+            max_local = int(app.get_max_local_bsz(placement))
+            grid = sorted({int(b) for b in app.placements.local_bsz.values if app.min_local_bsz <= b <= max_local})
+            found = set()
+            for atomic in grid:
+                for accum in range(16):
+                    m = n * atomic * (accum + 1)
+                    if m > app.max_batch_size:
+                        break
+                    if m >= app.init_batch_size:
+                        found.add(m)
+            self.batch_sets[key] = sorted(found)
+        return self.batch_sets[key]
+
+    def option(self, job, t, placement, batches=None):
+        """The best of `batches` (default: self.batches) for `job` on `placement` of type t, as an
+        edp option: samples_per_s and goodput as Job.step computes them (calibration slowdown
+        included), efficiency = goodput / samples_per_s at the initial batch (None: none valid)."""
+        app = job.applications[t]
+        n = sum(placement)
+        if n * app.min_local_bsz > app.max_batch_size:
+            return None
+        best = None
+        for m in (self.batches(app, t, placement) if batches is None else batches):
+            timing = self.timing(app, t, placement, m)
+            if timing is None:
+                continue
+            atomic, accum, total = timing
+            real = n * atomic * (accum + 1)  # the batch the split really runs
+            if not app.init_batch_size <= real <= app.max_batch_size:
+                continue
+            sqr, var = app.get_grad_stats(real, job.epoch)
+            gain = (var + sqr) / (var / (real / app.init_batch_size) + sqr)
+            goodput, sps = gain / total * job.calibration_factor, real / total * job.calibration_factor
+            if best is None or goodput > best[0]:
+                best = (goodput, m, sps)
+        if best is None:
+            return None
+        goodput, batch, sps = best
+        return {"type": t, "gpus": n, "batch": batch, "samples_per_s": sps,
+                "efficiency": goodput * app.init_batch_size / sps}
+
+    def packed(self, t, n):
+        g = self.gpn[t]
+        return (n,) if n <= g else (g,) * (n // g)
+
+    def options(self, job):
+        opts = []
+        cur = tuple(filter(None, job.placement))
+        for t in self.types:
+            for n in self.counts[t]:
+                # the current count on the current type at the job's actual placement
+                placement = cur if (t == job.current_cluster and sum(cur) == n) else self.packed(t, n)
+                o = self.option(job, t, placement)
+                if o:
+                    opts.append(o)
+        return opts
+
+    def current(self, job, alloc):
+        t, nodes = alloc
+        return {"type": t, "gpus": len(nodes), "batch": int(job.target_batch_size),
+                "nodes": [self.offset[t] + k for k in nodes]}
+
+    # ---- one interval ----
+
+    def optimize(self, job_infos, node_infos, prev_allocations):
+        t_start = time.perf_counter()
+        req_jobs = []
+        for name in job_infos:
+            job = self.by_name[name]
+            alloc = prev_allocations.get(name)
+            app = job.applications[self.types[0]]
+            j = {"id": name, "remaining": self.remaining(job),
+                 "pause_s": float(app.rescale_time), "start_s": float(app.rescale_time),
+                 "rebatch_s": 0}  # a new batch on the same GPUs: taken at the next step, no restart
+            if alloc and alloc[0] is not None and len(alloc[1]):
+                j["current"] = self.current(job, alloc)
+                if job.rescale_time > 0:  # still restarting: it keeps its configuration (Sia's rule)
+                    o = self.option(job, alloc[0], tuple(filter(None, job.placement)), [j["current"]["batch"]])
+                    if o is None:
+                        sys.exit("sia_policy.py: job %s has no valid option at its current placement" % name)
+                    j["options"], j["may_wait"] = [o], False
+            if "options" not in j:
+                j["options"] = self.options(job)
+                if not j["options"]:
+                    sys.exit("sia_policy.py: job %s has no valid configuration on any type" % name)
+            req_jobs.append(j)
+        req = {"version": 2, "policy": "restart-aware", "hysteresis": self.args.hysteresis,
+               "margin_s": self.args.margin, "pause_per_gpu": self.args.pause_per_gpu,
+               "types": [{"name": t, "gpus": self.gpn[t] * self.cluster.num_nodes[t],
+                          "nodes": [self.gpn[t]] * self.cluster.num_nodes[t]} for t in self.types],
+               "jobs": req_jobs}
+        t0 = time.perf_counter()
+        out = subprocess.run([self.args.edp, "plan", "--input", "-"], input=json.dumps(req),
+                             capture_output=True, text=True)
+        self.plan_s += time.perf_counter() - t0
+        self.calls += 1
+        if out.returncode != 0:
+            sys.exit("sia_policy.py: edp-autoscale plan failed (exit %d) at t=%d: %s"
+                     % (out.returncode, self.cluster.current_time, out.stderr.strip()))
+        ans = json.loads(out.stdout)
+        self.solve_ms += ans.get("solve_ms", 0.0)
+        if self.trace:
+            self.trace.write(json.dumps({"t": self.cluster.current_time, "request": req, "answer": ans}) + "\n")
+        allocations = {}
+        for a in ans["allocations"]:
+            if a["gpus"] == 0:
+                continue
+            t = a["type"]
+            lo, hi = self.offset[t], self.offset[t] + self.cluster.num_nodes[t]
+            if len(a["nodes"]) != a["gpus"] or not all(lo <= k < hi for k in a["nodes"]):
+                sys.exit("sia_policy.py: edp placed %s (type %s) on nodes %s outside [%d, %d)" % (a["id"], t, a["nodes"], lo, hi))
+            nodes = sorted(k - lo for k in a["nodes"])  # grouped: the simulator reads runs of equal indices
+            prev = prev_allocations.get(a["id"])
+            allocations[a["id"]] = (t, nodes)
+            job = self.by_name[a["id"]]
+            job.target_batch_size = int(a["batch"])
+            if prev is not None and prev[0] == t and len(prev[1]) == len(nodes) and job.placement:
+                job.update_local_bsz(job.placement)  # a new batch where it runs: no restart
+        self.spent.append(time.perf_counter() - t_start)
+        return allocations
+
+
+def main():
+    args = parse_args()
+    sim = os.path.join(os.path.abspath(args.artifact), "sia-simulator")
+    sys.path.insert(0, sim)
+    out = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # the artifact prints every round
+    import pandas
+    import simulator_config as cfg
+    unknown = set(args.cluster_nodes) - set(cfg.cluster_ngpus_per_node)
+    if unknown:
+        sys.exit("sia_policy.py: unknown GPU type(s) %s (the artifact has %s)" % (sorted(unknown), sorted(cfg.cluster_ngpus_per_node)))
+    cfg.cluster_nnodes = dict(args.cluster_nodes)
+    cfg.num_parallel_jobs = 1
+    from cluster import Cluster
+    from sia import SiaPolicy
+
+    gpn = {k: cfg.cluster_ngpus_per_node[k] for k in cfg.cluster_nnodes}
+    frame = pandas.read_csv(args.workload)
+    if args.first > 0:
+        frame = frame.sort_values("time", kind="stable").head(args.first).reset_index(drop=True)
+    if "category" in frame.columns and set(frame.category.dropna()) - {"adaptive"}:
+        sys.exit("sia_policy.py: only adaptive jobs are supported; %s has categories %s"
+                 % (args.workload, sorted(set(frame.category.dropna()))))
+    # Built as for Sia (the Cluster accepts Sia's policy class only), then the policy is replaced.
+    sia = SiaPolicy(enable_bsz_tuning=False)
+    sia.populate_valid_configs(cfg.cluster_nnodes, gpn, cfg.cluster_max_physical_nnodes)
+    cluster = Cluster(frame, sia, cfg.cluster_nnodes, gpn, max_physical_nodes=cfg.cluster_max_physical_nnodes)
+    for job in cluster.jobs:
+        if job.app_name == "ncf":
+            sys.exit("sia_policy.py: ncf jobs (fixed batch, one GPU) are not supported")
+        job.disable_bsz_tuning()  # each job runs the batch edp names
+    policy = EdpPolicy(cluster, args, cfg.cluster_max_physical_nnodes)
+    sia.optimize = policy.optimize
+    # The artifact builds Sia's job infos each round (a goodput fit per job and type); edp reads
+    # only which jobs are active, so a cheap stand-in saves that time without changing the run.
+    cluster.get_sia_multi_job_info = lambda job: types.SimpleNamespace(name=job.name)
+
+    type_changes = {job.name: 0 for job in cluster.jobs}
+    last_type, held = {}, {}
+    t0 = time.perf_counter()
+    while not cluster.all_complete():
+        before = {job.name: (job.current_cluster, job.attained_service) for job in cluster.jobs}
+        cluster.step(args.interval)
+        for job in cluster.jobs:
+            kind, service = before[job.name]
+            if job.attained_service > service:
+                held[kind] = held.get(kind, 0.0) + job.attained_service - service
+            if job.current_cluster is not None:
+                if last_type.get(job.name, job.current_cluster) != job.current_cluster:
+                    type_changes[job.name] += 1
+                last_type[job.name] = job.current_cluster
+    wall = time.perf_counter() - t0
+
+    jcts = cluster.get_jcts()
+    sub = {job.name: job.submission_time for job in cluster.jobs}
+    vals = sorted(jcts.values())
+    restarts = [job.num_restarts or 0 for job in cluster.jobs]
+    spent = sorted(policy.spent) or [0.0]
+    apps = {}
+    for job in cluster.jobs:
+        apps.setdefault(job.app_name, []).append(job)
+    n = len(cluster.jobs)
+    line = {"workload": os.path.basename(args.workload), "policy": "edp", "interval_s": args.interval,
+            "cluster": cfg.cluster_nnodes, "jobs": n, "finished": len(jcts),
+            "avg_jct_s": sum(vals) / len(vals), "p99_jct_s": vals[int(0.99 * len(vals))],
+            "makespan_s": max(sub[k] + v for k, v in jcts.items()) - min(sub.values()),
+            "restarts_per_job": sum(restarts) / n, "type_changes_per_job": sum(type_changes.values()) / n,
+            "gpu_hours_per_job": sum(held.values()) / 3600 / n,
+            "gpu_hours_by_type": {k: v / 3600 for k, v in sorted(held.items())},
+            "by_app": {a: {"jobs": len(js), "avg_jct_s": sum(jcts.get(j.name, 0) for j in js) / len(js),
+                           "gpu_hours_per_job": sum(j.attained_service for j in js) / 3600 / len(js)}
+                       for a, js in sorted(apps.items())},
+            "rounds": len(policy.spent), "policy_ms_avg": 1000 * sum(spent) / max(1, len(policy.spent)),
+            "policy_ms_p50": 1000 * spent[len(spent) // 2], "policy_ms_p95": 1000 * spent[int(0.95 * len(spent))],
+            "policy_ms_max": 1000 * spent[-1], "wall_s": wall,
+            "rates": "oracle", "hysteresis": args.hysteresis, "margin_s": args.margin,
+            "pause_per_gpu": args.pause_per_gpu, "plan_calls": policy.calls,
+            "plan_ms_avg": 1000 * policy.plan_s / max(1, policy.calls),
+            "solve_ms_avg": policy.solve_ms / max(1, policy.calls)}
+    out.write(json.dumps(line) + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()

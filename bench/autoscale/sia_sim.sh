@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# The scheduling policies of the Sia SOSP'23 artifact, in that artifact's own simulator, on its
+# heterogeneous cluster (the groundwork for running edp's autoscaler there; not CI: it needs a
+# checkout of the public artifact, which edp does not copy).
+#
+#   bench/autoscale/sia_sim.sh --artifact DIR [--python PY] [--policies sia,gavel,pollux]
+#       [--traces philly,saturn,newtrace] [--workloads 1] [--first N] [--cluster aws:6,dgx-ext:2,rtx:3]
+#       [--timeout S] [--out DIR] [--build build] [-- EDP_ADAPTER_ARGS...]
+#
+# Each chosen workload (workloads/<trace>/workload-<n>.csv of the artifact's sia-simulator/; a
+# trace is philly, saturn (Helios), newtrace or one of scale/rate_10 ... scale/rate_50) runs under
+# each chosen policy, one run at a time, in the artifact's own simulator: its Cluster and Job
+# classes, its GPU types' throughput tables, its restart delays. The policies are the artifact's:
+#   sia     Sia (its MILP, solved by CBC): p = -0.5, lambda_a = 0.01, lambda_n = 1.1, 60-s rounds,
+#           throughput projection across GPU types and max replicas shared across types (the
+#           artifact's run_experiment.sh settings)
+#   gavel   Gavel, max-sum-throughput, 360-s rounds, each job at its trace GPU count and batch
+#   pollux  Pollux, unaware of GPU types (p = -1, 60-s rounds; 8-GPU nodes seen as two 4-GPU
+#           nodes, a job spread over types cut back to one type by the artifact's heuristic)
+#   edp     edp's autoscaler (`edp-autoscale plan` with GPU types, oracle rates, restart-aware,
+#           60-s rounds), through bench/autoscale/sia_policy.py: `sia_policy.py --artifact DIR
+#           --workload CSV --edp BIN [--first N] [--cluster SPEC] EDP_ADAPTER_ARGS...` prints one
+#           JSON line with the fields below (EDP_ADAPTER_ARGS: sia_policy.py --help); BIN is
+#           edp-autoscale under --build
+# --first N keeps the first N jobs of each workload (a short smoke run; the paper uses them
+# whole: 160 jobs in 8 h for philly/saturn, 960 in 48 h for newtrace). --cluster sets nodes per
+# GPU type (default: the paper's heterogeneous 64 GPUs, 6 aws x 4 T4, 2 dgx-ext x 8 A100,
+# 3 rtx x 8 RTX 2080Ti). --timeout stops a run after S seconds (it is reported, not counted).
+# Prints a table (average JCT per workload and policy, restarts per job, the paper's average JCT
+# per trace for reference: Table 3 of sia-sosp23.pdf, heterogeneous cluster, all workloads of the
+# trace) and one JSON line; with --out, each run's JSON line in DIR/<policy>-<trace>-workload-N.json.
+# A run's line: trace, workload, policy, jobs, finished, avg_jct_s, p99_jct_s, makespan_s,
+# restarts_per_job, type_changes_per_job (restarts onto another GPU type), gpu_hours_per_job and
+# gpu_hours_by_type (GPU time held, restarts included), by_app (jobs, avg_jct_s, gpu_hours_per_job
+# of each model), rounds, policy_ms_avg, policy_ms_p50, policy_ms_p95, policy_ms_max (the policy's
+# time per round), wall_s.
+#
+# The artifact and its Python: clone the GitHub repository siasosp23/artifacts (tested at aaf7a0d;
+# its traces/helios_saturn.csv is not needed), then, with Python 3.11:
+#   python3 -m venv sia-venv && sia-venv/bin/pip install numpy==1.23.5 pandas==1.5.3 scipy==1.10.1 \
+#       pymoo==0.4.2.2 cvxpy==1.6.0 cylp==0.93.0 ecos==2.0.14 rich==15.0.0 psutil==7.2.2
+# (numpy < 1.24: the artifact uses np.int; pandas < 2: it uses DataFrame.append; pymoo 0.4: Pollux;
+# cylp is cvxpy's CBC, which Sia's MILP names; ecos is Gavel's LP solver; rich and psutil are
+# imported by the artifact.) Then: bench/autoscale/sia_sim.sh --artifact artifacts --python sia-venv/bin/python
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+artifact="" python=python3 build="$here/build" policies=sia,gavel,pollux traces=philly,saturn,newtrace
+workloads=1 first=0 cluster="aws:6,dgx-ext:2,rtx:3" timeout_s=0 out=""
+adapter=()
+need() { [[ $# -ge 2 && -n "$2" ]] || { echo "sia_sim.sh: $1 needs a value (--help)" >&2; exit 2; }; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --artifact) need "$@"; artifact=$(cd "$2" 2>/dev/null && pwd) || { echo "sia_sim.sh: no directory '$2'" >&2; exit 2; }; shift 2 ;;
+    --python) need "$@"; python=$2; shift 2 ;;
+    --build) need "$@"; build=$(cd "$2" 2>/dev/null && pwd) || { echo "sia_sim.sh: no directory '$2'" >&2; exit 2; }; shift 2 ;;
+    --policies) need "$@"; policies=$2; shift 2 ;;
+    --traces) need "$@"; traces=$2; shift 2 ;;
+    --workloads) need "$@"; workloads=$2; shift 2 ;;
+    --first) need "$@"; first=$2; shift 2 ;;
+    --cluster) need "$@"; cluster=$2; shift 2 ;;
+    --timeout) need "$@"; timeout_s=$2; shift 2 ;;
+    --out) need "$@"; out=$2; shift 2 ;;
+    --) shift; adapter=("$@"); break ;;
+    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "sia_sim.sh: unknown argument '$1' (--help)" >&2; exit 2 ;;
+  esac
+done
+sim="$artifact/sia-simulator"
+if [[ -z "$artifact" || ! -f "$sim/multi_simulator.py" || ! -f "$sim/sia.py" ]]; then
+  echo "sia_sim.sh: --artifact must be a checkout of siasosp23/artifacts (--help says how)" >&2
+  exit 2
+fi
+[[ "$first" =~ ^[0-9]+$ ]] || { echo "sia_sim.sh: --first must be a count of jobs (0: all), got '$first'" >&2; exit 2; }
+[[ "$timeout_s" =~ ^[0-9]+$ ]] || { echo "sia_sim.sh: --timeout must be seconds (0: none), got '$timeout_s'" >&2; exit 2; }
+[[ "$policies" =~ ^[a-z]+(,[a-z]+)*$ ]] || { echo "sia_sim.sh: --policies must be names like sia,gavel, got '$policies'" >&2; exit 2; }
+[[ "$traces" =~ ^[a-z0-9_]+(,[a-z0-9_]+)*$ ]] || { echo "sia_sim.sh: --traces must be names like philly,saturn, got '$traces'" >&2; exit 2; }
+[[ "$workloads" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "sia_sim.sh: --workloads must be numbers like 1,2,3, got '$workloads'" >&2; exit 2; }
+[[ "$cluster" =~ ^[a-z0-9-]+:[0-9]+(,[a-z0-9-]+:[0-9]+)*$ ]] || {
+  echo "sia_sim.sh: --cluster must be TYPE:NODES,... (types: aws, azure, dgx, dgx-ext, quad, rtx), got '$cluster'" >&2; exit 2; }
+for p in ${policies//,/ }; do
+  case "$p" in
+    sia|gavel|pollux) ;;
+    edp)
+      [[ -f "$here/bench/autoscale/sia_policy.py" ]] || {
+        echo "sia_sim.sh: policy edp needs bench/autoscale/sia_policy.py, edp's adapter for this simulator" >&2; exit 2; }
+      [[ -x "$build/tools/edp-autoscale/edp-autoscale" ]] || {
+        echo "sia_sim.sh: no $build/tools/edp-autoscale/edp-autoscale (build edp first: scripts/build.sh)" >&2; exit 2; } ;;
+    *) echo "sia_sim.sh: unknown policy '$p' (sia, gavel, pollux, edp)" >&2; exit 2 ;;
+  esac
+done
+for t in ${traces//,/ }; do
+  case "$t" in philly|saturn|newtrace) dir="$sim/workloads/$t" ;; rate_*) dir="$sim/workloads/scale/$t" ;;
+    *) echo "sia_sim.sh: unknown trace '$t' (philly, saturn, newtrace, rate_10 ... rate_50)" >&2; exit 2 ;; esac
+  for w in ${workloads//,/ }; do
+    [[ -f "$dir/workload-$w.csv" ]] || { echo "sia_sim.sh: no $dir/workload-$w.csv" >&2; exit 2; }
+  done
+done
+modules="cvxpy, pandas, numpy, rich, psutil"
+[[ ",$policies," != *,pollux,* ]] || modules+=", pymoo"
+"$python" -c "import $modules" 2>/dev/null || {
+  echo "sia_sim.sh: $python lacks the artifact's packages (--help says which)" >&2; exit 2; }
+[[ -z "$out" ]] || mkdir -p "$out"
+results=$(mktemp /tmp/edp-sia-sim.XXXXXX)
+driver=$(mktemp /tmp/edp-sia-driver.XXXXXX)
+trap 'rm -f "$results" "$driver"' EXIT
+
+# The driver: one workload under one of the artifact's policies; prints one JSON line. It builds
+# what the artifact's multi_simulator.py / multi_simulator_unaware.py build, with the solver on one
+# thread and the simulator's per-round printing sent to /dev/null.
+cat > "$driver" <<'PY'
+import json, os, sys, time
+artifact, policy, workload, first, cluster_spec = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+sim = os.path.join(artifact, "sia-simulator")
+sys.path.insert(0, sim)
+out = os.fdopen(os.dup(1), "w")
+devnull = os.open(os.devnull, os.O_WRONLY)
+os.dup2(devnull, 1)  # the artifact prints every round (and CBC writes to fd 1)
+import numpy, pandas
+import simulator_config as cfg
+cfg.cluster_nnodes = {k: int(v) for k, v in (kv.split(":") for kv in cluster_spec.split(","))}
+unknown = set(cfg.cluster_nnodes) - set(cfg.cluster_ngpus_per_node)
+if unknown:
+    sys.exit("sia_sim.sh: unknown GPU type(s) %s (the artifact has %s)" % (sorted(unknown), sorted(cfg.cluster_ngpus_per_node)))
+cfg.sia_solver_num_threads = 1
+cfg.sia_solver_verbose = False
+cfg.num_parallel_jobs = 1
+gpn = {k: cfg.cluster_ngpus_per_node[k] for k in cfg.cluster_nnodes}
+frame = pandas.read_csv(workload)
+if first > 0:
+    frame = frame.sort_values("time", kind="stable").head(first).reset_index(drop=True)
+interval = 360 if policy == "gavel" else 60
+if policy in ("sia", "gavel"):
+    from cluster import Cluster
+    from gavel import GavelPolicy
+    from sia import SiaPolicy
+    if policy == "sia":
+        pol = SiaPolicy(p_fairness=-0.5, restart_penalty=30, lambda_a=0.01, lambda_n=1.1,
+                        project_throughputs=True, share_max_replicas=True, enable_bsz_tuning=True)
+    else:
+        pol = GavelPolicy(interval, policy=cfg.gavel_default_policy)
+    pol.populate_valid_configs(cfg.cluster_nnodes, gpn, cfg.cluster_max_physical_nnodes)
+    cluster = Cluster(frame, pol, cfg.cluster_nnodes, gpn, max_physical_nodes=cfg.cluster_max_physical_nnodes)
+    if policy == "gavel":
+        cluster.disable_bsz_tuning()
+    else:
+        for job in cluster.jobs:
+            if job.category == "rigid":
+                job.seed_profiles_rigid(gpn)
+elif policy == "pollux":
+    from cluster_unaware import ClusterUnaware
+    from pollux_unaware import PolluxPolicyUnaware
+    max_replicas = min(min(gpn[k] * cfg.cluster_nnodes[k], gpn[k] * cfg.cluster_max_physical_nnodes[k]) for k in gpn)
+    pol = PolluxPolicyUnaware(-1)
+    cluster = ClusterUnaware(frame, pol, cfg.cluster_nnodes, cfg.cluster_ngpus_per_node,
+                             max_num_replicas=max_replicas, max_physical_nodes=cfg.cluster_max_physical_nnodes)
+else:
+    sys.exit("sia_sim.sh: the driver runs the artifact's policies only")
+optimize, spent = pol.optimize, []
+def timed(*args, **kwargs):
+    t = time.perf_counter()
+    try:
+        return optimize(*args, **kwargs)
+    finally:
+        spent.append(time.perf_counter() - t)
+pol.optimize = timed
+type_changes = {job.name: 0 for job in cluster.jobs}
+last_type, held = {}, {}
+t0 = time.perf_counter()
+while not cluster.all_complete():
+    before = {job.name: (job.current_cluster, job.attained_service) for job in cluster.jobs}
+    cluster.step(interval)
+    for job in cluster.jobs:
+        kind, service = before[job.name]
+        if job.attained_service > service:  # GPU-seconds held in this round, on the type it ran on
+            held[kind] = held.get(kind, 0.0) + job.attained_service - service
+        if job.current_cluster is not None:  # a suspended job has no type; count a restart elsewhere
+            if last_type.get(job.name, job.current_cluster) != job.current_cluster:
+                type_changes[job.name] += 1
+            last_type[job.name] = job.current_cluster
+wall = time.perf_counter() - t0
+jcts = cluster.get_jcts()
+names = [job.name for job in cluster.jobs]
+sub = {job.name: job.submission_time for job in cluster.jobs}
+vals = sorted(jcts.values())
+restarts = [job.num_restarts or 0 for job in cluster.jobs]
+ordered = sorted(spent) or [0.0]
+apps = {}
+for job in cluster.jobs:
+    apps.setdefault(job.app_name, []).append(job)
+n = len(cluster.jobs)
+line = {"workload": os.path.basename(workload), "policy": policy, "interval_s": interval,
+        "cluster": cfg.cluster_nnodes, "jobs": n, "finished": len(jcts),
+        "avg_jct_s": sum(vals) / len(vals), "p99_jct_s": vals[int(0.99 * len(vals))],
+        "makespan_s": max(sub[k] + v for k, v in jcts.items()) - min(sub.values()),
+        "restarts_per_job": sum(restarts) / n, "type_changes_per_job": sum(type_changes.values()) / n,
+        "gpu_hours_per_job": sum(held.values()) / 3600 / n,
+        "gpu_hours_by_type": {k: v / 3600 for k, v in sorted(held.items())},
+        "by_app": {a: {"jobs": len(js), "avg_jct_s": sum(jcts.get(j.name, 0) for j in js) / len(js),
+                       "gpu_hours_per_job": sum(j.attained_service for j in js) / 3600 / len(js)}
+                   for a, js in sorted(apps.items())},
+        "rounds": len(spent), "policy_ms_avg": 1000 * sum(spent) / max(1, len(spent)),
+        "policy_ms_p50": 1000 * ordered[len(ordered) // 2], "policy_ms_p95": 1000 * ordered[int(0.95 * len(ordered))],
+        "policy_ms_max": 1000 * ordered[-1], "wall_s": wall}
+out.write(json.dumps(line) + "\n")
+out.flush()
+PY
+
+run() {  # policy trace workload-number
+  local p=$1 t=$2 w=$3 dir csv line t0=$SECONDS rc=0
+  case "$t" in rate_*) dir="$sim/workloads/scale/$t" ;; *) dir="$sim/workloads/$t" ;; esac
+  csv="$dir/workload-$w.csv"
+  local cmd=()
+  [[ "$timeout_s" == 0 ]] || cmd=(timeout "$timeout_s")
+  if [[ "$p" == edp ]]; then
+    cmd+=("$python" -W ignore "$here/bench/autoscale/sia_policy.py" --artifact "$artifact" --workload "$csv"
+          --edp "$build/tools/edp-autoscale/edp-autoscale" --first "$first" --cluster "$cluster" "${adapter[@]}")
+  else
+    cmd+=("$python" -W ignore "$driver" "$artifact" "$p" "$csv" "$first" "$cluster")
+  fi
+  line=$("${cmd[@]}" | tail -n 1) || rc=$?
+  if [[ $rc -ne 0 || -z "$line" ]]; then
+    [[ $rc -eq 124 ]] && echo "sia_sim.sh: $p on $t workload-$w stopped after ${timeout_s} s (--timeout)" >&2 \
+      || echo "sia_sim.sh: $p on $t workload-$w failed (exit $rc)" >&2
+    line="{\"policy\": \"$p\", \"workload\": \"workload-$w.csv\", \"failed\": $rc, \"wall_s\": $((SECONDS - t0))}"
+  fi
+  line=$(printf '%s' "$line" | "$python" -c 'import json,sys; d=json.loads(sys.stdin.read()); d["trace"]=sys.argv[1]; d["first"]=int(sys.argv[2]); print(json.dumps(d))' "$t" "$first")
+  echo "$line" >> "$results"
+  [[ -z "$out" ]] || echo "$line" > "$out/$p-$t-workload-$w.json"
+  printf '%s' "$line" | "$python" -c 'import json,sys
+d = json.load(sys.stdin)
+if "failed" in d:
+    sys.exit(0)
+print("%-7s %-9s workload-%-3s avg JCT %7.0f s, %5.2f restarts/job, %5.1f GPU-h/job (%d rounds, %.0f ms/round, %.0f s)" % (
+    d["policy"], d["trace"], d["workload"][9:-4], d["avg_jct_s"], d["restarts_per_job"],
+    d["gpu_hours_per_job"], d["rounds"], d["policy_ms_avg"], d["wall_s"]), file=sys.stderr)'
+}
+for t in ${traces//,/ }; do
+  for w in ${workloads//,/ }; do
+    for p in ${policies//,/ }; do run "$p" "$t" "$w"; done
+  done
+done
+
+"$python" - "$results" "$cluster" "$first" "${adapter[*]}" <<'PY'
+import json, sys
+results, cluster, first, adapter = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+# Table 3 of the Sia paper (heterogeneous cluster; average JCT in hours over all of a trace's workloads)
+paper = {"philly": {"sia": 0.6, "pollux": 1.0, "gavel": 1.9}, "saturn": {"sia": 0.7, "pollux": 1.0, "gavel": 2.5},
+         "newtrace": {"sia": 0.7, "pollux": 1.5, "gavel": 11.3}}
+runs = [json.loads(l) for l in open(results)]
+pols = list(dict.fromkeys(r["policy"] for r in runs))
+keys = list(dict.fromkeys((r["trace"], r["workload"]) for r in runs))
+by = {(r["trace"], r["workload"], r["policy"]): r for r in runs}
+print("Sia artifact simulator, cluster %s%s%s" % (cluster, ", first %d jobs of each workload" % first if first else "",
+                                                 "; edp adapter: " + adapter if adapter and "edp" in pols else ""))
+print("%-10s %-16s" % ("trace", "workload") + "".join("%22s" % p for p in pols) + "   paper avg JCT (h): " + ", ".join(pols))
+for t, w in keys:
+    row = "%-10s %-16s" % (t, w)
+    for p in pols:
+        r = by.get((t, w, p))
+        if r is None or "failed" in r:
+            row += "%22s" % ("-" if r is None else "failed/stopped")
+        else:
+            row += "%22s" % ("%.2f h %5.2f rst" % (r["avg_jct_s"] / 3600, r["restarts_per_job"]))
+    pub = paper.get(t, {})
+    row += "   " + ", ".join("%.1f" % pub[p] if p in pub else "-" for p in pols)
+    print(row)
+print("(each policy: average JCT in hours, restarts per job; the paper column is a mean over all workloads, full length)")
+summary = {"cluster": cluster, "first": first, "adapter": adapter, "runs": runs}
+print(json.dumps(summary))
+PY
