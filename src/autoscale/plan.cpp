@@ -321,7 +321,6 @@ void expand_learned(PlanRequest& req) {
     return;
   }
   const int node_size = req.nodes.empty() ? std::max(1, req.gpus) : *std::max_element(req.nodes.begin(), req.nodes.end());
-  auto nodes_for = [&](int g) { return (g + node_size - 1) / node_size; };
   double shortest = std::numeric_limits<double>::infinity();  // fastest finish of a job that reported
   std::vector<size_t> unseen;
   for (size_t i = 0; i < req.jobs.size(); ++i) {
@@ -333,22 +332,8 @@ void expand_learned(PlanRequest& req) {
       continue;
     }
     j.options.clear();
-    const int cur = j.current.gpus;
-    int cur_nodes = nodes_for(cur);
-    if (!j.current_nodes.empty()) {
-      std::vector<int> distinct = j.current_nodes;
-      std::sort(distinct.begin(), distinct.end());
-      cur_nodes = static_cast<int>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
-    }
-    const int cap = std::min(m.max_gpus(node_size), req.gpus);
-    for (int g = 1; g <= std::max(cap, cur); ++g) {
-      const bool packs = g <= node_size || g % node_size == 0;
-      if (g != cur && (g > cap || !packs)) continue;
-      const LearnedConfig c = m.best(g == cur ? cur_nodes : nodes_for(g), g);
-      if (c.gpus == 0 || !(c.goodput() > 0)) continue;
-      j.options.push_back(Config{g, c.batch, 1, c.samples_per_s, c.efficiency});
-      shortest = std::min(shortest, j.remaining / c.goodput());
-    }
+    shortest = std::min(shortest, detail::add_learned_options(j, m, node_size, std::min(m.max_gpus(node_size), req.gpus),
+                                                              j.current.gpus, 1.0, ""));
   }
   const double prior_s = std::isfinite(shortest) ? shortest : std::max(1.0, req.start_s);
   for (size_t i : unseen) {

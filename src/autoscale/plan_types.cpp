@@ -219,6 +219,27 @@ LearnSpec on_type(const LearnSpec& spec, const TypeLearn& t, const std::string& 
 
 }  // namespace
 
+double add_learned_options(PlanJob& j, const GoodputModel& m, int node_size, int cap, int cur, double scale,
+                           const std::string& type) {
+  auto nodes_for = [&](int g) { return (g + node_size - 1) / node_size; };
+  int cur_nodes = nodes_for(cur);
+  if (cur > 0 && !j.current_nodes.empty()) {
+    std::vector<int> distinct = j.current_nodes;
+    std::sort(distinct.begin(), distinct.end());
+    cur_nodes = static_cast<int>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
+  }
+  double shortest = std::numeric_limits<double>::infinity();
+  for (int g = 1; g <= std::max(cap, cur); ++g) {
+    const bool packs = g <= node_size || g % node_size == 0;
+    if (g != cur && (g > cap || !packs)) continue;
+    const LearnedConfig c = m.best(g == cur ? cur_nodes : nodes_for(g), g);
+    if (c.gpus == 0 || !(c.goodput() > 0)) continue;
+    j.options.push_back(Config(g, c.batch, 1, c.samples_per_s * scale, c.efficiency, type));
+    shortest = std::min(shortest, j.remaining / (c.goodput() * scale));
+  }
+  return shortest;
+}
+
 void expand_learned_typed(PlanRequest& req) {
   double shortest = std::numeric_limits<double>::infinity();  // fastest finish of a job that reported
   std::vector<size_t> unseen;
@@ -244,26 +265,12 @@ void expand_learned_typed(PlanRequest& req) {
     for (const TypeLearn& t : types) {
       const GpuType& type = req.types[static_cast<size_t>(type_index(req, t.name))];
       const int node_size = type.nodes.empty() ? std::max(1, type.gpus) : *std::max_element(type.nodes.begin(), type.nodes.end());
-      auto nodes_for = [&](int g) { return (g + node_size - 1) / node_size; };
       const bool seen_here = count.count(t.name) > 0;
       const GoodputModel m(on_type(j.learn, t, seen_here ? t.name : most));
       const double scale = seen_here ? 1.0 : t.speed / most_speed;
       const int cur = j.current.gpus > 0 && j.current.type == t.name ? j.current.gpus : 0;
-      int cur_nodes = nodes_for(cur);
-      if (cur > 0 && !j.current_nodes.empty()) {
-        std::vector<int> distinct = j.current_nodes;
-        std::sort(distinct.begin(), distinct.end());
-        cur_nodes = static_cast<int>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
-      }
-      const int cap = std::min(all.max_gpus(node_size), type.gpus);
-      for (int g = 1; g <= std::max(cap, cur); ++g) {
-        const bool packs = g <= node_size || g % node_size == 0;
-        if (g != cur && (g > cap || !packs)) continue;
-        const LearnedConfig c = m.best(g == cur ? cur_nodes : nodes_for(g), g);
-        if (c.gpus == 0 || !(c.goodput() > 0)) continue;
-        j.options.push_back(Config(g, c.batch, 1, c.samples_per_s * scale, c.efficiency, t.name));
-        shortest = std::min(shortest, j.remaining / (c.goodput() * scale));
-      }
+      shortest = std::min(shortest, add_learned_options(j, m, node_size, std::min(all.max_gpus(node_size), type.gpus),
+                                                        cur, scale, t.name));
     }
   }
   const double prior_s = std::isfinite(shortest) ? shortest : std::max(1.0, req.start_s);

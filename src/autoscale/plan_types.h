@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "edp/autoscale/online.h"
 #include "edp/autoscale/plan.h"
 
 namespace edp::autoscale::detail {
@@ -22,6 +23,13 @@ void validate_types(const PlanRequest& req);
 // Values every option (option_value), solves over the types (solve_typed) and fills plan's
 // choices, values, objective and GPUs used. Jobs' options must already be checked (validate).
 void decide_typed(const PlanRequest& req, Plan& plan);
+
+// The options a learned job is offered on one pool of GPUs (a request's, or one type's): one per
+// GPU count up to cap that packs onto nodes of node_size (1..node_size, then whole nodes), and its
+// current count cur on the cur_nodes nodes it holds, each at the batch with the best predicted
+// goodput, samples_per_s scaled by `scale`, named `type`. Returns the shortest predicted finish.
+double add_learned_options(PlanJob& j, const GoodputModel& m, int node_size, int cap, int cur, double scale,
+                           const std::string& type);
 
 // expand_learned (plan.h) on a request with types: per type the job may run on, options from that
 // type's observations, or projected from the type it ran on most by their speeds; a job that has
