@@ -74,7 +74,7 @@ fi
 [[ "$policies" =~ ^[a-z]+(,[a-z]+)*$ ]] || { echo "sia_sim.sh: --policies must be names like sia,gavel, got '$policies'" >&2; exit 2; }
 [[ "$traces" =~ ^[a-z0-9_]+(,[a-z0-9_]+)*$ ]] || { echo "sia_sim.sh: --traces must be names like philly,saturn, got '$traces'" >&2; exit 2; }
 [[ "$workloads" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "sia_sim.sh: --workloads must be numbers like 1,2,3, got '$workloads'" >&2; exit 2; }
-[[ "$cluster" =~ ^[a-z0-9-]+:[0-9]+(,[a-z0-9-]+:[0-9]+)*$ ]] || {
+[[ "$cluster" =~ ^[a-z0-9-]+:[1-9][0-9]*(,[a-z0-9-]+:[1-9][0-9]*)*$ ]] || {
   echo "sia_sim.sh: --cluster must be TYPE:NODES,... (types: aws, azure, dgx, dgx-ext, quad, rtx), got '$cluster'" >&2; exit 2; }
 for p in ${policies//,/ }; do
   case "$p" in
