@@ -25,7 +25,8 @@
 # --first N keeps the first N jobs of each workload (a short smoke run; the paper uses them
 # whole: 160 jobs in 8 h for philly/saturn, 960 in 48 h for newtrace). --cluster sets nodes per
 # GPU type (default: the paper's heterogeneous 64 GPUs, 6 aws x 4 T4, 2 dgx-ext x 8 A100,
-# 3 rtx x 8 RTX 2080Ti). --timeout stops a run after S seconds (it is reported, not counted).
+# 3 rtx x 8 RTX 2080Ti). --timeout stops a run after S seconds; its line then says how far it got
+# (stopped, sim_time_s, submitted, finished, rounds, policy times).
 # Prints a table (average JCT per workload and policy, restarts per job, the paper's average JCT
 # per trace for reference: Table 3 of sia-sosp23.pdf, heterogeneous cluster, all workloads of the
 # trace) and one JSON line; with --out, each run's JSON line in DIR/<policy>-<trace>-workload-N.json.
@@ -75,7 +76,7 @@ fi
 [[ "$policies" =~ ^[a-z]+(,[a-z]+)*$ ]] || { echo "sia_sim.sh: --policies must be names like sia,gavel, got '$policies'" >&2; exit 2; }
 [[ "$traces" =~ ^[a-z0-9_]+(,[a-z0-9_]+)*$ ]] || { echo "sia_sim.sh: --traces must be names like philly,saturn, got '$traces'" >&2; exit 2; }
 [[ "$workloads" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "sia_sim.sh: --workloads must be numbers like 1,2,3, got '$workloads'" >&2; exit 2; }
-[[ "$cluster" =~ ^[a-z0-9-]+:[0-9]+(,[a-z0-9-]+:[0-9]+)*$ ]] || {
+[[ "$cluster" =~ ^[a-z0-9-]+:[1-9][0-9]*(,[a-z0-9-]+:[1-9][0-9]*)*$ ]] || {
   echo "sia_sim.sh: --cluster must be TYPE:NODES,... (types: aws, azure, dgx, dgx-ext, quad, rtx), got '$cluster'" >&2; exit 2; }
 for p in ${policies//,/ }; do
   case "$p" in
@@ -108,7 +109,7 @@ trap 'rm -f "$results" "$driver"' EXIT
 # what the artifact's multi_simulator.py / multi_simulator_unaware.py build, with the solver on one
 # thread and the simulator's per-round printing sent to /dev/null.
 cat > "$driver" <<'PY'
-import json, os, sys, time
+import json, os, signal, sys, time
 artifact, policy, workload, first, cluster_spec = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 sim = os.path.join(artifact, "sia-simulator")
 sys.path.insert(0, sim)
@@ -165,18 +166,37 @@ def timed(*args, **kwargs):
 pol.optimize = timed
 type_changes = {job.name: 0 for job in cluster.jobs}
 last_type, held = {}, {}
+class Stopped(BaseException):  # --timeout's SIGTERM: report how far the run got
+    pass
+def stop(signum, frame):
+    raise Stopped()
+signal.signal(signal.SIGTERM, stop)
 t0 = time.perf_counter()
-while not cluster.all_complete():
-    before = {job.name: (job.current_cluster, job.attained_service) for job in cluster.jobs}
-    cluster.step(interval)
-    for job in cluster.jobs:
-        kind, service = before[job.name]
-        if job.attained_service > service:  # GPU-seconds held in this round, on the type it ran on
-            held[kind] = held.get(kind, 0.0) + job.attained_service - service
-        if job.current_cluster is not None:  # a suspended job has no type; count a restart elsewhere
-            if last_type.get(job.name, job.current_cluster) != job.current_cluster:
-                type_changes[job.name] += 1
-            last_type[job.name] = job.current_cluster
+try:
+    while not cluster.all_complete():
+        before = {job.name: (job.current_cluster, job.attained_service) for job in cluster.jobs}
+        cluster.step(interval)
+        for job in cluster.jobs:
+            kind, service = before[job.name]
+            if job.attained_service > service:  # GPU-seconds held in this round, on the type it ran on
+                held[kind] = held.get(kind, 0.0) + job.attained_service - service
+            if job.current_cluster is not None:  # a suspended job has no type; count a restart elsewhere
+                if last_type.get(job.name, job.current_cluster) != job.current_cluster:
+                    type_changes[job.name] += 1
+                last_type[job.name] = job.current_cluster
+except Stopped:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    ordered = sorted(spent) or [0.0]
+    done = cluster.get_jcts()
+    out.write(json.dumps({"workload": os.path.basename(workload), "policy": policy, "interval_s": interval,
+        "cluster": cfg.cluster_nnodes, "jobs": len(cluster.jobs), "stopped": True,
+        "sim_time_s": cluster.current_time, "finished": len(done),
+        "submitted": sum(job.submission_time <= cluster.current_time for job in cluster.jobs),
+        "rounds": len(spent), "policy_ms_avg": 1000 * sum(spent) / max(1, len(spent)),
+        "policy_ms_p50": 1000 * ordered[len(ordered) // 2], "policy_ms_max": 1000 * ordered[-1],
+        "wall_s": time.perf_counter() - t0}) + "\n")
+    out.flush()
+    sys.exit(124)
 wall = time.perf_counter() - t0
 jcts = cluster.get_jcts()
 names = [job.name for job in cluster.jobs]
@@ -210,7 +230,7 @@ run() {  # policy trace workload-number
   case "$t" in rate_*) dir="$sim/workloads/scale/$t" ;; *) dir="$sim/workloads/$t" ;; esac
   csv="$dir/workload-$w.csv"
   local cmd=()
-  [[ "$timeout_s" == 0 ]] || cmd=(timeout "$timeout_s")
+  [[ "$timeout_s" == 0 ]] || cmd=(timeout -k 60 "$timeout_s")
   if [[ "$p" == edp ]]; then
     cmd+=("$python" -W ignore "$here/bench/autoscale/sia_policy.py" --artifact "$artifact" --workload "$csv"
           --edp "$build/tools/edp-autoscale/edp-autoscale" --first "$first" --cluster "$cluster" "${adapter[@]}")
@@ -218,7 +238,9 @@ run() {  # policy trace workload-number
     cmd+=("$python" -W ignore "$driver" "$artifact" "$p" "$csv" "$first" "$cluster")
   fi
   line=$("${cmd[@]}" | tail -n 1) || rc=$?
-  if [[ $rc -ne 0 || -z "$line" ]]; then
+  if [[ $rc -eq 124 && "$line" == *'"stopped": true'* ]]; then
+    echo "sia_sim.sh: $p on $t workload-$w stopped after ${timeout_s} s (--timeout)" >&2
+  elif [[ $rc -ne 0 || -z "$line" ]]; then
     [[ $rc -eq 124 ]] && echo "sia_sim.sh: $p on $t workload-$w stopped after ${timeout_s} s (--timeout)" >&2 \
       || echo "sia_sim.sh: $p on $t workload-$w failed (exit $rc)" >&2
     line="{\"policy\": \"$p\", \"workload\": \"workload-$w.csv\", \"failed\": $rc, \"wall_s\": $((SECONDS - t0))}"
@@ -229,6 +251,11 @@ run() {  # policy trace workload-number
   printf '%s' "$line" | "$python" -c 'import json,sys
 d = json.load(sys.stdin)
 if "failed" in d:
+    sys.exit(0)
+if d.get("stopped"):
+    print("%-7s %-9s workload-%-3s stopped at %.1f h simulated: %d of %d jobs submitted, %d finished (%d rounds, %.0f ms/round, %.0f s)" % (
+        d["policy"], d["trace"], d["workload"][9:-4], d["sim_time_s"] / 3600, d["submitted"], d["jobs"], d["finished"],
+        d["rounds"], d["policy_ms_avg"], d["wall_s"]), file=sys.stderr)
     sys.exit(0)
 print("%-7s %-9s workload-%-3s avg JCT %7.0f s, %5.2f restarts/job, %5.1f GPU-h/job (%d rounds, %.0f ms/round, %.0f s)" % (
     d["policy"], d["trace"], d["workload"][9:-4], d["avg_jct_s"], d["restarts_per_job"],
@@ -258,7 +285,9 @@ for t, w in keys:
     for p in pols:
         r = by.get((t, w, p))
         if r is None or "failed" in r:
-            row += "%22s" % ("-" if r is None else "failed/stopped")
+            row += "%22s" % ("-" if r is None else "failed")
+        elif r.get("stopped"):
+            row += "%22s" % ("stopped at %.1f h sim" % (r["sim_time_s"] / 3600))
         else:
             row += "%22s" % ("%.2f h %5.2f rst" % (r["avg_jct_s"] / 3600, r["restarts_per_job"]))
     pub = paper.get(t, {})
