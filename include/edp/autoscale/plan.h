@@ -106,7 +106,8 @@ struct PlanRequest {
   int64_t gpu_memory_bytes = 0;  // each GPU's memory (0: not limited; the jobs' MemoryNeed is then unused)
   // Several GPU types: every configuration names its type, gpus is their sum, nodes (numbered
   // across the types in order) are given per type, and decide() solves over the types' capacities
-  // (typed_optimizer.h). Empty: one type, the configurations name none. Learned jobs need one type.
+  // (typed_optimizer.h). Empty: one type, the configurations name none. Learned jobs learn per type
+  // (online.h LearnSpec::types).
   std::vector<GpuType> types;
   std::vector<PlanJob> jobs;
 };
