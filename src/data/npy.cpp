@@ -132,6 +132,8 @@ struct DictParser {
         fail("expected a dimension (a non-negative integer) in 'shape'");
       }
       if (v < 0) fail("a negative dimension in 'shape'");
+      if (pos + used < s.size() && s[pos + used] >= '0' && s[pos + used] <= '9')
+        fail("a dimension of more than 19 digits in 'shape'");
       dims.push_back(v);
       pos += used;
       ws();
@@ -223,8 +225,15 @@ static void parse_header(const std::string& name, const uint8_t* b, size_t n, st
                "and dates are not numbers a model trains on)"));
   swap = descr[0] == '>' && item > 1;
   data_offset = static_cast<int64_t>(hstart + hlen);
-  const int64_t want = shape.numel() * item;
   const int64_t have = static_cast<int64_t>(n) - data_offset;
+  // The size in bytes, refused before the product could overflow int64.
+  int64_t want = item;
+  for (int64_t d : shape.dims()) {
+    if (d != 0 && want > std::numeric_limits<int64_t>::max() / d)
+      bad(name, data_offset, concat("shape ", shape.str(), " of ", descr, " needs more than 2^63 data bytes, the file holds ",
+                                    have));
+    want *= d;
+  }
   if (want != have)
     bad(name, data_offset,
         concat("shape ", shape.str(), " of ", descr, " needs ", want, " data bytes, the file holds ", have));

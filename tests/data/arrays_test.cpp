@@ -219,6 +219,12 @@ TEST(Npy, MalformedFilesNameTheFileAndOffset) {
   EXPECT_THROW_WITH(Array::open_npy(p), DataError, "'<c8'", "expected bool");
   edp_test::write_plain(p, npy("<i4", "(2, -1)", {}));
   EXPECT_THROW_WITH(Array::open_npy(p), DataError, "negative dimension");
+  // Dimensions whose product overflows int64 (the fuzzer's input: 5534023221 x 3709551615 x 2 x 3
+  // floats) and a dimension longer than int64's 19 digits: refused, not multiplied.
+  edp_test::write_plain(p, npy("<f4", "(3, 5534023221, 3709551615, 2)", bytes_of<float>({1, 2})));
+  EXPECT_THROW_WITH(Array::open_npy(p), DataError, "needs more than 2^63 data bytes, the file holds 8");
+  edp_test::write_plain(p, npy("<f4", "(000000000018446744073709551615,)", bytes_of<float>({1})));
+  EXPECT_THROW_WITH(Array::open_npy(p), DataError, "more than 19 digits");
   EXPECT_THROW_WITH(Array::open_npy(d.file("missing.npy")), DataError, "missing.npy", "not found");
   // A label that is no class: the byte offset of that element (128 + 2 * 8).
   edp_test::write_plain(d.file("X.npy"), npy("<f4", "(3,)", bytes_of<float>({1, 2, 3})));
