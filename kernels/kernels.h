@@ -74,8 +74,10 @@ void softmax_xent_forward_ignore(const float* z, const int32_t* labels, int32_t 
 void softmax_xent_backward_ignore(const float* probs, const int32_t* labels, int32_t ignore_index, float* dz,
                                   int64_t N, int64_t C, float scale, cudaStream_t s);
 
-// ---- bf16.cu: y[i] = bfloat16(x[i]), round to nearest even (y: n 2-byte values) -------------------
+// ---- bf16.cu: y[i] = bfloat16(x[i]), round to nearest even (y: n 2-byte values), and back ---------
 void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s);
+// y[i] = float(x[i]) (x: n 2-byte bfloat16 values; exact).
+void from_bf16(const void* x, float* y, int64_t n, cudaStream_t s);
 
 // ---- embedding.cu --------------------------------------------------------------------------------
 // y[i, :] = wte[ids[i], :] + wpe[i % T, :] for i < N = B·T.

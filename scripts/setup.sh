@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian packages edp needs to build, test and run its examples. Idempotent: when
-# everything is present it only checks and returns. Usage: scripts/setup.sh [extra packages...]
+# Installs the Debian packages edp needs to build, test and run its examples, and, where the CUDA
+# toolkit is (nvcc), cudnn-frontend's headers into .cache/cudnn-frontend (the fused attention of
+# the GPU bfloat16 path; a header-only library, fetched as its Python wheel with pip). Idempotent:
+# when everything is present it only checks and returns. Usage: scripts/setup.sh [extra packages...]
 set -euo pipefail
 
 PACKAGES=(
@@ -11,6 +13,7 @@ PACKAGES=(
   libdnnl-dev  # oneDNN 2.x: the CPU convolutions (optional at build time: -DEDP_DNNL=OFF)
   dataset-fashion-mnist
   python3-matplotlib
+  python3-pip    # fetches cudnn-frontend's headers (below)
   python3-numpy  # the install test writes a user's .npy arrays with NumPy itself
   libstb-dev     # image decoding for data::load_image_folder (PNG, JPEG, ...)
   iproute2 util-linux  # scripts/testcluster.sh: network namespaces, nsenter (the cluster_* tests)
@@ -38,4 +41,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all ${#PACKAGES[@]} packages present"
+fi
+
+# cudnn-frontend: the version edp was tested with on a GPU (docs/cuda.md).
+CUDNN_FRONTEND_VERSION=1.32.0
+FE=.cache/cudnn-frontend
+cd "$(dirname "$0")/.."
+if { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+   [ "$(cat "$FE/version" 2>/dev/null)" != "$CUDNN_FRONTEND_VERSION" ]; then
+  echo "setup: fetching cudnn-frontend $CUDNN_FRONTEND_VERSION's headers into $FE"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION"
+  python3 -m zipfile -e "$tmp"/nvidia_cudnn_frontend-*.whl "$tmp/x"
+  rm -rf "$FE" && mkdir -p "$FE"
+  cp -r "$tmp/x/include" "$FE/include"
+  echo "$CUDNN_FRONTEND_VERSION" > "$FE/version"
 fi

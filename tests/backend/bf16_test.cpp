@@ -14,15 +14,21 @@
 // softmax in between (exp of rounded scores) has no exact CPU counterpart, so it is checked within
 // bfloat16's error of the float32 CPU op (2 % of the rms: 8-bit operands through two products and
 // a softmax), as really rounded (farther from float32 than the float32 GPU op), and bitwise the
-// same on a second call.
+// same on a second call. Where the build has cudnn-frontend, shapes with head sizes that are
+// multiples of 8 run through cuDNN's fused kernels there; FusedAttention* check that path on its
+// own against the CPU op on the same bfloat16-rounded q, k, v (see the tolerances there).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "edp/config.h"
 #include "op_test_util.h"
 
 namespace {
@@ -37,6 +43,29 @@ double max_diff(const Tensor& a, const Tensor& b) {
   for (int64_t i = 0; i < x.numel(); ++i) m = std::max(m, std::fabs(x.item(i) - y.item(i)));
   return m;
 }
+
+// ‖a − b‖ / ‖b‖ over all elements, in double.
+double rel_err(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::cpu()), y = b.to(Device::cpu());
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double d = x.item(i) - y.item(i);
+    num += d * d;
+    den += y.item(i) * y.item(i);
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Sets an environment variable for a scope.
+struct ScopedEnv {
+  std::string name, old;
+  bool had;
+  ScopedEnv(const char* n, const char* v) : name(n), had(std::getenv(n) != nullptr) {
+    if (had) old = std::getenv(n);
+    setenv(n, v, 1);
+  }
+  ~ScopedEnv() { had ? setenv(name.c_str(), old.c_str(), 1) : unsetenv(name.c_str()); }
+};
 
 Tol bf16_product_tol(int64_t K, const Tensor& ref) {
   const double r = 64 * 1.19e-7 * std::sqrt(static_cast<double>(std::max<int64_t>(K, 1)));
@@ -121,6 +150,60 @@ TEST_F(CudaBf16, AttentionIsWithinBfloat16OfFloat32AndDeterministic) {
     if (T >= 64 && hd >= 8)  // products long enough that bfloat16 rounding shows
       EXPECT_GT(max_diff(gy, y), 4 * max_diff(gy32, y)) << "the bfloat16 products did not run";
   }
+}
+
+// cuDNN's fused attention (src/backend/cuda/attention_cudnn.cpp) against the CPU op on the same
+// bfloat16-rounded qkv, so that what is left is the fused kernel's own rounding: the probabilities
+// rounded to bfloat16 before P·v, the output rounded to bfloat16, and in the backward the rounded
+// y and dy it reads and the rounded gradients it writes (a rounding moves a value by at most
+// 2^-9 of itself). Allowed, as ‖gpu − cpu‖ / ‖cpu‖: 1e-2 for y (METHOD: bfloat16 operands land
+// between 1e-3 and 1e-2), 1e-3 for lse (float32 statistics of the same rounded logits), 3e-2 for
+// dqkv (three rounded inputs and a rounded output; a gradient of the wrong row, or one without
+// the causal mask, is off by ~1). Every relative error is printed, so a run shows its margin.
+TEST_F(CudaBf16, FusedAttentionMatchesTheCpuOpOnRoundedInputs) {
+  if (!EDP_HAVE_CUDNN_FRONTEND) GTEST_SKIP() << "this build has no cudnn-frontend (scripts/setup.sh fetches it)";
+  uint64_t seed = 4700;
+  for (auto [B, T, H, hd] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
+           {1, 1, 1, 8}, {2, 7, 2, 16}, {2, 130, 4, 32}, {1, 65, 3, 64}, {2, 256, 8, 64}, {1, 100, 2, 128}}) {
+    SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " H=" << H << " hd=" << hd);
+    const Tensor qkv = rounded(randn({B, T, 3 * H * hd}, seed++)), dy = randn({B, T, H * hd}, seed++);
+    Tensor lse, glse, glse2;
+    const Tensor y = ops::attention_forward(qkv, H, lse);
+    const Tensor dqkv = ops::attention_backward(qkv, y, dy, lse, H);
+    ops::set_matmul_bf16(true);
+    ASSERT_TRUE(cuda::fused_attention(G(qkv), H)) << "the fused path was not taken (see the log for cuDNN's reason)";
+    const Tensor gy = ops::attention_forward(G(qkv), H, glse);
+    const Tensor gd = ops::attention_backward(G(qkv), gy, G(dy), glse, H);
+    const double ey = rel_err(gy, y), el = rel_err(glse, lse), ed = rel_err(gd, dqkv);
+    std::printf("fused attention B %lld T %lld H %lld hd %lld: rel. error y %.2e, lse %.2e, dqkv %.2e\n",
+                static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
+                static_cast<long long>(hd), ey, el, ed);
+    EXPECT_LE(ey, 1e-2);
+    EXPECT_LE(el, 1e-3);
+    EXPECT_LE(ed, 3e-2);
+    // Deterministic: the same bits on a second call (cuDNN's deterministic backward).
+    const Tensor gy2 = ops::attention_forward(G(qkv), H, glse2);
+    EXPECT_TRUE(same(gy2, gy.to(Device::cpu()), "y, second call"));
+    EXPECT_TRUE(same(ops::attention_backward(G(qkv), gy2, G(dy), glse2, H), gd.to(Device::cpu()), "dqkv, second call"));
+    // Either path's backward takes the other's forward (lse means the same on both).
+    {
+      ScopedEnv off("EDP_FUSED_ATTENTION", "0");
+      EXPECT_FALSE(cuda::fused_attention(G(qkv), H));
+      const Tensor cross = ops::attention_backward(G(qkv), gy, G(dy), glse, H);
+      EXPECT_LE(rel_err(cross, dqkv), 3e-2) << "cuBLAS backward from the fused forward";
+    }
+    ops::set_matmul_bf16(false);
+  }
+}
+
+TEST_F(CudaBf16, FusedAttentionIsNotTakenWhereItDoesNotApply) {
+  const Tensor qkv = G(randn({2, 9, 3 * 2 * 4}, 4800));
+  ops::set_matmul_bf16(false);
+  EXPECT_FALSE(cuda::fused_attention(G(randn({2, 9, 3 * 2 * 16}, 4801)), 2)) << "float32: the cuBLAS path";
+  ops::set_matmul_bf16(true);
+  EXPECT_FALSE(cuda::fused_attention(qkv, 2)) << "head size 4 is not a multiple of 8";
+  Tensor lse;  // and the op still runs there, on the cuBLAS path
+  EXPECT_EQ(ops::attention_forward(qkv, 2, lse).shape(), Shape({2, 9, 8}));
 }
 
 }  // namespace

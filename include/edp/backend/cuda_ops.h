@@ -77,10 +77,16 @@ Tensor layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma
                           const Tensor& mean, const Tensor& rstd, Tensor& dgamma, Tensor& dbeta);
 // Attention: q, k, v are gathered into [B·H, T, hd] blocks, the scores and products are cuBLAS
 // strided-batched GEMMs (the [B·H, T, T] scores are materialised on the GPU), the causal masked
-// softmax and its backward are kernels/attention.cu.
+// softmax and its backward are kernels/attention.cu. With ops::matmul_bf16() on, where the build
+// has cudnn-frontend and cuDNN supports the shape (head size a multiple of 8, at most 256),
+// cuDNN's fused flash attention runs instead (bfloat16 q, k, v read in place, bfloat16 output,
+// float32 statistics, deterministic backward; EDP_FUSED_ATTENTION=0 turns it off).
 Tensor attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse);
 Tensor attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& dy, const Tensor& lse,
                           int64_t heads);
+// True when attention_forward/backward on this input would run cuDNN's fused kernels under the
+// current settings (builds and checks cuDNN's graphs for the shape on first call).
+bool fused_attention(const Tensor& qkv, int64_t heads);
 
 // ---- GPU-only fused ops -----------------------------------------------------------------------
 enum class Activation { Identity = 0, ReLU = 1, GELU = 2 };

@@ -4,7 +4,9 @@
 // [B·H, T, T] scores live in a scratch tensor for the duration of a call; the backward recomputes
 // them (and the probabilities) instead of keeping them between forward and backward, so the layer
 // keeps only the [B, H, T] log-sum-exps, like the CPU one. float32 GEMMs (TF32 tensor cores unless
-// EDP_TF32=0 or cuda::set_tf32(false), read like the other ops through tf32_enabled()).
+// EDP_TF32=0 or cuda::set_tf32(false), read like the other ops through tf32_enabled()). On the
+// bfloat16 path the op runs through cuDNN's fused flash attention instead where it can
+// (attention_cudnn.h); these products remain its fallback and the float32 path.
 #include "edp/config.h"
 
 #if EDP_HAVE_CUDA
@@ -12,6 +14,7 @@
 
 #include <cmath>
 
+#include "attention_cudnn.h"
 #include "kernels/kernels.h"
 #include "edp/backend/cuda_ops.h"
 #include "edp/core/knobs.h"
@@ -58,9 +61,7 @@ void bgemm(cublasHandle_t h, const Ctx& c, bool ta, bool tb, int64_t M, int64_t 
                                           CUBLAS_GEMM_DEFAULT));
 }
 
-struct Dims {
-  int64_t B, T, D, H, hd;
-};
+using Dims = AttentionDims;
 
 Dims check_attention(const Tensor& qkv, int64_t heads, const char* op) {
   EDP_CHECK_SHAPE(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0, op, ": qkv must be [B, T, 3·D], got ", qkv.shape().str());
@@ -97,6 +98,8 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse) {
   const int dev = op_device(qkv, op, "qkv");
   const Dims d = check_attention(qkv, heads, op);
   Ctx c(dev);
+  Tensor fused_y;
+  if (fused_attention_forward(c, qkv, d, fused_y, lse)) return fused_y;
   cublasHandle_t h = blas(dev, c.stream);
   Probs p = probabilities(qkv, d, c, h);
   const int64_t BH = d.B * d.H;
@@ -119,7 +122,11 @@ Tensor attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& dy, 
   require(lse, dev, DType::F32, op, "saved log-sum-exp");
   EDP_CHECK_SHAPE(dy.shape() == Shape({d.B, d.T, d.D}), op, ": grad_output ", dy.shape().str(), " must be [", d.B,
                   ", ", d.T, ", ", d.D, "]");
+  EDP_CHECK_SHAPE(lse.shape() == Shape({d.B, d.H, d.T}), op, ": saved log-sum-exp ", lse.shape().str(),
+                  " must be [", d.B, ", ", d.H, ", ", d.T, "]");
   Ctx c(dev);
+  Tensor fused_dqkv;
+  if (fused_attention_backward(c, qkv, y, dy, lse, d, fused_dqkv)) return fused_dqkv;
   cublasHandle_t h = blas(dev, c.stream);
   Probs p = probabilities(qkv, d, c, h);  // recomputed: the forward kept only lse
   const int64_t BH = d.B * d.H, n = std::max<int64_t>(BH * d.T * d.hd, 1), st = d.T * d.hd, sp = d.T * d.T;
@@ -137,6 +144,11 @@ Tensor attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& dy, 
   Tensor dqkv(qkv.shape(), DType::F32, c.dev());
   kern::attention_merge_grads(cf32(dq), cf32(dk), cf32(dv), f32(dqkv), d.B, d.T, d.H, d.hd, c.stream);
   return dqkv;
+}
+
+bool fused_attention(const Tensor& qkv, int64_t heads) {
+  const int dev = op_device(qkv, "fused_attention", "qkv");
+  return fused_attention_usable(check_attention(qkv, heads, "fused_attention"), dev);
 }
 
 }  // namespace edp::cuda

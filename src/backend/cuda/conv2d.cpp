@@ -3,8 +3,8 @@
 // kernels/conv2d.cu; square kernels with symmetric zero padding, cross-correlation as on the CPU.
 //
 // cuDNN 9's convolution entry points of the (still shipped, no longer extended) descriptor API
-// are used rather than the graph API: the three passes need nothing the graph API adds here, and
-// cudnn-frontend (the C++ layer that makes the graph API practical) is not a dependency of edp.
+// are used rather than the graph API: the three passes need nothing the graph API adds here (the
+// fused attention, attention_cudnn.cpp, is where edp uses the graph API, through cudnn-frontend).
 //
 // Per problem shape (batch, channels, size, kernel, stride, padding, math mode) the descriptors
 // and the algorithm of each pass are chosen once with cudnnFind*AlgorithmEx — cuDNN times its
@@ -33,17 +33,9 @@
 #include <tuple>
 #include <vector>
 
+#include "cudnn_check.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
-
-#define CUDNN_CHECK(call)                                                                     \
-  do {                                                                                        \
-    const cudnnStatus_t edp_cudnn_st_ = (call);                                               \
-    if (edp_cudnn_st_ != CUDNN_STATUS_SUCCESS)                                                \
-      throw ::edp::Error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +             \
-                         ": cuDNN call `" #call "` failed: " +                                \
-                         cudnnGetErrorString(edp_cudnn_st_));                                 \
-  } while (0)
 
 namespace edp::cuda {
 using namespace detail;
