@@ -243,11 +243,16 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
       run_stage "$LOGS/gpt_edp_$prec.txt" 60 mpirun --oversubscribe -np 1 "$BUILD/examples/gpt_text" --device cuda \
         "${GPT_ARGS[@]}" "${B16[@]}" --no-progress --sample-tokens 0 > /dev/null
       grep '^{' "$LOGS/gpt_edp_$prec.txt" | tail -n 1 >> "$LOGS/gpt.jsonl"
+      if [ "$prec" = bf16 ]; then  # and with cuDNN's fused attention (EDP_FUSED_ATTENTION=1)
+        run_stage "$LOGS/gpt_edp_bf16_fused.txt" 60 mpirun --oversubscribe -np 1 -x EDP_FUSED_ATTENTION=1 \
+          "$BUILD/examples/gpt_text" --device cuda "${GPT_ARGS[@]}" --bf16 --no-progress --sample-tokens 0 > /dev/null
+        grep '^{' "$LOGS/gpt_edp_bf16_fused.txt" | tail -n 1 | sed 's/^{/{"fused_attention": true, /' >> "$LOGS/gpt.jsonl"
+      fi
       run_stage "$LOGS/gpt_torch_$prec.txt" 60 env PYTHONUNBUFFERED=1 python3 bench/pytorch/train_gpt.py --device cuda \
         "${GPT_ARGS[@]}" "${B16[@]}" > /dev/null
       grep '^{' "$LOGS/gpt_torch_$prec.txt" | tail -n 1 >> "$LOGS/gpt.jsonl"
     done
-    STATUS_GPT=ok; [ "$(grep -c '^{' "$LOGS/gpt.jsonl")" = 4 ] || STATUS_GPT=failed
+    STATUS_GPT=ok; [ "$(grep -c '^{' "$LOGS/gpt.jsonl")" = 5 ] || STATUS_GPT=failed
     cat "$LOGS/gpt.jsonl" | tee -a "$OUT/run.log"
   fi
   # ZeRO stage 1 on the GPU (what tests/ddp/ddp_gpu_test.cpp checks for correctness): the GPT at
@@ -269,7 +274,7 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
   # kernel of a 3-step run of each (bench/gpu/kernel_profile.py: per kernel and group, per step;
   # caches left alone between kernels, as in training). Set against the step times of the stage
   # above, the difference is time the GPU waits for the host (launches, synchronisation).
-  # EDP_GPTPROF_PRECISIONS (default fp32; "fp32 bf16" for both).
+  # EDP_GPTPROF_PRECISIONS (default fp32; "fp32 bf16 bf16-fused" for all three).
   if [ "$(left)" -gt 150 ] && want gptprof && command -v ncu >/dev/null && [ -s .cache/corpus/train.tok ]; then
     say "GPT kernel profile (ncu): edp against PyTorch"
     PSTEPS=3
@@ -277,14 +282,18 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
     NCU=(ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv)
     PROF=()
     for prec in ${EDP_GPTPROF_PRECISIONS:-fp32}; do
-      B16=(); [ "$prec" = bf16 ] && B16=(--bf16)
-      run_stage "$LOGS/gptprof_edp_$prec.txt" 120 mpirun --oversubscribe -np 1 "${NCU[@]}" \
+      # bf16-fused: edp's bf16 with cuDNN's fused attention (EDP_FUSED_ATTENTION=1); PyTorch's bf16 beside it
+      B16=(); [ "$prec" != fp32 ] && B16=(--bf16)
+      FUSED=0; [ "$prec" = bf16-fused ] && FUSED=1
+      run_stage "$LOGS/gptprof_edp_$prec.txt" 120 mpirun --oversubscribe -np 1 -x EDP_FUSED_ATTENTION=$FUSED "${NCU[@]}" \
         --log-file "$LOGS/gptprof_edp_$prec.csv" "$BUILD/examples/gpt_text" --device cuda "${GPT_ARGS[@]}" "${B16[@]}" \
         --no-progress --sample-tokens 0 > /dev/null
+      PROF+=(--label "edp-$prec" "$LOGS/gptprof_edp_$prec.csv")
+      [ "$prec" = bf16-fused ] && continue
       run_stage "$LOGS/gptprof_torch_$prec.txt" 120 env PYTHONUNBUFFERED=1 "${NCU[@]}" \
         --log-file "$LOGS/gptprof_torch_$prec.csv" python3 bench/pytorch/train_gpt.py --device cuda "${GPT_ARGS[@]}" \
         "${B16[@]}" > /dev/null
-      PROF+=(--label "edp-$prec" "$LOGS/gptprof_edp_$prec.csv" --label "pytorch-$prec" "$LOGS/gptprof_torch_$prec.csv")
+      PROF+=(--label "pytorch-$prec" "$LOGS/gptprof_torch_$prec.csv")
     done
     STATUS_GPTPROF=$(run_stage "$LOGS/gptprof.txt" 30 python3 bench/gpu/kernel_profile.py --steps "$PSTEPS" "${PROF[@]}")
     cat "$LOGS/gptprof.txt" | tee -a "$OUT/run.log"

@@ -62,10 +62,10 @@ const std::vector<Knob> kKnobs = {
      "weights, where the CPU (AVX512-BF16/AMX, through oneDNN) or GPU supports it; elsewhere float32 "
      "with a one-line notice.",
      "backend", ""},
-    {"EDP_FUSED_ATTENTION", Type::Bool, "1",
-     "With EDP_BF16 on a GPU, causal attention through cuDNN's fused flash-attention kernels where "
-     "the build has cudnn-frontend and cuDNN supports the shape (0: cuBLAS products and edp's "
-     "softmax kernels, the float32 path's).",
+    {"EDP_FUSED_ATTENTION", Type::Bool, "0",
+     "With EDP_BF16 on a GPU, 1: causal attention through cuDNN's fused flash-attention kernels where "
+     "the build has cudnn-frontend and cuDNN supports the shape (0, the default until the path has "
+     "run on a GPU: cuBLAS products and edp's softmax kernels, the float32 path's).",
      "backend", ""},
     {"EDP_CONV_GROUP", Type::Int, "0",
      "CPU convolution: images per im2col group (0: chosen from the cache size, 1 to 4). A tuning knob.",

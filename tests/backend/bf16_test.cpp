@@ -14,9 +14,9 @@
 // softmax in between (exp of rounded scores) has no exact CPU counterpart, so it is checked within
 // bfloat16's error of the float32 CPU op (2 % of the rms: 8-bit operands through two products and
 // a softmax), as really rounded (farther from float32 than the float32 GPU op), and bitwise the
-// same on a second call. Where the build has cudnn-frontend, shapes with head sizes that are
-// multiples of 8 run through cuDNN's fused kernels there; FusedAttention* check that path on its
-// own against the CPU op on the same bfloat16-rounded q, k, v (see the tolerances there).
+// same on a second call (the cuBLAS path: EDP_FUSED_ATTENTION is off by default).
+// FusedAttention* turn on cuDNN's fused kernels and check that path on its own against the CPU op
+// on the same bfloat16-rounded q, k, v (see the tolerances there).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,6 +162,7 @@ TEST_F(CudaBf16, AttentionIsWithinBfloat16OfFloat32AndDeterministic) {
 // the causal mask, is off by ~1). Every relative error is printed, so a run shows its margin.
 TEST_F(CudaBf16, FusedAttentionMatchesTheCpuOpOnRoundedInputs) {
   if (!EDP_HAVE_CUDNN_FRONTEND) GTEST_SKIP() << "this build has no cudnn-frontend (scripts/setup.sh fetches it)";
+  ScopedEnv on("EDP_FUSED_ATTENTION", "1");
   uint64_t seed = 4700;
   for (auto [B, T, H, hd] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
            {1, 1, 1, 8}, {2, 7, 2, 16}, {2, 130, 4, 32}, {1, 65, 3, 64}, {2, 256, 8, 64}, {1, 100, 2, 128}}) {
@@ -198,6 +199,12 @@ TEST_F(CudaBf16, FusedAttentionMatchesTheCpuOpOnRoundedInputs) {
 
 TEST_F(CudaBf16, FusedAttentionIsNotTakenWhereItDoesNotApply) {
   const Tensor qkv = G(randn({2, 9, 3 * 2 * 4}, 4800));
+  {
+    ScopedEnv unset("EDP_FUSED_ATTENTION", "0");
+    ops::set_matmul_bf16(true);
+    EXPECT_FALSE(cuda::fused_attention(G(randn({2, 9, 3 * 2 * 16}, 4802)), 2)) << "EDP_FUSED_ATTENTION=0";
+  }
+  ScopedEnv on("EDP_FUSED_ATTENTION", "1");
   ops::set_matmul_bf16(false);
   EXPECT_FALSE(cuda::fused_attention(G(randn({2, 9, 3 * 2 * 16}, 4801)), 2)) << "float32: the cuBLAS path";
   ops::set_matmul_bf16(true);

@@ -77,10 +77,10 @@ Tensor layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma
                           const Tensor& mean, const Tensor& rstd, Tensor& dgamma, Tensor& dbeta);
 // Attention: q, k, v are gathered into [B·H, T, hd] blocks, the scores and products are cuBLAS
 // strided-batched GEMMs (the [B·H, T, T] scores are materialised on the GPU), the causal masked
-// softmax and its backward are kernels/attention.cu. With ops::matmul_bf16() on, where the build
-// has cudnn-frontend and cuDNN supports the shape (head size a multiple of 8, at most 256),
-// cuDNN's fused flash attention runs instead (bfloat16 q, k, v read in place, bfloat16 output,
-// float32 statistics, deterministic backward; EDP_FUSED_ATTENTION=0 turns it off).
+// softmax and its backward are kernels/attention.cu. With ops::matmul_bf16() and
+// EDP_FUSED_ATTENTION=1, where the build has cudnn-frontend and cuDNN supports the shape (head size
+// a multiple of 8, at most 256), cuDNN's fused flash attention runs instead (bfloat16 q, k, v read
+// in place, bfloat16 output, float32 statistics, deterministic backward).
 Tensor attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse);
 Tensor attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& dy, const Tensor& lse,
                           int64_t heads);

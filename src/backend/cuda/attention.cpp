@@ -5,8 +5,8 @@
 // them (and the probabilities) instead of keeping them between forward and backward, so the layer
 // keeps only the [B, H, T] log-sum-exps, like the CPU one. float32 GEMMs (TF32 tensor cores unless
 // EDP_TF32=0 or cuda::set_tf32(false), read like the other ops through tf32_enabled()). On the
-// bfloat16 path the op runs through cuDNN's fused flash attention instead where it can
-// (attention_cudnn.h); these products remain its fallback and the float32 path.
+// bfloat16 path with EDP_FUSED_ATTENTION=1 the op runs through cuDNN's fused flash attention
+// instead where it can (attention_cudnn.h); these products remain its fallback and the float32 path.
 #include "edp/config.h"
 
 #if EDP_HAVE_CUDA

@@ -177,7 +177,7 @@ void execute(FusedState& st, const Ctx& c, const Built& b, std::unordered_map<fe
   CUDNN_CHECK(cudnnSetStream(st.handle, c.stream));
   fe::error_t e = b.graph->execute(st.handle, pack, ws.raw());  // get_message() is not const
   EDP_CHECK(e.is_good(), op, ": cuDNN's fused attention failed: ", e.get_message(),
-            " (EDP_FUSED_ATTENTION=0 runs attention on cuBLAS products instead)");
+            " (without EDP_FUSED_ATTENTION=1 attention runs on cuBLAS products)");
 }
 
 char* at(const Tensor& t, int64_t values) { return static_cast<char*>(t.raw()) + values * 2; }  // bfloat16

@@ -1,7 +1,7 @@
 // Causal self-attention through cuDNN's fused flash-attention kernels (the cuDNN frontend's graph
 // API: one SDPA node forward, one SDPA-backward node), for the bfloat16 path: with
-// ops::matmul_bf16() on, EDP_FUSED_ATTENTION on (the default), a build that found the frontend's
-// headers and a shape cuDNN supports, attention.cpp calls these instead of its cuBLAS products and
+// ops::matmul_bf16() on, EDP_FUSED_ATTENTION=1 (off by default until the path has run on a GPU), a
+// build that found the frontend's headers and a shape cuDNN supports, attention.cpp calls these instead of its cuBLAS products and
 // softmax kernels. The same op contract: lse holds the natural log-sum-exp of each row of
 // softmax(q·kᵀ/√hd) (cuDNN's "Stats"), so either path's backward accepts either path's forward.
 // q, k and v are read in place from one bfloat16 copy of qkv (strides, no regrouping); the backward
