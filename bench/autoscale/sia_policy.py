@@ -2,7 +2,8 @@
 """edp's autoscaler as the scheduling policy of the Sia SOSP'23 artifact's simulator (GPU types).
 
   sia_policy.py --artifact DIR --workload CSV --edp BIN [--first N] [--cluster aws:6,dgx-ext:2,rtx:3]
-      [--interval 60] [--hysteresis 0] [--margin 150] [--pause-per-gpu 0.5] [--trace FILE]
+      [--rates oracle|online] [--interval 60] [--hysteresis 0] [--margin 150] [--pause-per-gpu 0.5]
+      [--trace FILE]
 
 DIR is a checkout of the public repository siasosp23/artifacts (its sia-simulator/ is imported
 from there; no artifact code is part of edp); CSV one of its workloads; BIN edp-autoscale. Used by
@@ -19,12 +20,20 @@ only the policy is replaced. Every interval this adapter sends the cluster state
   pause_s     the model's restart delay in the simulator (a type change costs the same);
               start_s the same (a first start pays it too); a job still restarting keeps its
               configuration (may_wait false, its current option only: Sia's rule)
-  options     oracle rates: per type, the GPU counts Sia's configurations allow there (1, 2, 4,
+  options     (--rates oracle, the default) oracle rates: per type, the GPU counts Sia's configurations allow there (1, 2, 4,
               (8) GPUs on one node, then whole nodes up to the profiled node limit), each at the
               global batch with the best true goodput on that type's tables (the split of a batch
               into micro-batch and accumulation steps as the simulator makes it), samples_per_s =
               true throughput x the model's calibration slowdown, efficiency = Pollux's gain at
               that batch from the job's true gradient statistics at its epoch
+  learn       (--rates online) instead of options: what Sia's policy knows of the job, as edp's
+              learned model takes it (docs/plan.md, "Several GPU types"): its batch limits, each
+              step it ran per type (the simulator's profile: nodes, GPUs, micro-batch, step and
+              sync time, slowed by the model's calibration factor, which Sia is told too), its
+              latest gradient statistics, and per type its micro-batch limit and its 1-GPU
+              throughput there (Sia's bootstrap: the largest 1-GPU micro-batch over its step time
+              in that type's table); edp builds the options itself. A job still restarting keeps
+              its configuration, valued from its step there (or its 1-GPU speed when it has none)
 and the answer's type and nodes become the job's allocation; its batch becomes the job's batch
 (bsz tuning off: the simulator splits edp's batch for its placement, at once where the GPUs stay).
 Prints one JSON line with the fields sia_sim.sh reads (average/p99 JCT, restarts per job, ...).
@@ -46,6 +55,8 @@ def parse_args():
     ap.add_argument("--edp", required=True, help="the edp-autoscale binary")
     ap.add_argument("--first", type=int, default=0, help="keep the first N jobs by submission time (0: all)")
     ap.add_argument("--cluster", default="aws:6,dgx-ext:2,rtx:3", help="nodes per GPU type, TYPE:NODES,...")
+    ap.add_argument("--rates", choices=("oracle", "online"), default="oracle",
+                    help="oracle: options from the simulator's true tables; online: edp learns from what the job reports")
     ap.add_argument("--interval", type=int, default=60, help="scheduling interval (s), Sia's")
     # edp's node-level policy (as in pollux_policy.py): no relative hysteresis, a change must save
     # 150 s beyond its pause, a running job's pause counts (1 + 0.5 x its GPUs) times.
@@ -201,6 +212,42 @@ class EdpPolicy:
                     opts.append(o)
         return opts
 
+    def speed(self, app):
+        """Sia's bootstrap throughput of `app` (one type's application) on one GPU: its largest
+        1-GPU micro-batch over that row's step time (the artifact's compute_throughputs)."""
+        one = app.placements[app.placements.num_replicas == 1]
+        return float(one.local_bsz.max() / one.step_time.max())
+
+    def learn_block(self, job):
+        ref = job.applications[self.types[0]]
+        slow = 1.0 / job.calibration_factor  # real steps are this much slower than the tables
+        learn = {"init_batch": int(ref.init_batch_size), "max_batch": int(ref.max_batch_size),
+                 "min_local": int(ref.min_local_bsz),
+                 "max_gpus": max(self.counts[t][-1] for t in self.types), "accumulate_on_one_gpu": True,
+                 "observed": [{"type": t, "nodes": int(k[0]), "gpus": int(k[1]), "local_batch": int(k[2]),
+                               "step_s": float(v[0]) * slow, "sync_s": float(v[1]) * slow}
+                              for t, prof in job.profiles.items() for k, v in prof.items()],
+                 "types": [{"name": t, "max_local": int(job.applications[t].max_local_bsz),
+                            "speed": self.speed(job.applications[t])} for t in self.types]}
+        if job.grad_params is not None:
+            sqr, var = job.grad_params
+            learn["grad"] = {"sqr": float(sqr), "var": float(var)}
+        return learn
+
+    def kept_option(self, job, t, placement, batch):
+        """A restarting job's one option where it is, valued from what it reported there (online)."""
+        if self.args.rates == "oracle":
+            return self.option(job, t, placement, [batch])
+        atomic, accum = self.split(job.applications[t], placement, batch)
+        n = sum(placement)
+        prof = job.profiles.get(t, {}).get((len(placement), n, atomic))
+        if prof:
+            total = (prof[0] + accum * (prof[0] - prof[1])) / job.calibration_factor
+            sps = n * atomic * (accum + 1) / total
+        else:
+            sps = self.speed(job.applications[t]) * n * job.calibration_factor
+        return {"type": t, "gpus": n, "batch": batch, "samples_per_s": sps, "efficiency": 1.0}
+
     def current(self, job, alloc):
         t, nodes = alloc
         return {"type": t, "gpus": len(nodes), "batch": int(job.target_batch_size),
@@ -221,11 +268,13 @@ class EdpPolicy:
             if alloc and alloc[0] is not None and len(alloc[1]):
                 j["current"] = self.current(job, alloc)
                 if job.rescale_time > 0:  # still restarting: it keeps its configuration (Sia's rule)
-                    o = self.option(job, alloc[0], tuple(filter(None, job.placement)), [j["current"]["batch"]])
+                    o = self.kept_option(job, alloc[0], tuple(filter(None, job.placement)), j["current"]["batch"])
                     if o is None:
                         sys.exit("sia_policy.py: job %s has no valid option at its current placement" % name)
                     j["options"], j["may_wait"] = [o], False
-            if "options" not in j:
+            if "options" not in j and self.args.rates == "online":
+                j["learn"] = self.learn_block(job)
+            elif "options" not in j:
                 j["options"] = self.options(job)
                 if not j["options"]:
                     sys.exit("sia_policy.py: job %s has no valid configuration on any type" % name)
@@ -342,7 +391,7 @@ def main():
             "rounds": len(policy.spent), "policy_ms_avg": 1000 * sum(spent) / max(1, len(policy.spent)),
             "policy_ms_p50": 1000 * spent[len(spent) // 2], "policy_ms_p95": 1000 * spent[int(0.95 * len(spent))],
             "policy_ms_max": 1000 * spent[-1], "wall_s": wall,
-            "rates": "oracle", "hysteresis": args.hysteresis, "margin_s": args.margin,
+            "rates": args.rates, "hysteresis": args.hysteresis, "margin_s": args.margin,
             "pause_per_gpu": args.pause_per_gpu, "plan_calls": policy.calls,
             "plan_ms_avg": 1000 * policy.plan_s / max(1, policy.calls),
             "solve_ms_avg": policy.solve_ms / max(1, policy.calls)}

@@ -17,8 +17,9 @@
 #   gavel   Gavel, max-sum-throughput, 360-s rounds, each job at its trace GPU count and batch
 #   pollux  Pollux, unaware of GPU types (p = -1, 60-s rounds; 8-GPU nodes seen as two 4-GPU
 #           nodes, a job spread over types cut back to one type by the artifact's heuristic)
-#   edp     edp's autoscaler (`edp-autoscale plan` with GPU types, oracle rates, restart-aware,
-#           60-s rounds), through bench/autoscale/sia_policy.py: `sia_policy.py --artifact DIR
+#   edp     edp's autoscaler (`edp-autoscale plan` with GPU types, restart-aware, 60-s rounds;
+#           oracle rates, or learning online with `-- --rates online`), through
+#           bench/autoscale/sia_policy.py: `sia_policy.py --artifact DIR
 #           --workload CSV --edp BIN [--first N] [--cluster SPEC] EDP_ADAPTER_ARGS...` prints one
 #           JSON line with the fields below (EDP_ADAPTER_ARGS: sia_policy.py --help); BIN is
 #           edp-autoscale under --build
