@@ -23,10 +23,12 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plan_client import PlanClient  # noqa: E402
 
 
 def parse_args():
@@ -63,10 +65,7 @@ class EdpPolicy:
         self.cluster = cluster
         self.args = args
         self.by_name = {job.name: job for job in cluster.jobs}
-        self.calls = 0
-        self.plan_s = 0.0
-        self.solve_ms = 0.0
-        self.trace = open(args.trace, "w") if args.trace else None
+        self.plan = PlanClient(args.edp, args.trace, "pollux_policy.py")
 
     # ---- what the adapter knows of a job ----
 
@@ -164,17 +163,7 @@ class EdpPolicy:
                "pause_s": self.args.pause, "start_s": self.args.pause, "margin_s": self.args.margin,
                "pause_per_gpu": self.args.pause_per_gpu,
                "nodes": [gpn] * len(node_ids), "jobs": req_jobs}
-        text = json.dumps(req)
-        t0 = time.perf_counter()
-        out = subprocess.run([self.args.edp, "plan", "--input", "-"], input=text, capture_output=True, text=True)
-        self.plan_s += time.perf_counter() - t0
-        self.calls += 1
-        if out.returncode != 0:
-            sys.exit("edp-autoscale plan failed (%d): %s" % (out.returncode, out.stderr.strip()))
-        ans = json.loads(out.stdout)
-        self.solve_ms += ans.get("solve_ms", 0.0)
-        if self.trace:
-            self.trace.write(json.dumps({"t": self.cluster.current_time, "request": req, "answer": ans}) + "\n")
+        ans = self.plan(req, self.cluster.current_time)
         allocations = {}
         for a in ans["allocations"]:
             if a["gpus"] == 0:
@@ -253,9 +242,7 @@ def main():
            "wall_s": wall}
     if not args.peer:
         out.update({"rates": args.rates, "batch": args.batch, "hysteresis": args.hysteresis,
-                    "margin_s": args.margin, "pause_per_gpu": args.pause_per_gpu,
-                    "plan_calls": policy.calls, "plan_ms_avg": 1000 * policy.plan_s / max(1, policy.calls),
-                    "solve_ms_avg": policy.solve_ms / max(1, policy.calls)})
+                    "margin_s": args.margin, "pause_per_gpu": args.pause_per_gpu, **policy.plan.report()})
     print(json.dumps(out))
 
 

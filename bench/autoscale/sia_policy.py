@@ -42,10 +42,13 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sia_run  # noqa: E402  (what this adapter shares with sia_driver.py)
+from plan_client import PlanClient  # noqa: E402
 
 
 def parse_args():
@@ -80,13 +83,9 @@ def parse_args():
         ap.error("--hysteresis must be in [0, 1), got %g" % args.hysteresis)
     if args.margin < 0 or args.pause_per_gpu < 0:
         ap.error("--margin and --pause-per-gpu must be >= 0")
-    spec = {}
-    for part in args.cluster.split(","):
-        name, _, count = part.partition(":")
-        if not name or not count.isdigit() or int(count) == 0 or name in spec:
-            ap.error("--cluster must be TYPE:NODES,... with distinct types and NODES >= 1, got %r" % args.cluster)
-        spec[name] = int(count)
-    args.cluster_nodes = spec
+    args.cluster_nodes = sia_run.parse_cluster(args.cluster)
+    if args.cluster_nodes is None:
+        ap.error("--cluster must be TYPE:NODES,... with distinct types and NODES >= 1, got %r" % args.cluster)
     return args
 
 
@@ -110,11 +109,8 @@ class EdpPolicy:
             g, n = self.gpn[t], min(cluster.num_nodes[t], max_physical_nodes[t])
             self.counts[t] = sorted({c for c in (1, 2, 4, 8) if c <= g} | {g * m for m in range(1, n + 1)})
         self.timings, self.batch_sets = {}, {}
-        self.calls = 0
-        self.plan_s = 0.0
-        self.solve_ms = 0.0
+        self.plan = PlanClient(args.edp, args.trace, "sia_policy.py")
         self.spent = []
-        self.trace = open(args.trace, "w") if args.trace else None
 
     # ---- what the adapter knows of a job ----
 
@@ -284,18 +280,7 @@ class EdpPolicy:
                "types": [{"name": t, "gpus": self.gpn[t] * self.cluster.num_nodes[t],
                           "nodes": [self.gpn[t]] * self.cluster.num_nodes[t]} for t in self.types],
                "jobs": req_jobs}
-        t0 = time.perf_counter()
-        out = subprocess.run([self.args.edp, "plan", "--input", "-"], input=json.dumps(req),
-                             capture_output=True, text=True)
-        self.plan_s += time.perf_counter() - t0
-        self.calls += 1
-        if out.returncode != 0:
-            sys.exit("sia_policy.py: edp-autoscale plan failed (exit %d) at t=%d: %s"
-                     % (out.returncode, self.cluster.current_time, out.stderr.strip()))
-        ans = json.loads(out.stdout)
-        self.solve_ms += ans.get("solve_ms", 0.0)
-        if self.trace:
-            self.trace.write(json.dumps({"t": self.cluster.current_time, "request": req, "answer": ans}) + "\n")
+        ans = self.plan(req, self.cluster.current_time)
         allocations = {}
         for a in ans["allocations"]:
             if a["gpus"] == 0:
@@ -317,25 +302,14 @@ class EdpPolicy:
 
 def main():
     args = parse_args()
-    sim = os.path.join(os.path.abspath(args.artifact), "sia-simulator")
-    sys.path.insert(0, sim)
-    out = os.fdopen(os.dup(1), "w")
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # the artifact prints every round
-    import pandas
-    import simulator_config as cfg
-    unknown = set(args.cluster_nodes) - set(cfg.cluster_ngpus_per_node)
-    if unknown:
-        sys.exit("sia_policy.py: unknown GPU type(s) %s (the artifact has %s)" % (sorted(unknown), sorted(cfg.cluster_ngpus_per_node)))
-    cfg.cluster_nnodes = dict(args.cluster_nodes)
-    cfg.num_parallel_jobs = 1
+    try:
+        cfg, gpn, out = sia_run.open_artifact(args.artifact, args.cluster_nodes)
+    except SystemExit as e:
+        sys.exit("sia_policy.py: %s" % e)
     from cluster import Cluster
     from sia import SiaPolicy
 
-    gpn = {k: cfg.cluster_ngpus_per_node[k] for k in cfg.cluster_nnodes}
-    frame = pandas.read_csv(args.workload)
-    if args.first > 0:
-        frame = frame.sort_values("time", kind="stable").head(args.first).reset_index(drop=True)
+    frame = sia_run.read_workload(args.workload, args.first)
     if "category" in frame.columns and set(frame.category.dropna()) - {"adaptive"}:
         sys.exit("sia_policy.py: only adaptive jobs are supported; %s has categories %s"
                  % (args.workload, sorted(set(frame.category.dropna()))))
@@ -353,50 +327,13 @@ def main():
     # only which jobs are active, so a cheap stand-in saves that time without changing the run.
     cluster.get_sia_multi_job_info = lambda job: types.SimpleNamespace(name=job.name)
 
-    type_changes = {job.name: 0 for job in cluster.jobs}
-    last_type, held = {}, {}
-    t0 = time.perf_counter()
-    while not cluster.all_complete():
-        before = {job.name: (job.current_cluster, job.attained_service) for job in cluster.jobs}
-        cluster.step(args.interval)
-        for job in cluster.jobs:
-            kind, service = before[job.name]
-            if job.attained_service > service:
-                held[kind] = held.get(kind, 0.0) + job.attained_service - service
-            if job.current_cluster is not None:
-                if last_type.get(job.name, job.current_cluster) != job.current_cluster:
-                    type_changes[job.name] += 1
-                last_type[job.name] = job.current_cluster
-    wall = time.perf_counter() - t0
-
-    jcts = cluster.get_jcts()
-    sub = {job.name: job.submission_time for job in cluster.jobs}
-    vals = sorted(jcts.values())
-    restarts = [job.num_restarts or 0 for job in cluster.jobs]
-    spent = sorted(policy.spent) or [0.0]
-    apps = {}
-    for job in cluster.jobs:
-        apps.setdefault(job.app_name, []).append(job)
-    n = len(cluster.jobs)
-    line = {"workload": os.path.basename(args.workload), "policy": "edp", "interval_s": args.interval,
-            "cluster": cfg.cluster_nnodes, "jobs": n, "finished": len(jcts),
-            "avg_jct_s": sum(vals) / len(vals), "p99_jct_s": vals[int(0.99 * len(vals))],
-            "makespan_s": max(sub[k] + v for k, v in jcts.items()) - min(sub.values()),
-            "restarts_per_job": sum(restarts) / n, "type_changes_per_job": sum(type_changes.values()) / n,
-            "gpu_hours_per_job": sum(held.values()) / 3600 / n,
-            "gpu_hours_by_type": {k: v / 3600 for k, v in sorted(held.items())},
-            "by_app": {a: {"jobs": len(js), "avg_jct_s": sum(jcts.get(j.name, 0) for j in js) / len(js),
-                           "gpu_hours_per_job": sum(j.attained_service for j in js) / 3600 / len(js)}
-                       for a, js in sorted(apps.items())},
-            "rounds": len(policy.spent), "policy_ms_avg": 1000 * sum(spent) / max(1, len(policy.spent)),
-            "policy_ms_p50": 1000 * spent[len(spent) // 2], "policy_ms_p95": 1000 * spent[int(0.95 * len(spent))],
-            "policy_ms_max": 1000 * spent[-1], "wall_s": wall,
-            "rates": args.rates, "hysteresis": args.hysteresis, "margin_s": args.margin,
-            "pause_per_gpu": args.pause_per_gpu, "plan_calls": policy.calls,
-            "plan_ms_avg": 1000 * policy.plan_s / max(1, policy.calls),
-            "solve_ms_avg": policy.solve_ms / max(1, policy.calls)}
+    r = sia_run.run(cluster, args.interval)
+    line = sia_run.summary(cluster, r, args.workload, "edp", args.interval, cfg.cluster_nnodes, policy.spent)
+    line.update({"rates": args.rates, "hysteresis": args.hysteresis, "margin_s": args.margin,
+                 "pause_per_gpu": args.pause_per_gpu, **policy.plan.report()})
     out.write(json.dumps(line) + "\n")
     out.flush()
+    sys.exit(124 if r.stopped else 0)
 
 
 if __name__ == "__main__":

@@ -167,6 +167,29 @@ bool usable(const PlanRequest& req, const PlanJob& j, const Config& o) {
   return fits(j.memory, detail::gpu_memory_of(req, o), o.gpus, o.ranks_per_gpu) || is_current(j, o);
 }
 
+}  // namespace
+
+std::vector<size_t> detail::choosable_options(const PlanRequest& req, size_t i, std::vector<double>& vals) {
+  const PlanJob& j = req.jobs[i];
+  std::vector<size_t> out;
+  vals.resize(j.options.size());
+  for (size_t k = 0; k < j.options.size(); ++k) {
+    const Config& o = j.options[k];
+    const double v = option_value(req, j, o);
+    vals[k] = v;
+    if (!(o.samples_per_s * o.efficiency > 0)) continue;  // an option without throughput is never useful
+    if (!usable(req, j, o)) continue;                    // the job does not fit in the GPUs' memory there
+    if (!std::isfinite(v))
+      bad_job(j, i, "options[" + std::to_string(k) + "]",
+              "its value is not a finite number (samples_per_s, efficiency, own.samples_per_s or remaining out of "
+              "proportion to each other)");
+    out.push_back(k);
+  }
+  return out;
+}
+
+namespace {
+
 // The jobs that must run need at least their smallest useful option each.
 void check_must_run(const PlanRequest& req) {
   int need = 0;
@@ -261,19 +284,9 @@ const Plan& Planner::decide(const PlanRequest& in) {
     jo.may_wait = j.may_wait;
     jo.current_gpus = j.current.gpus;
     jo.current_batch = j.current.batch;
-    std::vector<double>& vals = plan_.values[i];
-    vals.resize(j.options.size());
-    for (size_t k = 0; k < j.options.size(); ++k) {
+    for (size_t k : detail::choosable_options(req, i, plan_.values[i])) {
       const Config& o = j.options[k];
-      const double v = option_value(req, j, o);
-      vals[k] = v;
-      if (!(o.samples_per_s * o.efficiency > 0)) continue;  // an option without throughput is never useful
-      if (!usable(req, j, o)) continue;                    // the job does not fit in the GPUs' memory there
-      if (!std::isfinite(v))
-        bad_job(j, i, "options[" + std::to_string(k) + "]",
-                "its value is not a finite number (samples_per_s, efficiency, own.samples_per_s or remaining out of "
-                "proportion to each other)");
-      jo.options.push_back(Option{o.gpus, o.batch, v, static_cast<int>(k)});
+      jo.options.push_back(Option{o.gpus, o.batch, plan_.values[i][k], static_cast<int>(k)});
     }
   }
   const Solution s = solve(problem_, req.gpus);

@@ -135,22 +135,13 @@ void decide_typed(const PlanRequest& req, Plan& plan) {
     const PlanJob& j = req.jobs[i];
     TypedJob& tj = jobs[i];
     tj.may_wait = j.may_wait;
-    std::vector<double>& vals = plan.values[i];
-    vals.resize(j.options.size());
-    for (size_t k = 0; k < j.options.size(); ++k) {
+    for (size_t k : choosable_options(req, i, plan.values[i])) {
       const Config& o = j.options[k];
-      const double v = option_value(req, j, o);
-      vals[k] = v;
-      if (!(o.samples_per_s * o.efficiency > 0)) continue;  // never useful
-      if (!fits(j.memory, gpu_memory_of(req, o), o.gpus, o.ranks_per_gpu) && !is_current(j, o)) continue;
-      if (!std::isfinite(v))
-        throw DataError("job '" + j.id + "' (jobs[" + std::to_string(i) + "]): field 'options[" + std::to_string(k) +
-                        "]': its value is not a finite number");
       TypedOption to;
       to.gpus.assign(K, 0);
       to.gpus[static_cast<size_t>(type_index(req, o.type))] = o.gpus;
       to.batch = o.batch;
-      to.value = v;
+      to.value = plan.values[i][k];
       to.tag = static_cast<int>(k);
       to.current = is_current(j, o);
       tj.options.push_back(std::move(to));

@@ -20,6 +20,12 @@ int64_t gpu_memory_of(const PlanRequest& req, const Config& c);
 // types names none. Called by validate().
 void validate_types(const PlanRequest& req);
 
+// Values every option of req.jobs[i] (option_value) into vals and returns the indices decide() may
+// choose from: options with throughput that fit in their GPUs' memory (or are current); a value
+// that is not finite there is an edp::DataError naming the option. One rule for decide() and
+// decide_typed().
+std::vector<size_t> choosable_options(const PlanRequest& req, size_t i, std::vector<double>& vals);
+
 // Values every option (option_value), solves over the types (solve_typed) and fills plan's
 // choices, values, objective and GPUs used. Jobs' options must already be checked (validate).
 void decide_typed(const PlanRequest& req, Plan& plan);

@@ -54,8 +54,9 @@ struct TypedSolution {
   int64_t cells = 0;                 // DP cells evaluated, for benchmarks
 };
 
-// The largest problem the exact method takes: the tables of all jobs together (jobs x cells).
-constexpr int64_t kExactCells = int64_t{1} << 24;
+// The largest problem the exact method takes: the tables of all jobs together (jobs x cells),
+// 64 MiB of doubles, the one-type solver's bound on the tables it keeps whole.
+constexpr int64_t kExactCells = int64_t{8} << 20;
 
 // Maximises the total value under capacity[t] GPUs of each type t (see above). Ties go toward
 // each job's current option. Throws edp::Error naming the field for malformed options (a GPU
