@@ -185,6 +185,11 @@ int train_gpt(comm::Communicator& world, const train::Options& o) {
   timed_s = clock.seconds();
   const double val_loss = validation_loss(*model, val_set, o.i64("eval-windows"), o.i64("batch"), job.world(), device);
   const double rss = job.world().allreduce_value<double>(train::peak_rss_bytes() / 1048576.0, comm::ReduceOp::Max);
+  double gpu_mb = 0;  // the most device memory the rank's allocator held at once
+#if EDP_HAVE_CUDA
+  if (device.is_cuda()) gpu_mb = static_cast<double>(cuda::allocator_stats(device.index).peak_reserved_bytes) / 1048576.0;
+#endif
+  gpu_mb = job.world().allreduce_value<double>(gpu_mb, comm::ReduceOp::Max);
   if (job.is_root()) {
     const std::string prompt = o.str("prompt");
     const auto ids = model->generate(data::ByteTokenizer::encode(prompt), o.i64("sample-tokens"), 0.8, 0,
@@ -196,11 +201,12 @@ int train_gpt(comm::Communicator& world, const train::Options& o) {
     std::printf("{\"model\": \"gpt_text\", \"layers\": %lld, \"dim\": %lld, \"heads\": %lld, \"context\": %lld, "
                 "\"parameters\": %lld, \"world_size\": %d, \"threads\": %d, \"batch\": %lld, \"bf16\": %s, "
                 "\"steps\": %lld, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"train_loss\": %.4f, \"val_loss\": %.4f, "
-                "\"peak_rss_mb_per_rank\": %.1f, \"cpu_isa\": \"%s\"}\n",
+                "\"peak_rss_mb_per_rank\": %.1f, \"peak_gpu_mb_per_rank\": %.1f, \"zero\": %lld, \"cpu_isa\": \"%s\"}\n",
                 static_cast<long long>(cfg.layers), static_cast<long long>(cfg.dim), static_cast<long long>(cfg.heads),
                 static_cast<long long>(T), static_cast<long long>(model->num_parameters()), job.size(), num_threads(),
                 static_cast<long long>(job.batch_per_rank()), bf16 ? "true" : "false",
-                static_cast<long long>(job.steps()), tps, gflops, last_loss, val_loss, rss, ops::cpu_isa_name());
+                static_cast<long long>(job.steps()), tps, gflops, last_loss, val_loss, rss, gpu_mb,
+                static_cast<long long>(o.i64("zero")), ops::cpu_isa_name());
   }
   return 0;
 }

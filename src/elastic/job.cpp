@@ -53,7 +53,7 @@ Job::Job(comm::Communicator& world, std::shared_ptr<nn::Module> model, optim::Op
   m.land_state();  // a new rank of a sharded job: its part of the optimizer state
   if (resume) m.land_checkpoint(*resume, resume_path);
   if (!joined && !resume) {
-    sync();  // a fresh start: every rank begins from rank 0's parameters
+    m.start_from_root();  // a fresh start: every rank begins from rank 0's parameters
   } else {
     m.check_replicas(joined ? "after joining" : "after resuming");
   }

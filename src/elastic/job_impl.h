@@ -195,6 +195,11 @@ struct Job::Impl {
     kJoinRunning  // a running rank at the join (its Grow passed the ready barrier): the inspector
   };
   void send_state(int first, int64_t global_batch, Meet meet);
+  // A fresh start (no checkpoint, optimizer without state): rank 0's parameters, buffers and
+  // counters sent to every rank in place, tensor by tensor, instead of send_state's checkpoint of
+  // the whole model (whose copies made the start the job's peak of memory); the ranks' samplers
+  // and step counts are alike already. With optimizer state: send_state.
+  void start_from_root();
 
   // A new rank's first step at the size it joins would otherwise be its first ever: the
   // operators' plans, the kernels' code and the buffers are made then, while every other rank

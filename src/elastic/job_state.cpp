@@ -172,6 +172,34 @@ void Job::Impl::send_state(int first, int64_t global_batch, Meet meet) {
   }
 }
 
+void Job::Impl::start_from_root() {
+  if (opt.has_state()) {  // a caller's optimizer that has stepped already: its state goes too
+    job.sync();
+    return;
+  }
+  TimelineScope t("elastic state broadcast", "comm");
+  comm::StallLabel label("elastic: rank 0's parameters to every rank at the start");
+  auto send = [&](Tensor& v) {
+    if (v.numel() == 0) return;
+    if (v.device().is_cpu()) {
+      world->broadcast(v.raw(), v.numel(), v.dtype(), 0);
+      return;
+    }
+    Tensor host = v.to(Device::cpu());  // the world communicator reduces host memory
+    world->broadcast(host.raw(), host.numel(), host.dtype(), 0);
+    if (!root()) v.copy_from(host);
+  };
+  for (nn::Parameter* p : job.model_->parameters()) send(p->value);
+  for (nn::Buffer* b : job.model_->buffers()) send(b->value);
+  std::vector<int64_t> counters;
+  for (const auto& [name, c] : job.model_->counters()) counters.push_back(static_cast<int64_t>(*c));
+  if (!counters.empty()) {
+    world->broadcast(counters.data(), static_cast<int64_t>(counters.size()), DType::I64, 0);
+    size_t i = 0;
+    for (const auto& [name, c] : job.model_->counters()) *c = static_cast<uint64_t>(counters[i++]);
+  }
+}
+
 void Job::Impl::warm_up() {
   const int64_t n = std::min<int64_t>(knobs::get_int("EDP_SPAWN_WORKER_BATCH", 0), train->size());
   if (n < 1) return;

@@ -52,6 +52,7 @@ class Writer {
     bytes(s.data(), s.size());
   }
   std::vector<char>& buf() { return buf_; }
+  void reserve(size_t n) { buf_.reserve(n); }
 
  private:
   std::vector<char> buf_;
@@ -127,6 +128,12 @@ int64_t Checkpoint::int_at(const std::string& key) const {
 
 std::vector<char> encode_checkpoint(const Checkpoint& c) {
   Writer w;
+  // One allocation of the final size: a growing buffer would hold up to twice the state, once
+  // more while it moves.
+  size_t need = 64;
+  for (const auto& [k, v] : c.meta) need += 8 + k.size() + v.size();
+  for (const auto& [name, t] : c.tensors) need += 32 + name.size() + (t.defined() ? 8 * t.ndim() + t.nbytes() : 0);
+  w.reserve(need);
   w.bytes(kMagic, sizeof kMagic);
   w.pod(kVersion);
   w.pod(uint32_t{0});
@@ -269,6 +276,10 @@ Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::Distrib
   if (opt && !optimizer_tensors) {
     c.meta["optim.steps"] = std::to_string(opt->steps());
     c.meta["optim.state"] = "elsewhere";
+  } else if (opt && !opt->has_state()) {  // before its first step: nothing to copy, and nothing made
+    c.meta["optim.steps"] = std::to_string(opt->steps());
+    c.meta["optim.state"] = "fresh";
+    c.meta["optim.state_tensors"] = std::to_string(opt->state_tensors());
   } else if (opt) {
     const std::vector<Tensor*> st = opt->state();
     for (size_t i = 0; i < st.size(); ++i)
@@ -303,7 +314,8 @@ std::string build_difference(const Checkpoint& c) {
 void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data::DistributedSampler* sampler) {
   const auto state = c.meta.find("optim.state");
   const bool elsewhere = state != c.meta.end() && state->second == "elsewhere";  // its step count only
-  if (opt && state != c.meta.end() && !elsewhere)
+  const bool fresh = state != c.meta.end() && state->second == "fresh";          // no state yet: zeros
+  if (opt && state != c.meta.end() && !elsewhere && !fresh)
     throw DataError("this checkpoint keeps its optimizer state in parts beside it (optim.state '" + state->second +
                     "', edp/train/shards.h): resume it with elastic::Job, or read the parts with train::read_shards");
   // Check everything first, so that a mismatch leaves the live state untouched.
@@ -327,7 +339,12 @@ void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data
   for (const auto& [name, ctr] : model.counters())
     counters.emplace_back(ctr, static_cast<uint64_t>(c.int_at("counter." + name)));
   int64_t steps = 0;
-  if (opt && elsewhere) {
+  if (opt && fresh && c.int_at("optim.state_tensors") != static_cast<int64_t>(opt->state_tensors())) {
+    throw DataError("checkpoint's optimizer keeps " + c.at("optim.state_tensors") +
+                    " state tensors, the live optimizer " + std::to_string(opt->state_tensors()) +
+                    ": another optimizer type or parameter list");
+  }
+  if (opt && (elsewhere || fresh)) {
     steps = c.int_at("optim.steps");
   } else if (opt) {
     const std::vector<Tensor*> st = opt->state();
@@ -348,6 +365,7 @@ void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer* opt, data
   for (const Target& t : plan)
     if (t.src->defined()) t.dst->copy_from(*t.src);
   for (auto& [ctr, v] : counters) *ctr = v;
+  if (opt && fresh) opt->release_state();  // as the saved one: made (zeros) at its first step
   if (opt) opt->set_steps(steps);
   if (sampler) sampler->load_state(ss);
 }

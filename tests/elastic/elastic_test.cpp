@@ -254,6 +254,45 @@ TEST(ElasticJob, ClipsTheAveragedGradientOnEveryRank) {
   if (world.rank() == 0) std::remove(path.c_str());
 }
 
+// A fresh start (no checkpoint): every rank begins from rank 0's parameters, and the start makes
+// no optimizer state (it is made at the first step, or only each rank's part of it when sharded):
+// the start sent a checkpoint of the whole model and state before, the job's peak of memory.
+TEST(ElasticJob, AFreshStartTakesRankZerosParametersAndMakesNoOptimizerState) {
+  auto& world = edp::comm::world();
+  const int W = world.size();
+  constexpr int64_t T = 8;
+  const std::string path = shared_path(world, "fresh.tok");
+  if (world.rank() == 0) {
+    std::vector<int32_t> ids;
+    Rng rng(6);
+    for (int64_t i = 0; i < 4 * W * T + 1; ++i) ids.push_back(static_cast<int32_t>(rng.next_u64() % 32));
+    data::write_token_file(path, ids, 32);
+  }
+  world.barrier();
+  auto windows = std::make_shared<data::TokenWindows>(std::make_shared<data::TokenFile>(path), T);
+  const nn::GPTConfig cfg{.vocab = 32, .context = T, .layers = 1, .dim = 8, .heads = 2, .mlp_ratio = 2};
+  for (int zero : {0, 1}) {
+    manual_seed(static_cast<uint64_t>(100 + world.rank()));  // every rank its own initial weights
+    auto model = std::make_shared<nn::GPT>(cfg);
+    optim::AdamW adam(model->parameters(), {.lr = 1e-3});
+    elastic::JobOptions jo;
+    jo.name = "fresh_test";
+    jo.global_batch = 2 * W;
+    jo.progress = false;
+    jo.zero_stage = zero;
+    elastic::Job job(world, model, adam, windows, jo);
+    EXPECT_FALSE(adam.has_state()) << "zero " << zero << ": the start made the optimizer state";
+    for (nn::Parameter* p : model->parameters()) {
+      Tensor mine = p->value.clone(), root = p->value.clone();
+      world.broadcast(root, 0);
+      EXPECT_EQ(std::memcmp(mine.raw(), root.raw(), mine.nbytes()), 0)
+          << "zero " << zero << ", rank " << world.rank() << ": " << p->name;
+    }
+  }
+  world.barrier();
+  if (world.rank() == 0) std::remove(path.c_str());
+}
+
 // Nothing trained is lost when a training ends between checkpoints: at a step limit the program
 // keeps (Job::end after 5 steps, checkpoints every 4) and at the end of the last epoch (7 steps,
 // checkpoints every 4), the newest checkpoint is the last step's and holds the parameters the

@@ -345,6 +345,32 @@ TEST(Checkpoint, RestoreRefusesAnotherModelAndChangesNothing) {
   EXPECT_THROW(train::restore(c, *b, &adam, nullptr), DataError);
 }
 
+// An optimizer before its first step has no state: its capture makes none (an elastic job's
+// start would otherwise hold the whole state, and copies of it, at once), and restoring it leaves
+// the live optimizer without state too, at the saved step count — the same zeros at the next step.
+TEST(Checkpoint, AnOptimizerWithoutStateIsCapturedAsFresh) {
+  auto a = model();
+  optim::AdamW fresh(a->parameters(), {.lr = 1e-3});
+  const train::Checkpoint c = train::capture(*a, &fresh, nullptr);
+  EXPECT_FALSE(fresh.has_state()) << "the capture made the state";
+  EXPECT_EQ(c.at("optim.state"), "fresh");
+  EXPECT_EQ(c.int_at("optim.state_tensors"), static_cast<int64_t>(2 * a->parameters().size()));
+  for (const auto& [name, t] : c.tensors) EXPECT_NE(name.rfind("optim.", 0), 0u) << name;
+  // Through the bytes, into an optimizer that has stepped: its state goes, its step count is the saved one.
+  const train::Checkpoint d = train::decode_checkpoint(train::encode_checkpoint(c), "test");
+  auto b = model();
+  optim::AdamW stepped(b->parameters(), {.lr = 1e-3});
+  for (nn::Parameter* p : b->parameters()) p->grad = Tensor::full(p->value.shape(), 1.0);
+  stepped.step();
+  ASSERT_TRUE(stepped.has_state());
+  train::restore(d, *b, &stepped, nullptr);
+  EXPECT_FALSE(stepped.has_state());
+  EXPECT_EQ(stepped.steps(), 0);
+  // Another optimizer (SGD with momentum keeps one tensor per parameter, AdamW two): refused.
+  optim::SGD sgd(b->parameters(), {.lr = 0.1, .momentum = 0.9});
+  EXPECT_THROW(train::restore(d, *b, &sgd, nullptr), DataError);
+}
+
 TEST(Checkpoint, RecordsTheBuildAndNamesADifferentOne) {
   auto a = model();
   train::Checkpoint c = train::capture(*a, nullptr, nullptr);

@@ -35,6 +35,9 @@ class Optimizer {
   // Whether the state tensors exist now (a step or state() made them): a sharded step takes its
   // parts from them, and makes fresh zeros of its own parts only when they do not.
   virtual bool has_state() const { return true; }
+  // How many tensors state() returns, without making them (a checkpoint of an optimizer that has
+  // no state yet is matched against it). The default makes the state to count it.
+  virtual size_t state_tensors() { return state().size(); }
   void set_steps(int64_t s) { steps_ = s; }
   // An optimizer of this kind with the same settings and learning rate over `params`, with fresh
   // state and this one's step count: the same update on other tensors (DistributedDataParallel
@@ -71,6 +74,7 @@ class SGD : public Optimizer {
   std::vector<Tensor*> state() override;
   void release_state() override { buf_.clear(); }
   bool has_state() const override { return !buf_.empty(); }
+  size_t state_tensors() override { return o_.momentum > 0 ? params_.size() : 0; }
   std::unique_ptr<Optimizer> clone_for(std::vector<nn::Parameter*> params) const override;
 
  private:
@@ -97,6 +101,7 @@ class AdamW : public Optimizer {
     v_.clear();
   }
   bool has_state() const override { return !m_.empty(); }
+  size_t state_tensors() override { return 2 * params_.size(); }
   std::unique_ptr<Optimizer> clone_for(std::vector<nn::Parameter*> params) const override;
 
  private:

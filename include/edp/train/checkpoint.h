@@ -69,7 +69,10 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
 // the build that wrote it to "build.*" (version, cpu_arch, cpu_flags, compiler).
 // optimizer_tensors false: the optimizer's step count only, its state marked as kept elsewhere
 // (meta "optim.state" = "elsewhere": sharded over the ranks, moved by ddp::reshard); restore()
-// then sets the step count and leaves the optimizer's state as it is.
+// then sets the step count and leaves the optimizer's state as it is. An optimizer that has no
+// state yet (before its first step; Optimizer::has_state) is captured as "optim.state" = "fresh":
+// no tensors, none made for the capture; restore() then drops the live optimizer's state too
+// (made as zeros at its next step), so that a fresh start sends rank 0's parameters alone.
 Checkpoint capture(nn::Module& model, optim::Optimizer* opt, const data::DistributedSampler* sampler,
                    bool optimizer_tensors = true);
 // How the build that wrote `c` differs from this one ("" when it is the same or unrecorded):
