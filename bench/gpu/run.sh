@@ -26,7 +26,7 @@
 # a relocatable wheel and the Fashion-MNIST files too). cuDNN and NCCL are taken from the CUDA
 # toolkit, else from the Python wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13) if present.
 # EDP_GPU_STAGES (comma-separated; default all: tests,bench,accuracy,colocated,resnet18,gpt,zero,gptprof,
-# ops,elastic,sanitizer,collocation) picks the stages after the build, e.g. to finish on a warm machine what a first
+# ops,elastic,sanitizer,collocation,largest) picks the stages after the build, e.g. to finish on a warm machine what a first
 # call's budget cut.
 #   bench/gpu/run.sh [--quick] [--skip-tests] [--skip-bench] [--build-only]
 set -uo pipefail
@@ -45,7 +45,7 @@ for a in "$@"; do
     *) echo "usage: $0 [--quick] [--skip-tests] [--skip-bench] [--build-only]" >&2; exit 2 ;;
   esac
 done
-STAGES=${EDP_GPU_STAGES:-tests,bench,accuracy,colocated,resnet18,gpt,zero,gptprof,ops,elastic,sanitizer,collocation}
+STAGES=${EDP_GPU_STAGES:-tests,bench,accuracy,colocated,resnet18,gpt,zero,gptprof,ops,elastic,sanitizer,collocation,largest}
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 LOGS=$(mktemp -d /tmp/edp-gpu-logs.XXXXXX)
 mkdir -p "$OUT"
@@ -339,6 +339,14 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
     STATUS_COLLOCATION=$(run_stage "$LOGS/collocation.txt" 120 bash bench/gpu/shared_gpu_jobs.sh "$EX" 3)
     tail -n 4 "$LOGS/collocation.txt" | tee -a "$OUT/run.log"
   fi
+  # The largest GPT that fits with 2 ranks sharing the GPU, optimizer state whole and sharded
+  # (bench/gpu/largest_gpt.sh: a binary search over widths at 24 layers; EDP_LARGEST_ARGS adds to it).
+  if [ "$(left)" -gt 200 ] && want largest && [ -s .cache/corpus/train.tok ]; then
+    say "largest GPT that fits, 2 ranks sharing the GPU, --zero 0 and 1"
+    run_stage "$LOGS/largest.txt" "$(( $(left) - 20 ))" env EDP_BUILD_DIR="$BUILD" bash bench/gpu/largest_gpt.sh \
+      --out "$LOGS/largest.jsonl" ${EDP_LARGEST_ARGS:-} > /dev/null
+    grep -E "^zero" "$LOGS/largest.txt" | tee -a "$OUT/run.log"
+  fi
 fi
 
 # ---- results -------------------------------------------------------------------------------------------
@@ -428,6 +436,10 @@ if ops:
     res["ops"] = ops
     lines += ["", "## one op at a time (edp_bench_ops --device cuda)", "", "```"] + \
              [f"[{p}] " + l for p in ("fp32", "bf16") for l in read(f"ops_{p}.txt").splitlines() if not l.startswith("{")] + ["```"]
+largest = [json.loads(l) for l in read("largest.jsonl").splitlines() if l.startswith("{")]
+if largest:
+    res["largest_gpt"] = largest
+    lines += ["", "## the largest GPT that fits (2 ranks sharing the GPU)", "", "```"] + [json.dumps(x) for x in largest] + ["```"]
 el = [l for l in read("elastic.txt").splitlines() if "rescale" in l or l.startswith("{") or "test acc" in l]
 if el:
     lines += ["", "## elastic grow on the GPU", "", "```"] + el[-8:] + ["```"]
