@@ -152,6 +152,7 @@ int64_t Array::row_size() const {
 
 void Array::read_f32(int64_t row, int64_t n, float* out) const {
   const int64_t per = row_size(), count = n * per;
+  if (count <= 0) return;  // no rows, or rows of no values: out may be null (memcpy may not take it)
   const uint8_t* p = data_ + static_cast<size_t>(row * per) * static_cast<size_t>(item_);
   if (kind_ == 'f' && item_ == 4 && !swap_) {
     std::memcpy(out, p, static_cast<size_t>(count) * sizeof(float));
