@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# What ZeRO stage 1 is for, on the CPU: per rank, the optimizer-state bytes, the peak RSS and the step
-# time of a GPT trained data-parallel with the AdamW state sharded over the ranks (zero 1) and not
-# (zero 0), at 1, 2 and 4 ranks, edp (bench/zero/zero.cpp under mpirun) beside PyTorch's
-# ZeroRedundancyOptimizer (bench/pytorch/zero_gpt.py, gloo) on the same model, batch and steps, in
-# one run. One thread per rank (more ranks than cores: oversubscribed, both alike).
+# What ZeRO stages 1 and 2 are for, on the CPU: per rank, the optimizer-state bytes, the peak RSS and
+# the step time of a GPT trained data-parallel with the AdamW state sharded over the ranks (zero 1),
+# the gradients too (zero 2) and neither (zero 0), at 1, 2 and 4 ranks, edp (bench/zero/zero.cpp
+# under mpirun) beside PyTorch's ZeroRedundancyOptimizer (bench/pytorch/zero_gpt.py, gloo; zero 0
+# and 1: it shards the optimizer state only) on the same model, batch and steps, in one run. One thread per rank (more ranks than cores: oversubscribed, both alike).
 #   bench/zero.sh [--ranks "1 2 4"] [--layers 4 --dim 256 --heads 4 --context 128 --batch 8]
 #                 [--steps 20] [--no-torch] [--out FILE.jsonl]
 set -euo pipefail
@@ -35,9 +35,9 @@ trap 'rm -f "$LINES"' EXIT
 echo "# bench/zero.sh: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "# $(mpirun --version 2>/dev/null | head -1); GPT ${LAYERS} layers, d ${DIM}, ${HEADS} heads, context ${CONTEXT}, batch ${BATCH} per rank, ${STEPS} timed steps, 1 thread per rank"
 for n in $RANKS; do
-  for z in 0 1; do
+  for z in 0 1 2; do
     EDP_NUM_THREADS=1 mpirun --oversubscribe -np "$n" "$BIN" --zero "$z" "${MODEL[@]}" | grep '^{' >> "$LINES"
-    if [ -n "$PY" ]; then
+    if [ -n "$PY" ] && [ "$z" -le 1 ]; then
       (cd /tmp && "$PY" "$OLDPWD/bench/pytorch/zero_gpt.py" --ranks "$n" --zero "$z" "${MODEL[@]}") | grep '^{' >> "$LINES"
     fi
   done

@@ -1,10 +1,11 @@
-// edp_bench_zero: what ZeRO stage 1 is for, measured on one run of a GPT trained data-parallel on
-// the CPU: the optimizer-state bytes and the peak RSS per rank, and the step time, with the
-// optimizer state sharded over the ranks (--zero 1) or not (--zero 0). Run it once per setting
+// edp_bench_zero: what ZeRO stages 1 and 2 are for, measured on one run of a GPT trained
+// data-parallel on the CPU: the optimizer-state bytes and the peak RSS per rank, and the step time,
+// with the optimizer state sharded over the ranks (--zero 1), the gradients too (--zero 2), or
+// neither (--zero 0). Run it once per setting
 // under mpirun (each process's peak RSS is its own); bench/zero.sh runs the grid and PyTorch's
 // ZeroRedundancyOptimizer beside it.
 //
-//   mpirun -np N edp_bench_zero [--zero 0|1] [--layers 4 --dim 256 --heads 4 --context 128]
+//   mpirun -np N edp_bench_zero [--zero 0|1|2] [--layers 4 --dim 256 --heads 4 --context 128]
 //                               [--batch 8] [--steps 20] [--warmup 3]
 // Data: random tokens (the memory and time of a step do not depend on them). Prints one line per
 // rank and one JSON line (rank 0) with the medians over ranks.
@@ -30,9 +31,9 @@ using namespace edp;
 
 int main(int argc, char** argv) {
   return comm::run_main(argc, argv, [&](comm::Communicator& world) {
-    cli::Options o("edp_bench_zero", "A GPT trained data-parallel with and without ZeRO stage 1: state bytes, "
+    cli::Options o("edp_bench_zero", "A GPT trained data-parallel with and without ZeRO stages 1 and 2: state bytes, "
                                      "peak RSS and step time per rank", "EDP_BENCH_");
-    o.add("zero", "1", "0: every rank holds the whole optimizer state; 1: sharded over the ranks").int_range(0, 1);
+    o.add("zero", "1", "0: every rank holds the whole optimizer state; 1: sharded over the ranks; 2: the gradients too").int_range(0, 2);
     o.add("layers", "4", "transformer blocks").int_range(1, 64);
     o.add("dim", "256", "model width").int_range(8, 8192);
     o.add("heads", "4", "attention heads").int_range(1, 128);

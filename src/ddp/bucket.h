@@ -15,6 +15,8 @@ struct DistributedDataParallel::Bucket {
   // Unsharded: [numel + 1], the gradients, then the order-check element. Sharded: one block of
   // part + 1 per rank (part = ceil(numel / ranks)), each ending in an order-check element, the
   // last block's tail padding; `shard` is this rank's block (a view), where its reduced part lands.
+  // zero_stage 2: `shard` is a tensor of its own (part + 1) and `buffer` exists only from the
+  // bucket's first gradient of a backward until its reduce-scatter completed.
   Tensor buffer;
   Tensor shard;
   int64_t numel = 0, part = 0;

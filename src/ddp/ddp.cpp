@@ -55,9 +55,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
             " but the communicator is '", comm_.backend(), "', which reduces host memory: GPU models need "
             "the NCCL communicator (comm::make_nccl_communicator(world)) or, with several ranks per GPU, the "
             "colocated one (comm::make_colocated_communicator(world))");
-  EDP_CHECK(opt_.zero_stage == 0 || opt_.zero_stage == 1, "DistributedDataParallel: zero_stage ", opt_.zero_stage,
-            " is not supported (0: unsharded, 1: the optimizer state sharded over the ranks)");
-  zero_ = opt_.zero_stage == 1 && comm_.size() > 1;
+  EDP_CHECK(opt_.zero_stage >= 0 && opt_.zero_stage <= 2, "DistributedDataParallel: zero_stage ", opt_.zero_stage,
+            " is not supported (0: unsharded, 1: the optimizer state sharded over the ranks, 2: the gradients too)");
+  zero_ = opt_.zero_stage >= 1 && comm_.size() > 1;
+  zero2_ = zero_ && opt_.zero_stage == 2;
   check_same_parameters();
   // Identical replicas from the start: rank 0's values win.
   for (nn::Parameter* p : params_) comm_.broadcast(p->value, 0);
@@ -72,6 +73,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     thread_ = std::make_unique<comm::CommThread>(comm_.dup());
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i]->grad_ready_hooks.push_back([this, i](nn::Parameter&) { on_grad_ready(i); });
+  if (zero2_) {  // no whole gradient between backward passes: the layers make them as they need them
+    copied_.assign(params_.size(), 0);
+    for (nn::Parameter* p : params_) p->grad = Tensor();
+  }
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
@@ -157,7 +162,11 @@ void DistributedDataParallel::build_buckets() {
     // communicator reduces them there. NCCL runs on its own stream ordered after the compute
     // stream by an event (edp/comm/nccl.h), enqueued from the backward thread, so nothing here
     // waits for the GPU; the colocated communicator runs on the communication thread.
-    if (zero_) {
+    if (zero2_) {
+      // The buffer is made by the bucket's first gradient of each backward (on_grad_ready).
+      bucket->part = (off + comm_.size() - 1) / comm_.size();
+      bucket->shard = Tensor::zeros({bucket->part + 1}, params_[0]->value.dtype(), params_[0]->value.device());
+    } else if (zero_) {
       const int64_t w = comm_.size();
       bucket->part = (off + w - 1) / w;
       // Zeros: the padding of the last block is reduced and gathered like the rest.
@@ -181,6 +190,12 @@ void DistributedDataParallel::on_grad_ready(size_t k) {
   if (!sync_ || !in_backward_ || solo()) return;
   const Slot& s = slots_[k];
   Bucket& b = *buckets_[static_cast<size_t>(s.bucket)];
+  if (zero2_) {
+    grad_into_bucket(s, b);
+    if (++b.ready == b.slots.size()) launch_ready_buckets();
+    return;
+  }
+  s.param->grad_to_accumulate();  // a gradient released before (by a zero_stage 2 DDP) counts as zeros
   // Fold the averaging into the copy: the allreduce is then a plain Sum.
   Tensor dst = zero_ ? Tensor() : b.buffer.narrow(s.offset, s.param->grad.numel());
   if (!zero_ && dst.device().is_cuda()) {  // enqueued on the compute stream, before the bucket's allreduce
@@ -223,6 +238,52 @@ void DistributedDataParallel::on_grad_ready(size_t k) {
   if (++b.ready == b.slots.size()) launch_ready_buckets();
 }
 
+// zero_stage 2: the gradient goes into the bucket's rank blocks (the buffer made, zeros, by the
+// bucket's first), scaled by the step's weight, and is released. The first copy of a backward
+// overwrites (bitwise the copy of zero_stage 1); a gradient made again after its release (a
+// parameter a later layer uses too) is added; a released one adds nothing.
+void DistributedDataParallel::grad_into_bucket(const Slot& s, Bucket& b) {
+  if (!b.buffer.defined())
+    b.buffer = Tensor::zeros({comm_.size() * (b.part + 1)}, b.shard.dtype(), b.shard.device());
+  Tensor& grad = s.param->grad;
+  if (!grad.defined()) return;
+  const size_t k = static_cast<size_t>(&s - slots_.data());
+  const bool add = copied_[k] != 0;
+  copied_[k] = 1;
+  const Tensor g = grad.flatten();
+  const int64_t n = g.numel();
+  if (b.buffer.device().is_cuda()) {  // enqueued on the compute stream, run by run
+    for (int64_t i = 0; i < n;) {
+      const int64_t flat = s.offset + i, len = std::min(n - i, b.part - flat % b.part);
+      Tensor d = b.buffer.narrow(at(b, flat), len);
+      if (add) {
+        ops::axpy_(d, step_weight_, g.narrow(i, len));
+      } else {
+        d.copy_from(g.narrow(i, len));
+        ops::scale_(d, step_weight_);
+      }
+      i += len;
+    }
+  } else {
+    ops::cpu::dispatch_float(b.buffer.dtype(), "ddp copy-in", [&](auto tag) {
+      using T = decltype(tag);
+      const T* src = g.data<T>();
+      const T w = static_cast<T>(step_weight_);
+      T* buf = b.buffer.data<T>();
+      for (int64_t i = 0; i < n;) {
+        const int64_t flat = s.offset + i, len = std::min(n - i, b.part - flat % b.part);
+        T* d = buf + at(b, flat);
+        if (add)
+          for (int64_t j = 0; j < len; ++j) d[j] += src[i + j] * w;
+        else
+          for (int64_t j = 0; j < len; ++j) d[j] = src[i + j] * w;
+        i += len;
+      }
+    });
+  }
+  grad = Tensor();  // on a GPU its memory is reused by later work on the same stream, after the copy
+}
+
 void DistributedDataParallel::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() &&
          buckets_[next_launch_]->ready == buckets_[next_launch_]->slots.size()) {
@@ -246,9 +307,17 @@ void DistributedDataParallel::launch_ready_buckets() {
     b.launched = true;
     const int64_t queued = Timeline::get().enabled() ? Timeline::get().now_us() : 0;
     void* buf = b.buffer.raw();
-    void* shard = zero_ ? b.shard.raw() : nullptr;
+    // zero_stage 2 in host memory: reduced out of place into the kept part, the buffer handed to
+    // the communication thread (freed when the collective ends). Device communicators reduce in
+    // place, so on a GPU the part lands in the buffer's own block (finish() copies it out).
     const int64_t block = b.part + 1;
     const DType dt = b.buffer.dtype();
+    const bool host_zero2 = zero2_ && !b.buffer.device().is_cuda();
+    void* shard = !zero_ ? nullptr
+                  : zero2_ && !host_zero2 ? static_cast<char*>(buf) + static_cast<size_t>(comm_.rank() * block) * dtype_size(dt)
+                                          : b.shard.raw();
+    Tensor owned = host_zero2 ? std::move(b.buffer) : Tensor();
+    if (host_zero2) b.buffer = Tensor();
     const size_t index = next_launch_;
     auto comm_us = b.comm_us;
     if (!thread_) {
@@ -274,7 +343,8 @@ void DistributedDataParallel::launch_ready_buckets() {
       continue;
     }
     const size_t nbuckets = buckets_.size();
-    b.request = thread_->submit([buf, shard, block, n, dt, index, nbuckets, queued, comm_us](comm::Communicator& c) {
+    b.request = thread_->submit([buf, shard, block, n, dt, index, nbuckets, queued, comm_us,
+                                 owned = std::move(owned)](comm::Communicator& c) mutable {
       comm::StallLabel label("ddp bucket " + std::to_string(index + 1) + "/" + std::to_string(nbuckets));
       auto& tl = Timeline::get();
       const auto t0 = std::chrono::steady_clock::now();
@@ -285,6 +355,7 @@ void DistributedDataParallel::launch_ready_buckets() {
         c.allreduce(buf, buf, n, dt, comm::ReduceOp::Sum);
       comm_us->store(std::chrono::duration_cast<std::chrono::microseconds>(
                          std::chrono::steady_clock::now() - t0).count());
+      owned = Tensor();  // zero_stage 2: the bucket's buffer, freed before the request completes
       if (tl.enabled()) {
         const std::string args = nlohmann::json{{"bucket", index}, {"elements", n - 1}}.dump();
         tl.complete("bucket " + std::to_string(index) + " queued", "comm", queued, start, args);
@@ -362,8 +433,12 @@ void DistributedDataParallel::finish() {
   const double world = comm_.size();
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = *buckets_[bi];
-    const int64_t n = b.buffer.numel();
-    if (b.buffer.device().is_cuda()) {
+    const int64_t n = zero_ ? comm_.size() * (b.part + 1) : b.numel + 1;
+    if (zero2_ && b.buffer.defined()) {  // reduced in place on the device: keep this rank's block only
+      b.shard.copy_from(b.buffer.narrow(comm_.rank() * (b.part + 1), b.part + 1));
+      b.buffer = Tensor();
+    }
+    if (params_[0]->value.device().is_cuda()) {
       // One small read per bucket (synchronises with the reduction); then copies on the stream.
       // Sharded, this rank's reduced block stays in b.shard for step().
       const Tensor check = zero_ ? b.shard.narrow(b.part, 1) : b.buffer.narrow(n - 1, 1);
@@ -381,7 +456,9 @@ void DistributedDataParallel::finish() {
         using T = decltype(tag);
         if (b.shard.data<T>()[b.part] != static_cast<T>(world * static_cast<double>(bi + 1)))
           throw Error("DistributedDataParallel: ranks launched buckets in different orders (bucket " +
-                      std::to_string(bi) + " met another rank's bucket); the models or the " +
+                      std::to_string(bi) + " met another rank's bucket: its check element is " +
+                      std::to_string(static_cast<double>(b.shard.data<T>()[b.part])) + ", not " +
+                      std::to_string(world * static_cast<double>(bi + 1)) + "); the models or the " +
                       "backward passes differ between ranks");
       });
     } else {
@@ -399,11 +476,12 @@ void DistributedDataParallel::finish() {
       });
     }
     stats_.comm_s += static_cast<double>(b.comm_us->load()) * 1e-6;
-    stats_.bytes_reduced += static_cast<int64_t>(b.buffer.nbytes());
+    stats_.bytes_reduced += n * static_cast<int64_t>(dtype_size(params_[0]->value.dtype()));
     b.ready = 0;
     b.launched = false;
   }
   next_launch_ = 0;
+  std::fill(copied_.begin(), copied_.end(), 0);
   step_pending_ = zero_;
   step_weight_ = 1.0 / world;
   stats_.exposed_comm_s += sw.seconds();

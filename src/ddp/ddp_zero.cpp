@@ -2,6 +2,7 @@
 // runs of the parameters it owns with its part of the state, then the parameters are allgathered;
 // the state is gathered, scattered and handed over for checkpoints and reshards.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/common.h"
@@ -75,31 +76,34 @@ void DistributedDataParallel::allgather_parameters() {
   const int me = comm_.rank();
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = *buckets_[bi];
-    if (b.buffer.device().is_cuda()) {  // the same through device copies (stream-ordered)
+    // zero_stage 2 keeps no whole buffer: the gather lands in one made for this bucket (freed
+    // before the next one's is made).
+    Tensor all = zero2_ ? Tensor({comm_.size() * (b.part + 1)}, b.shard.dtype(), b.shard.device()) : b.buffer;
+    if (all.device().is_cuda()) {  // the same through device copies (stream-ordered)
       for_each_run(bi, me, [&](size_t slot, int64_t po, int64_t pa, int64_t len) {
         b.shard.narrow(pa, len).copy_from(params_[slot]->value.flatten().narrow(po, len));
       });
-      comm_.allgather(b.shard.raw(), b.buffer.raw(), b.part + 1, b.buffer.dtype());
+      comm_.allgather(b.shard.raw(), all.raw(), b.part + 1, all.dtype());
       for (int r = 0; r < comm_.size(); ++r)
         if (r != me)
           for_each_run(bi, r, [&](size_t slot, int64_t po, int64_t pa, int64_t len) {
             Tensor dst = params_[slot]->value.flatten().narrow(po, len);
-            dst.copy_from(b.buffer.narrow(r * (b.part + 1) + pa, len));
+            dst.copy_from(all.narrow(r * (b.part + 1) + pa, len));
           });
       continue;
     }
-    ops::cpu::dispatch_float(b.buffer.dtype(), "ddp parameter allgather", [&](auto tag) {
+    ops::cpu::dispatch_float(all.dtype(), "ddp parameter allgather", [&](auto tag) {
       using T = decltype(tag);
       T* send = b.shard.data<T>();  // its reduced gradients are used: the parts' new values go out in it
       for_each_run(bi, me, [&](size_t slot, int64_t po, int64_t pa, int64_t len) {
         std::memcpy(send + pa, params_[slot]->value.template data<T>() + po, static_cast<size_t>(len) * sizeof(T));
       });
-      comm_.allgather(send, b.buffer.raw(), b.part + 1, b.buffer.dtype());
-      const T* all = b.buffer.data<T>();
+      comm_.allgather(send, all.raw(), b.part + 1, all.dtype());
+      const T* gathered = all.data<T>();
       for (int r = 0; r < comm_.size(); ++r)
         if (r != me)
           for_each_run(bi, r, [&](size_t slot, int64_t po, int64_t pa, int64_t len) {
-            std::memcpy(params_[slot]->value.template data<T>() + po, all + r * (b.part + 1) + pa,
+            std::memcpy(params_[slot]->value.template data<T>() + po, gathered + r * (b.part + 1) + pa,
                         static_cast<size_t>(len) * sizeof(T));
           });
     });
@@ -127,6 +131,19 @@ double DistributedDataParallel::clip_grad_norm(double max_norm) {
   return norm;
 }
 
+const nn::Parameter* DistributedDataParallel::first_nonfinite_grad() const {
+  if (!zero_) return nn::first_nonfinite_grad(params_);
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    const Bucket& b = *buckets_[bi];
+    const nn::Parameter* bad = nullptr;
+    for_each_run(bi, comm_.rank(), [&](size_t slot, int64_t, int64_t pa, int64_t len) {
+      if (!bad && !std::isfinite(ops::sum_squares(b.shard.narrow(pa, len)))) bad = params_[slot];
+    });
+    if (bad) return bad;
+  }
+  return nullptr;
+}
+
 namespace {
 // The optimizer's state tensors per parameter (momentum: 1 or 0, Adam: 2), checked.
 size_t state_per_param(const std::vector<Tensor*>& st, size_t params, const char* what) {
@@ -149,14 +166,14 @@ void DistributedDataParallel::gather_optimizer_state(optim::Optimizer& opt) {
     size_t count = 0;
     while (first + count < segments_.size() && segments_[first + count].bucket == static_cast<int>(bi)) ++count;
     // On the buckets' device (a GPU communicator reduces device memory); the state's copies go across.
-    Tensor send = Tensor::zeros({b.part + 1}, b.buffer.dtype(), b.buffer.device());
-    Tensor all({comm_.size() * (b.part + 1)}, b.buffer.dtype(), b.buffer.device());
+    Tensor send = Tensor::zeros({b.part + 1}, b.shard.dtype(), b.shard.device());
+    Tensor all({comm_.size() * (b.part + 1)}, b.shard.dtype(), b.shard.device());
     for (size_t q = 0; q < nq; ++q) {
       for (size_t i = first; i < first + count; ++i) {
         const Segment& g = segments_[i];
         send.narrow(g.part_offset, g.length).copy_from(*mine[i * nq + q]);
       }
-      comm_.allgather(send.raw(), all.raw(), b.part + 1, b.buffer.dtype());
+      comm_.allgather(send.raw(), all.raw(), b.part + 1, all.dtype());
       for (int r = 0; r < comm_.size(); ++r)
         for_each_run(bi, r, [&](size_t slot, int64_t po, int64_t pa, int64_t len) {
           Tensor dst = full[slot * nq + q]->flatten().narrow(po, len);

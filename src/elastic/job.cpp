@@ -290,11 +290,11 @@ void Job::step(double loss) {
   // non-finite loss) unless skipping was asked for, which must see every step.
   const bool skip_mode = m.o.on_nonfinite == "skip";
   const bool scan = m.o.device.is_cpu() || skip_mode || step_ % 50 == 0 || !std::isfinite(loss);
-  const nn::Parameter* nonfinite = scan ? nn::first_nonfinite_grad(model_->parameters()) : nullptr;
+  const nn::Parameter* nonfinite = scan ? m.ddp->first_nonfinite_grad() : nullptr;
   std::string bad_name = nonfinite ? nonfinite->name : "";
   if (scan && m.ddp->sharded()) {
-    // Sharded, a rank's grads are its own (the averaged ones are spread over the ranks): any
-    // rank's non-finite gradient makes every rank decide alike.
+    // Sharded, each rank sees its parts of the averaged gradients (a non-finite gradient on any
+    // rank reaches the sums it is part of): any rank's finding makes every rank decide alike.
     const int any = m.world->allreduce_value<int>(nonfinite ? 1 : 0, comm::ReduceOp::Max);
     if (any && !nonfinite) bad_name = "a parameter on another rank";
   }

@@ -150,7 +150,7 @@ struct Job::Impl {
   void release_unsharded();
   // zero_stage 1: the optimizer state lives in the ranks' shards. A change of size moves it from
   // the old ranks' parts straight to the new ranks' parts (ddp::reshard); no rank gathers it.
-  bool sharding() const { return o.zero_stage == 1; }
+  bool sharding() const { return o.zero_stage >= 1; }
   // The state on its way to the new world: a shrink reshards before the leaving ranks go and
   // `moving` is this rank's new part (moving_from 0); a grow reshards over the grown world once
   // every rank has entered it, and `moving` is this rank's old part (a new rank's is empty),

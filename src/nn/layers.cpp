@@ -64,7 +64,7 @@ Tensor Linear::forward(const Tensor& x) {
 
 Tensor Linear::backward(const Tensor& dy) {
   require_forward(x_, "Linear");
-  Tensor dx = ops::linear_backward(as_rows(x_), w_->value, as_rows(dy), w_->grad, b_ ? &b_->grad : nullptr,
+  Tensor dx = ops::linear_backward(as_rows(x_), w_->value, as_rows(dy), w_->grad_to_accumulate(), b_ ? &b_->grad_to_accumulate() : nullptr,
                                    input_grad_, &saved_);
   saved_ = {};
   w_->mark_grad_ready();
@@ -104,7 +104,7 @@ Tensor Conv2d::forward(const Tensor& x) {
 
 Tensor Conv2d::backward(const Tensor& dy) {
   require_forward(x_, "Conv2d");
-  Tensor dx = ops::conv2d_backward(x_, w_->value, dy, w_->grad, b_ ? &b_->grad : nullptr, geom_,
+  Tensor dx = ops::conv2d_backward(x_, w_->value, dy, w_->grad_to_accumulate(), b_ ? &b_->grad_to_accumulate() : nullptr, geom_,
                                    input_grad_, &col_, geom_.relu ? &y_ : nullptr);
   col_ = Tensor();  // free it for the next forward
   w_->mark_grad_ready();
@@ -183,7 +183,7 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
   require_forward(x_, "BatchNorm2d");
   EDP_CHECK(cached_train_, "BatchNorm2d.backward after an eval-mode forward: call train() first");
   Tensor dx = ops::batchnorm2d_backward(x_, dy, gamma_->value, save_mean_, save_invstd_,
-                                        gamma_->grad, beta_->grad);
+                                        gamma_->grad_to_accumulate(), beta_->grad_to_accumulate());
   gamma_->mark_grad_ready();
   beta_->mark_grad_ready();
   return dx;
@@ -316,7 +316,7 @@ Tensor TokenPositionEmbedding::forward(const Tensor& ids) {
 
 Tensor TokenPositionEmbedding::backward(const Tensor& dy) {
   require_forward(ids_, "TokenPositionEmbedding");
-  ops::embedding_backward(ids_, dy, wte_->grad, wpe_->grad);
+  ops::embedding_backward(ids_, dy, wte_->grad_to_accumulate(), wpe_->grad_to_accumulate());
   wte_->mark_grad_ready();
   wpe_->mark_grad_ready();
   return Tensor();
@@ -336,7 +336,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
 
 Tensor LayerNorm::backward(const Tensor& dy) {
   require_forward(x_, "LayerNorm");
-  Tensor dx = ops::layernorm_backward(x_, dy, gamma_->value, mean_, rstd_, gamma_->grad, beta_->grad);
+  Tensor dx = ops::layernorm_backward(x_, dy, gamma_->value, mean_, rstd_, gamma_->grad_to_accumulate(), beta_->grad_to_accumulate());
   gamma_->mark_grad_ready();
   beta_->mark_grad_ready();
   return dx;
@@ -397,7 +397,7 @@ Tensor TiedOutput::forward(const Tensor& x) {
 
 Tensor TiedOutput::backward(const Tensor& dy) {
   require_forward(x_, "TiedOutput");
-  Tensor dx = ops::linear_backward(as_rows(x_), w_->value, as_rows(dy), w_->grad, nullptr, input_grad_, &saved_);
+  Tensor dx = ops::linear_backward(as_rows(x_), w_->value, as_rows(dy), w_->grad_to_accumulate(), nullptr, input_grad_, &saved_);
   saved_ = {};
   return dx.defined() && x_.ndim() != 2 ? dx.reshape(x_.shape()) : dx;
 }

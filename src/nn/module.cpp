@@ -69,7 +69,8 @@ std::vector<std::pair<std::string, uint64_t*>> Module::counters() {
 }
 
 void Module::zero_grad() {
-  for (Parameter* p : parameters()) p->grad.zero();
+  for (Parameter* p : parameters())
+    if (p->grad.defined()) p->grad.zero();
 }
 
 void Module::train(bool on) {
@@ -81,7 +82,7 @@ void Module::train(bool on) {
 void Module::to(DType dtype) {
   for (auto& p : params_) {
     p->value = p->value.to(dtype);
-    p->grad = p->grad.to(dtype);
+    if (p->grad.defined()) p->grad = p->grad.to(dtype);
   }
   for (auto& b : buffers_) b->value = b->value.to(dtype);
   for (auto& c : children_) c.second->to(dtype);
@@ -90,7 +91,7 @@ void Module::to(DType dtype) {
 void Module::to(Device device) {
   for (auto& p : params_) {
     p->value = p->value.to(device);
-    p->grad = p->grad.to(device);
+    if (p->grad.defined()) p->grad = p->grad.to(device);
   }
   for (auto& b : buffers_) b->value = b->value.to(device);
   for (auto& c : children_) c.second->to(device);

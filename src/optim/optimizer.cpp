@@ -35,7 +35,8 @@ Optimizer::Optimizer(std::vector<nn::Parameter*> params, double lr)
 }
 
 void Optimizer::zero_grad() {
-  for (auto* p : params_) p->grad.zero();
+  for (auto* p : params_)
+    if (p->grad.defined()) p->grad.zero();
 }
 
 std::unique_ptr<Optimizer> Optimizer::clone_for(std::vector<nn::Parameter*>) const {
@@ -69,6 +70,7 @@ void SGD::step() {
   std::vector<Tensor*> p, b;
   std::vector<const Tensor*> g;
   for (size_t k = 0; k < params_.size(); ++k) {
+    if (!params_[k]->grad.defined()) continue;  // released and not made again: no gradient, no update
     p.push_back(&params_[k]->value);
     g.push_back(&params_[k]->grad);
     if (o_.momentum > 0) b.push_back(&buf_[k]);
@@ -119,7 +121,7 @@ void AdamW::step() {
     std::vector<Tensor*> p, m, v;
     std::vector<const Tensor*> g;
     for (size_t k = 0; k < params_.size(); ++k) {
-      if (params_[k]->decay != decayed) continue;
+      if (params_[k]->decay != decayed || !params_[k]->grad.defined()) continue;
       p.push_back(&params_[k]->value);
       g.push_back(&params_[k]->grad);
       m.push_back(&m_[k]);
@@ -153,15 +155,18 @@ double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm
 #if EDP_HAVE_CUDA
   if (params_on_cuda(params)) {
     std::vector<const Tensor*> g;
-    for (auto* p : params) g.push_back(&p->grad);
+    for (auto* p : params)
+      if (p->grad.defined()) g.push_back(&p->grad);
     ss = cuda::sum_squares_multi(g);  // one fused pass, one synchronisation
   } else
 #endif
-    for (auto* p : params) ss += ops::sum_squares(p->grad);
+    for (auto* p : params)
+      if (p->grad.defined()) ss += ops::sum_squares(p->grad);
   const double norm = std::sqrt(ss);
   if (norm > max_norm) {
     const double s = max_norm / (norm + 1e-6);
-    for (auto* p : params) ops::scale_(p->grad, s);
+    for (auto* p : params)
+      if (p->grad.defined()) ops::scale_(p->grad, s);
   }
   return norm;
 }

@@ -3,7 +3,7 @@
 // which samples (token windows) every rank trained on.
 //
 //   elastic_sequence --plan 4:4,8:1,12:3 --record DIR [--ckpt DIR] [--limit N] [--epochs N]
-//                    [--batch B] [--model mlp|gpt] [--device cpu|cuda] [--zero 0|1]
+//                    [--batch B] [--model mlp|gpt] [--device cpu|cuda] [--zero 0|1|2]
 //
 // --device cuda  every rank on a GPU (its local rank modulo the visible GPUs; ranks may share one);
 //   without a usable GPU the program prints "elastic_sequence: skipped, no GPU: <why>" and exits 77.
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   o.add("model", "mlp", "mlp (Fashion-MNIST) or gpt (a tiny GPT on --limit token windows of 16)");
   o.add_flag("no-coverage", "do not check the coverage (a crash repeats the steps since the last checkpoint)");
   o.add("device", "cpu", "cpu or cuda (a rank's GPU: its local rank modulo the visible GPUs)");
-  o.add("zero", "0", "1: the optimizer state sharded over the ranks (JobOptions::zero_stage)").int_range(0, 1);
+  o.add("zero", "0", "1: the optimizer state sharded over the ranks, 2: the gradients too (JobOptions::zero_stage)").int_range(0, 2);
   o.parse(argc, argv);
   // A grow sets EDP_SPAWN_RANK_BASE on the ranks it starts. Ended by mpirun with the job.
   if (o.flag("new-rank-hangs") && std::getenv("EDP_SPAWN_RANK_BASE")) {

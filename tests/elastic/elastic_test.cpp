@@ -271,7 +271,7 @@ TEST(ElasticJob, AFreshStartTakesRankZerosParametersAndMakesNoOptimizerState) {
   world.barrier();
   auto windows = std::make_shared<data::TokenWindows>(std::make_shared<data::TokenFile>(path), T);
   const nn::GPTConfig cfg{.vocab = 32, .context = T, .layers = 1, .dim = 8, .heads = 2, .mlp_ratio = 2};
-  for (int zero : {0, 1}) {
+  for (int zero : {0, 1, 2}) {
     manual_seed(static_cast<uint64_t>(100 + world.rank()));  // every rank its own initial weights
     auto model = std::make_shared<nn::GPT>(cfg);
     optim::AdamW adam(model->parameters(), {.lr = 1e-3});
@@ -302,7 +302,7 @@ TEST(ElasticJob, AFreshStartTakesRankZerosParametersAndMakesNoOptimizerState) {
 TEST(ElasticJob, EndCommitsTheLastStep) {
   auto& world = edp::comm::world();
   const int W = world.size();
-  for (int zero : {0, 1}) {
+  for (int zero : {0, 1, 2}) {
     for (int64_t limit : {5, 8, -1}) {  // 5: between checkpoints; 8: on one; -1: the epoch's end (7)
       SCOPED_TRACE(testing::Message() << "zero " << zero << " limit " << limit);
       const std::string dir = shared_path(world, "end_ck_" + std::to_string(zero) + "_" + std::to_string(limit + 1));
@@ -418,7 +418,7 @@ TEST(ElasticJob, MicroBatchesUpdateAsTheWholeBatch) {
   const auto whole = train(0, 0, whole_loss);
   // Unsharded and with the optimizer state sharded (the micro-batches' gradients accumulate
   // locally; the last one's backward reduce-scatters them).
-  for (int zero : {0, 1}) {
+  for (int zero : {0, 1, 2}) {
     double micro_loss = 0;
     const auto micro = train(3, zero, micro_loss);
     double scale = 0, err = 0;

@@ -33,10 +33,10 @@
 #            window of both epochs seen exactly once, every new rank warmed up before it joined; then, under edprun with bfloat16 products
 #            where the CPU has them (EDP_BF16=1), rank 1 of 2 killed before step 17 and the job
 #            restarted from its step-15 checkpoint ends bitwise equal to an uninterrupted run.
-#   zero     the inplace sequence with the optimizer state sharded (--zero 1; the state resharded
+#   zero     the inplace sequence with the optimizer state sharded (--zero 1, and --zero 2; the state resharded
 #            rank to rank at each change) and not: coverage, the same final parameters bitwise; the
 #            sharded checkpoint has one part per rank; resumed for a third epoch at 3, 2 and 4
-#            ranks, sharded or not, from the sharded and from the unsharded checkpoint: pairs with
+#            ranks, sharded (--zero 1 or 2) or not, from the sharded and from the unsharded checkpoint: pairs with
 #            the same state and size end bitwise equal; a part cut short makes the job resume from
 #            the checkpoint before; a part with other bytes stops it, naming the part; a rank
 #            killed in a shrink's reshard (EDP_FAULT) under edprun: the job restarts from its last
@@ -127,12 +127,20 @@ elseif(MODE STREQUAL "zero")
     "\"workers\": 3, \"global_batch\": 96")
   run(u ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --plan ${plan} --zero 0 --ckpt ${WORK}/u/ck
     --record ${WORK}/u)
+  # Sharded gradients too (--zero 2): the same copies and the same reductions as --zero 1.
+  file(MAKE_DIRECTORY ${WORK}/z2)
+  run(z2 ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --plan ${plan} --zero 2 --ckpt ${WORK}/z2/ck
+    --record ${WORK}/z2)
+  expect("${z2}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(6 processes\\)"
+    "\"workers\": 3, \"global_batch\": 96")
   json_field("${z}" digest dz)
+  json_field("${z2}" digest dz2)
   json_field("${u}" digest du)
-  if(NOT dz STREQUAL du)
-    message(FATAL_ERROR "sharded and unsharded runs of the same sequence end with other parameters: ${dz} vs ${du}")
+  if(NOT dz STREQUAL du OR NOT dz2 STREQUAL du)
+    message(FATAL_ERROR "sharded (--zero 1, --zero 2) and unsharded runs of the same sequence end with other "
+      "parameters: ${dz}, ${dz2} vs ${du}")
   endif()
-  message(STATUS "sharded and unsharded: the same parameters (digest ${dz})")
+  message(STATUS "sharded (--zero 1 and 2) and unsharded: the same parameters (digest ${dz})")
   # The sharded job's checkpoints are sharded: each of the final 3 ranks wrote its part beside it.
   file(GLOB cks ${WORK}/z/ck/ckpt-*.edp)
   list(SORT cks)
@@ -145,7 +153,7 @@ elseif(MODE STREQUAL "zero")
   # Resumed at another size, sharded or not, from the sharded and from the unsharded checkpoint:
   # each pair continues with the same state at the same size, so their parameters are bitwise
   # equal (sharded and unsharded runs of one size are, on one host).
-  foreach(case "z;0;3;u;0" "z;1;2;u;0" "u;1;4;z;1")
+  foreach(case "z;0;3;u;0" "z;1;2;u;0" "u;1;4;z;1" "u;2;3;z;0")
     list(GET case 0 ck_a)
     list(GET case 1 zero_a)
     list(GET case 2 np)

@@ -45,6 +45,16 @@
 // full per-parameter tensors (every rank then holds all of it); take_optimizer_state /
 // put_optimizer_state move this rank's part only, which ddp::reshard (edp/ddp/shard.h) carries to
 // another world size and train::write_shard (edp/train/shards.h) writes to a checkpoint.
+//
+// Sharded gradients too (zero_stage = 2, ZeRO stage 2): the same parts and the same update, but no
+// rank keeps a whole gradient between backward passes. A parameter's gradient is released once its
+// bucket holds it (a layer makes it again, as zeros, when it next accumulates:
+// Parameter::grad_to_accumulate); a bucket's buffer exists from its first gradient until its
+// reduce-scatter completed — in host memory freed by the communication thread as the collective
+// ends, while backward goes on; in GPU memory at the end of backward — and what stays is this
+// rank's reduced part. The parameters' grads are therefore undefined outside backward (inside
+// no_sync() they accumulate as usual, and are released by the synchronised backward). The
+// parameters are bitwise those of zero_stage 1 (the same copies, the same reduction).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -63,7 +73,8 @@ struct DDPOptions {
   int64_t bucket_cap_bytes = 0;  // 0: EDP_BUCKET_CAP_MB MiB (default 25; docs/knobs.md)
   int64_t first_bucket_bytes = 1ll << 20;
   bool broadcast_buffers = true;  // rank 0's buffers at construction
-  // 1: ZeRO stage 1, the optimizer state sharded over the ranks (see "Sharded" below); 0: not.
+  // 1: ZeRO stage 1, the optimizer state sharded over the ranks (see "Sharded" below); 2: the
+  // gradients too (ZeRO stage 2); 0: neither.
   int zero_stage = 0;
 };
 
@@ -129,6 +140,14 @@ class DistributedDataParallel {
   void gather_optimizer_state(optim::Optimizer& opt);
   void scatter_optimizer_state(optim::Optimizer& opt);
   bool sharded() const { return zero_; }
+  // 2: the gradients are sharded too (zero_stage 2 on 2 ranks or more); 1: the optimizer state
+  // only; 0: unsharded.
+  int sharding_stage() const { return zero2_ ? 2 : zero_ ? 1 : 0; }
+  // The first parameter with a NaN or an infinity in its averaged gradient after a synchronised
+  // backward, or nullptr. Sharded: in this rank's reduced parts (a rank's non-finite gradient
+  // reaches every sum it is part of); ranks then disagree on whether one exists (collective
+  // decisions must allreduce it). Unsharded: in the parameters' grads, the same on every rank.
+  const nn::Parameter* first_nonfinite_grad() const;
   // This rank's part of the optimizer state (edp/ddp/shard.h), taken out of opt (and out of the
   // shards): sharded, its part over the ranks; otherwise the whole state as part 0 of 1. Fresh
   // when the optimizer has not stepped. Not collective: a full state in opt that was not sharded
@@ -185,6 +204,7 @@ class DistributedDataParallel {
   // bi that lies in one parameter, in bucket order.
   template <typename Fn>
   void for_each_run(size_t bi, int r, Fn&& fn) const;
+  void grad_into_bucket(const Slot& s, Bucket& b);  // zero_stage 2: the copy-in, then the release
   void make_shard_optimizer(optim::Optimizer& opt);
   void allgather_parameters();
 
@@ -202,7 +222,9 @@ class DistributedDataParallel {
   bool step_pending_ = false;  // sharded: a synchronised backward awaits step(opt) or skip_step()
   double step_weight_;
   DDPStats stats_;
-  bool zero_ = false;  // sharded (DDPOptions::zero_stage, 2 ranks or more)
+  bool zero_ = false;   // sharded (DDPOptions::zero_stage >= 1, 2 ranks or more)
+  bool zero2_ = false;  // the gradients too (zero_stage 2)
+  std::vector<char> copied_;  // zero_stage 2: the slot's gradient is in its bucket this backward
   std::vector<Segment> segments_;
   std::vector<nn::Parameter> shard_params_;  // views: parameter parts and reduced gradient parts
   std::unique_ptr<optim::Optimizer> shard_opt_;

@@ -131,7 +131,9 @@ struct JobOptions {
   // 1: the optimizer state sharded over the ranks (DistributedDataParallel's ZeRO stage 1; host
   // or GPU memory). A change of size in place moves each rank's part straight to its new owners
   // (ddp::reshard); a checkpoint is written in parts, one per rank, and resumes at any world
-  // size, sharded or not (edp/train/shards.h). 0: every rank holds all of it.
+  // size, sharded or not (edp/train/shards.h). 2: the gradients too (ZeRO stage 2: no rank keeps a
+  // whole gradient between backward passes; the same state, moves and checkpoints as 1). 0: every
+  // rank holds all of it.
   int zero_stage = 0;
   // Clip the gradients' global L2 norm to this before every optimizer step (0: no clipping). It
   // runs after the allreduce, on the averaged gradients every rank holds, so every rank computes

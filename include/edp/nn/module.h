@@ -3,7 +3,9 @@
 // Gradient contract (held by every layer):
 //   - forward(x) caches what backward needs and returns y.
 //   - backward(dy) returns dx and ACCUMULATES parameter gradients (grad += ...), so that several
-//     backward passes (micro-batches) add up until zero_grad(). Activation gradients (the
+//     backward passes (micro-batches) add up until zero_grad(), into
+//     Parameter::grad_to_accumulate() (which makes a released gradient again, as zeros: sharded
+//     gradients, DistributedDataParallel's zero_stage 2, release it). Activation gradients (the
 //     returned dx) are OVERWRITTEN: a fresh tensor each call.
 //   - When a layer has finished accumulating a parameter's gradient for this backward pass it
 //     calls Parameter::mark_grad_ready(), which fires the parameter's hooks; DistributedDataParallel
@@ -23,11 +25,17 @@ namespace edp::nn {
 struct Parameter {
   std::string name;  // stable dotted name, e.g. "features.0.weight"
   Tensor value;
-  Tensor grad;  // same shape/dtype/device as value
+  Tensor grad;  // same shape/dtype/device as value; undefined while released (zero_stage 2)
   std::vector<std::function<void(Parameter&)>> grad_ready_hooks;
   // Whether AdamW's decoupled weight decay applies. Layers clear it on the parameters that decay
   // must not pull towards zero: biases and normalisation scales and shifts.
   bool decay = true;
+
+  // The gradient a backward adds to: grad, made (zeros) when it was released.
+  Tensor& grad_to_accumulate() {
+    if (!grad.defined()) grad = Tensor::zeros(value.shape(), value.dtype(), value.device());
+    return grad;
+  }
 
   void mark_grad_ready() {
     for (auto& h : grad_ready_hooks) h(*this);
