@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The largest GPT (examples/gpt_text) that trains when RANKS data-parallel ranks share one GPU
 # (edprun --ranks-per-gpu RANKS --mps on: each rank has about 1/RANKS of the GPU's memory), with the
-# optimizer state whole on every rank (--zero 0) and sharded over the ranks (--zero 1). AdamW in
-# float32 holds 16 bytes per parameter on every rank unsharded (weights, gradients, two moments)
-# and 8 + 8/RANKS sharded, so sharding should fit about 16 / (8 + 8/RANKS) times the parameters
-# (1.33x at 2 ranks) where activations are small.
+# optimizer state whole on every rank (--zero 0), sharded over the ranks (--zero 1), and the
+# gradients sharded too (--zero 2). AdamW in float32 holds 16 bytes per parameter on every rank
+# unsharded (weights, gradients, the bucket's copy of them, two moments: 20 with the copy), 12 +
+# 8/RANKS at zero 1 and 4 + 8/RANKS at zero 2 (plus the gradients of one layer and the buckets in
+# flight), where activations are small.
 #
 #   bench/gpu/largest_gpt.sh [--ranks 2] [--layers 24] [--widths "2048 2560 3072 3584 4096 4608 5120"]
 #       [--head-dim 128] [--context 256] [--batch 4] [--steps 2] [--timeout 300] [--build DIR]
-#       [--device cuda|cpu] [--mem-limit-mb N] [--out FILE]
+#       [--device cuda|cpu] [--mem-limit-mb N] [--zeros "0 1 2"] [--out FILE]
 #
 # For each --zero, a binary search over the widths (at --layers blocks, heads = width / head-dim)
 # for the widest that runs --steps steps; the widths must be ascending, and a width that fits is
@@ -22,7 +23,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 ranks=2 layers=24 widths="2048 2560 3072 3584 4096 4608 5120" head_dim=128 context=256 batch=4 steps=2
-timeout_s=300 build="${EDP_BUILD_DIR:-$here/build}" device=cuda mem_mb=0 out=""
+timeout_s=300 build="${EDP_BUILD_DIR:-$here/build}" device=cuda mem_mb=0 out="" zeros="0 1 2"
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "largest_gpt.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,7 +39,8 @@ while [[ $# -gt 0 ]]; do
     --device) need "$@"; device=$2; shift 2 ;;
     --mem-limit-mb) need "$@"; mem_mb=$2; shift 2 ;;
     --out) need "$@"; out=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --zeros) need "$@"; zeros=$2; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "largest_gpt.sh: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -47,6 +49,11 @@ for v in ranks layers head_dim context batch steps timeout_s mem_mb; do
 done
 [[ "$ranks" -ge 2 ]] || { echo "largest_gpt.sh: --ranks must be >= 2 (sharding over one rank changes nothing)" >&2; exit 2; }
 [[ "$device" == cuda || "$device" == cpu ]] || { echo "largest_gpt.sh: --device must be cuda or cpu" >&2; exit 2; }
+read -r -a Z <<< "$zeros"
+[[ ${#Z[@]} -ge 1 ]] || { echo "largest_gpt.sh: --zeros is empty" >&2; exit 2; }
+for z in "${Z[@]}"; do
+  [[ "$z" == 0 || "$z" == 1 || "$z" == 2 ]] || { echo "largest_gpt.sh: --zeros takes 0, 1 and 2, got '$zeros'" >&2; exit 2; }
+done
 read -r -a W <<< "$widths"
 [[ ${#W[@]} -ge 1 ]] || { echo "largest_gpt.sh: --widths is empty" >&2; exit 2; }
 prev=0
@@ -89,7 +96,7 @@ try() {
 }
 
 status=0
-for z in 0 1; do
+for z in "${Z[@]}"; do
   lo=-1 hi=${#W[@]} failed=""  # W[lo] fits (-1: none known), W[hi] does not (len: none known)
   while (( hi - lo > 1 )); do
     mid=$(( (lo + hi) / 2 ))

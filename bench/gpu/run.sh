@@ -339,10 +339,10 @@ if [ "$STATUS_BUILD" = ok ] && [ "$SKIP_BENCH" = 0 ]; then
     STATUS_COLLOCATION=$(run_stage "$LOGS/collocation.txt" 120 bash bench/gpu/shared_gpu_jobs.sh "$EX" 3)
     tail -n 4 "$LOGS/collocation.txt" | tee -a "$OUT/run.log"
   fi
-  # The largest GPT that fits with 2 ranks sharing the GPU, optimizer state whole and sharded
+  # The largest GPT that fits with 2 ranks sharing the GPU, optimizer state whole, sharded, and the gradients sharded too
   # (bench/gpu/largest_gpt.sh: a binary search over widths at 24 layers; EDP_LARGEST_ARGS adds to it).
   if [ "$(left)" -gt 200 ] && want largest && [ -s .cache/corpus/train.tok ]; then
-    say "largest GPT that fits, 2 ranks sharing the GPU, --zero 0 and 1"
+    say "largest GPT that fits, 2 ranks sharing the GPU, --zero 0, 1 and 2"
     run_stage "$LOGS/largest.txt" "$(( $(left) - 20 ))" env EDP_BUILD_DIR="$BUILD" bash bench/gpu/largest_gpt.sh \
       --out "$LOGS/largest.jsonl" ${EDP_LARGEST_ARGS:-} > /dev/null
     grep -E "^zero" "$LOGS/largest.txt" | tee -a "$OUT/run.log"

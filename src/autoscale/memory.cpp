@@ -33,7 +33,7 @@ std::string describe(const MemoryNeed& m) {
     return std::string(buf);
   };
   return "model " + gib(m.model_bytes) + " + optimizer state " + gib(m.optimizer_state_bytes) +
-         (m.zero_stage >= 1 ? " sharded over the ranks (zero 1)" : " on every rank (zero 0)");
+         (m.zero_stage >= 1 ? " sharded over the ranks (zero " + std::to_string(m.zero_stage) + ")" : " on every rank (zero 0)");
 }
 
 }  // namespace edp::autoscale

@@ -148,8 +148,8 @@ void validate(const PlanRequest& req) {
       if (!(l.explore >= 1)) bad_job(j, i, "learn.explore", "must be >= 1");
       if (!(l.fixed_share >= 0 && l.fixed_share < 1)) bad_job(j, i, "learn.fixed_share", "must be in [0, 1)");
     }
-    if (j.memory.model_bytes < 0 || j.memory.optimizer_state_bytes < 0 || j.memory.zero_stage < 0 || j.memory.zero_stage > 1)
-      bad_job(j, i, "memory", "needs model_bytes and optimizer_state_bytes >= 0 and zero 0 or 1");
+    if (j.memory.model_bytes < 0 || j.memory.optimizer_state_bytes < 0 || j.memory.zero_stage < 0 || j.memory.zero_stage > 2)
+      bad_job(j, i, "memory", "needs model_bytes and optimizer_state_bytes >= 0 and zero 0, 1 or 2");
     for (size_t k = 0; k < j.options.size(); ++k) {
       const Config& o = j.options[k];
       const std::string f = "options[" + std::to_string(k) + "]";

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/common.h"
 #include "edp/backend/ops.h"
+#include "edp/core/allocator.h"
 #include "edp/core/stopwatch.h"
 #include "edp/core/knobs.h"
 #include "edp/core/timeline.h"
@@ -76,6 +77,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   if (zero2_) {  // no whole gradient between backward passes: the layers make them as they need them
     copied_.assign(params_.size(), 0);
     for (nn::Parameter* p : params_) p->grad = Tensor();
+    // The host allocator would keep the released gradients' blocks for reuse (its cache): return
+    // them, or the process would go on holding the memory stage 2 exists to give back.
+    host_allocator_release_cache();
   }
 }
 
@@ -368,7 +372,7 @@ void DistributedDataParallel::launch_ready_buckets() {
 
 void DistributedDataParallel::check_step_made() const {
   EDP_CHECK(!(zero_ && sync_ && step_pending_),
-            "DistributedDataParallel: the optimizer state is sharded (zero_stage 1) and the last synchronised "
+            "DistributedDataParallel: the optimizer state is sharded (zero_stage ", opt_.zero_stage, ") and the last synchronised "
             "backward was not followed by step(opt): call ddp.step(opt) instead of opt.step() (each rank holds only "
             "its part of the averaged gradient), or skip_step() to make no update");
 }

@@ -148,7 +148,7 @@ struct Job::Impl {
   // its first step). release(): frees it again once read.
   void unshard();
   void release_unsharded();
-  // zero_stage 1: the optimizer state lives in the ranks' shards. A change of size moves it from
+  // zero_stage 1 or 2: the optimizer state lives in the ranks' shards. A change of size moves it from
   // the old ranks' parts straight to the new ranks' parts (ddp::reshard); no rank gathers it.
   bool sharding() const { return o.zero_stage >= 1; }
   // The state on its way to the new world: a shrink reshards before the leaving ranks go and

@@ -35,7 +35,7 @@ TEST(Memory, BytesPerGpuShareTheStateWhenSharded) {
 
 // The fewest GPUs is the first count fits() accepts, for every need and device size of a grid.
 TEST(Memory, FewestGpusIsTheFirstThatFits) {
-  for (int zero : {0, 1})
+  for (int zero : {0, 1, 2})
     for (int64_t model : {int64_t{0}, 1 * kGiB, 7 * kGiB})
       for (int64_t state : {int64_t{0}, 3 * kGiB, 40 * kGiB + 17})
         for (int64_t device : {int64_t{0}, 8 * kGiB, 16 * kGiB, 80 * kGiB}) {
@@ -114,5 +114,5 @@ TEST(Memory, ThePlanJsonCarriesTheNeed) {
   EXPECT_THROW(parse_plan_request(R"({"version": 2, "gpus": 1, "jobs": [{"id": "a", "remaining": 1, "memory": {"zero": 1},
     "options": [{"gpus": 1, "batch": 1, "samples_per_s": 1}]}]})", "req"), DataError) << "a need without bytes";
   EXPECT_THROW(parse_plan_request(R"({"version": 2, "gpus": 1, "jobs": [{"id": "a", "remaining": 1,
-    "memory": {"model_bytes": 1, "zero": 2}, "options": [{"gpus": 1, "batch": 1, "samples_per_s": 1}]}]})", "req"), DataError);
+    "memory": {"model_bytes": 1, "zero": 3}, "options": [{"gpus": 1, "batch": 1, "samples_per_s": 1}]}]})", "req"), DataError);
 }

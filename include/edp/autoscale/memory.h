@@ -3,7 +3,8 @@
 //
 // Every rank holds `model_bytes` whatever the job's size (parameters, gradients, activations,
 // workspace) and the optimizer's state: all of it (`zero_stage` 0), or its share over the job's
-// ranks (`zero_stage` 1, edp's sharded optimizer state: ceil(state / ranks)). With several ranks
+// ranks (`zero_stage` 1, edp's sharded optimizer state: ceil(state / ranks); 2, the gradients
+// sharded too: a job states them in optimizer_state_bytes, the part that is spread). With several ranks
 // on one GPU (ranks_per_gpu), the GPU holds each of them.
 #pragma once
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The sharded optimizer state's layout, and its move from one world size to another (ZeRO stage 1;
-// docs/architecture.md, "Sharded optimizer state").
+// docs/architecture.md, "Sharded optimizer state and gradients").
 //
 // Sharded over W ranks, each gradient bucket of DistributedDataParallel is cut into W parts of
 // ceil(elements / W) elements (the last part shorter, possibly empty) and rank r owns part r of

@@ -123,7 +123,7 @@ struct JobOptions {
   // next_batch() hands them out one by one, the loop runs forward, backward and step(loss) on
   // each as on a batch, and the job accumulates their gradients (each weighted by its share of
   // the rank's samples, the allreduce once, with the last) and updates once — the step of the
-  // whole batch, whatever global batch a request or the autoscaler chose; also with zero_stage 1.
+  // whole batch, whatever global batch a request or the autoscaler chose; also sharded (zero_stage 1, 2).
   int64_t max_micro_batch = 0;
   std::string rescale_mode;      // "auto", "in-place", "restart"; empty: EDP_RESCALE_MODE
   Device device = Device::cpu();
@@ -262,7 +262,7 @@ class Job {
   // ---- Horovod-style state handling ----
   // Rank 0 writes a checkpoint now (in checkpoint_dir) and returns its path; the other ranks
   // return "" (the replicas are identical). Call it on every rank: with the optimizer state
-  // sharded (zero_stage 1) the ranks first gather it (collective).
+  // sharded (zero_stage 1, 2) the ranks first gather it (collective).
   std::string commit();
   // Collective: every rank takes rank 0's state (parameters, buffers, optimizer, data position).
   void sync();
