@@ -54,36 +54,89 @@ bool within(const std::vector<int>& a, const std::vector<int>& b) {  // a <= b i
   return true;
 }
 
+// The type an option uses, or -1 when it spans types.
+int type_of(const Kept& k) {
+  int t = -1;
+  for (size_t u = 0; u < k.gpus.size(); ++u)
+    if (k.gpus[u] > 0) {
+      if (t >= 0) return -1;
+      t = static_cast<int>(u);
+    }
+  return t;
+}
+
 // The exact reductions for one job: options that fit; per GPU vector the best (ties: the current
 // one, then the smaller batch); then every option that costs at least as much of each type as
 // another (or as waiting) and is worth no more, unless it is the current one and worth as much.
+// Sorted by GPUs in all, then by GPU vector.
 std::vector<Kept> reduce(const TypedJob& job, const std::vector<int>& capacity) {
-  std::map<std::vector<int>, Kept> best;
+  // Each option that fits as a small record (no copies of GPU vectors): its vector as one number
+  // in mixed radix (the first type most significant, so the numbers order as the vectors do).
+  struct Cand {
+    int64_t key;
+    int total;
+    double value;
+    int batch;
+    int index;
+    bool current;
+  };
+  // Where the vectors would not fit one number (many types of huge capacities) they are compared
+  // as vectors instead.
+  double cells = 1;
+  for (int c : capacity) cells *= c + 1.0;
+  const bool packed = cells < 4e18;
+  std::vector<Cand> cands;
+  cands.reserve(job.options.size());
   for (size_t i = 0; i < job.options.size(); ++i) {
     const TypedOption& o = job.options[i];
     if (!within(o.gpus, capacity)) continue;
-    Kept k{o.gpus, o.batch, o.value, o.tag, static_cast<int>(i), o.current, 0};
-    for (int g : o.gpus) k.total += g;
-    auto [it, fresh] = best.emplace(o.gpus, k);
-    if (fresh) continue;
-    Kept& b = it->second;
-    if (k.value > b.value || (k.value == b.value && (k.current || (!b.current && k.batch < b.batch)))) b = k;
+    Cand c{0, 0, o.value, o.batch, static_cast<int>(i), o.current};
+    for (size_t t = 0; t < capacity.size(); ++t) {
+      if (packed) c.key = c.key * (capacity[t] + 1) + o.gpus[t];
+      c.total += o.gpus[t];
+    }
+    cands.push_back(c);
   }
+  // In the order the DP takes them (fewest GPUs first), each GPU vector's best first: the higher
+  // value, then the current option, then the smaller batch, then the earlier option.
+  auto gpus = [&](const Cand& c) -> const std::vector<int>& { return job.options[static_cast<size_t>(c.index)].gpus; };
+  std::sort(cands.begin(), cands.end(), [&](const Cand& a, const Cand& b) {
+    if (a.total != b.total) return a.total < b.total;
+    if (a.key != b.key) return a.key < b.key;
+    if (!packed && gpus(a) != gpus(b)) return gpus(a) < gpus(b);
+    if (a.value != b.value) return a.value > b.value;
+    if (a.current != b.current) return a.current;
+    if (a.batch != b.batch) return a.batch < b.batch;
+    return a.index < b.index;
+  });
   std::vector<Kept> all;
-  for (auto& [g, k] : best) all.push_back(std::move(k));
+  for (size_t n = 0; n < cands.size(); ++n) {
+    if (n > 0 && cands[n].key == cands[n - 1].key && (packed || gpus(cands[n]) == gpus(cands[n - 1]))) continue;
+    const Cand& c = cands[n];
+    const TypedOption& o = job.options[static_cast<size_t>(c.index)];
+    all.push_back(Kept{o.gpus, o.batch, o.value, o.tag, c.index, o.current, c.total});
+  }
+  // Dominance. An option on one type is within another only if that one is on the same type with
+  // fewer GPUs, all of which come before it: the best value among them (a running maximum per
+  // type) decides. An option spanning types is checked against every other.
   std::vector<Kept> kept;
+  std::vector<double> best_below(capacity.size(), kNegInf);
   for (const Kept& o : all) {
+    const int t = type_of(o);
     bool dominated = job.may_wait && (o.value < 0 || (o.value == 0 && !o.current));
-    for (const Kept& p : all) {
-      if (dominated) break;
-      if (&p == &o || !within(p.gpus, o.gpus)) continue;
-      dominated = p.value > o.value || (p.value == o.value && !o.current);
+    if (t >= 0) {
+      const double b = best_below[static_cast<size_t>(t)];
+      dominated = dominated || b > o.value || (b == o.value && !o.current);
+      best_below[static_cast<size_t>(t)] = std::max(b, o.value);
+    } else {
+      for (const Kept& p : all) {
+        if (dominated) break;
+        if (&p == &o || !within(p.gpus, o.gpus)) continue;
+        dominated = p.value > o.value || (p.value == o.value && !o.current);
+      }
     }
     if (!dominated) kept.push_back(o);
   }
-  std::sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) {
-    return a.total != b.total ? a.total < b.total : a.gpus < b.gpus;
-  });
   return kept;
 }
 
@@ -160,16 +213,6 @@ struct Grid {
   }
 };
 
-// The type an option uses, or -1 when it spans types.
-int type_of(const Kept& k) {
-  int t = -1;
-  for (size_t u = 0; u < k.gpus.size(); ++u)
-    if (k.gpus[u] > 0) {
-      if (t >= 0) return -1;
-      t = static_cast<int>(u);
-    }
-  return t;
-}
 
 TypedSolution solve_exact(const std::vector<TypedJob>& jobs, const std::vector<std::vector<Kept>>& kept,
                           const std::vector<int>& capacity) {
