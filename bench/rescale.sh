@@ -3,7 +3,7 @@
 # change, against the same job started at the new size, in one run, pair by pair.
 #
 #   bench/rescale.sh [--reps N] [--models "cnn mlp gpt gpt-example"] [--cases "grow1-2 grow2-4 shrink2-1 restart1-2"]
-#                    [--load quiet|busy] [--hosts] [--gpu] [--zero 0|1] [--out FILE.jsonl]
+#                    [--load quiet|busy] [--hosts] [--gpu] [--zero 0|1|2] [--out FILE.jsonl]
 #
 # A case FROM-TO starts the job under edprun at FROM workers with its control file asking for TO
 # (so the change is asked for at its first step and the job runs the rest at TO); growN-M and
@@ -27,7 +27,8 @@
 #                 (--ranks-per-gpu, --mps on): a spawned rank joins the running daemon and the
 #                 device communicator (the colocated one) is rebuilt for the grown job
 #   --zero 1      the optimizer state sharded over the ranks (the examples' --zero 1): an in-place change
-#                 moves it rank to rank; the table's reshard_s is that move (the rescale event's phase)
+#                 moves it rank to rank; the table's reshard_s is that move (the rescale event's phase);
+#                 --zero 2: the gradients sharded too (the same move)
 #   --out FILE    appends one JSON line per pair to FILE
 # Models: cnn, mlp, gpt (a small GPT, 2 layers, d 128), gpt-example (gpt_text at its default size:
 # 4 layers, d 256, context 128, 3.3M parameters; 100 steps).
@@ -39,7 +40,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=5 MODELS="cnn mlp gpt" CASES="grow1-2 grow2-4 shrink2-1 restart1-2" LOAD=quiet HOSTS=0 GPU=0 ZERO=0 OUT=""
-usage() { echo "usage: $0 [--reps N] [--models \"cnn mlp gpt gpt-example\"] [--cases \"grow1-2 ...\"] [--load quiet|busy] [--hosts] [--gpu] [--zero 0|1] [--out FILE]" >&2; exit 2; }
+usage() { echo "usage: $0 [--reps N] [--models \"cnn mlp gpt gpt-example\"] [--cases \"grow1-2 ...\"] [--load quiet|busy] [--hosts] [--gpu] [--zero 0|1|2] [--out FILE]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) REPS=$2; shift 2 ;;
@@ -54,7 +55,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$LOAD" in quiet|busy) ;; *) usage ;; esac
-case "$ZERO" in 0|1) ;; *) usage ;; esac
+case "$ZERO" in 0|1|2) ;; *) usage ;; esac
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || usage
 BUILD=$(cd "${EDP_BUILD_DIR:-build}" 2>/dev/null && pwd) || { echo "$0: no build directory ${EDP_BUILD_DIR:-build}: run scripts/build.sh first" >&2; exit 1; }
 EDPRUN=$BUILD/tools/edprun/edprun
@@ -169,7 +170,7 @@ printf "%-5s %-11s %-9s %9s %8s %9s %11s %11s %6s\n" model case mode reshard_s p
 SUMMARY=$W/summary.jsonl
 for m in $MODELS; do
   read -r -a args <<<"$(model_args "$m")"
-  [ "$ZERO" = 1 ] && args+=(--zero 1)
+  [ "$ZERO" != 0 ] && args+=(--zero "$ZERO")
   scale=1; [ "$m" = gpt ] && scale=64  # tokens per window
   [ "$m" = gpt-example ] && scale=128
   cases=$CASES
