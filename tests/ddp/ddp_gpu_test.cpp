@@ -59,7 +59,9 @@ std::vector<Tensor> host_params(nn::Module& m) {
 
 // zero 1: the optimizer state sharded over the ranks (each bucket reduce-scattered, this rank's
 // parts updated, the parameters allgathered on the device): the same replicas and the same
-// tolerance against the CPU replica (the update of an element is the unsharded one).
+// tolerance against the CPU replica (the update of an element is the unsharded one). zero 2: the
+// gradients too (released into the buckets on the compute stream, the buffers freed after the
+// reduction): the same, and no parameter keeps a gradient after a step.
 void matches_one_cpu_process(int zero) {
   comm::Communicator& world = comm::world();
   const int W = world.size(), r = world.rank();
@@ -83,7 +85,7 @@ void matches_one_cpu_process(int zero) {
   ddp::DistributedDataParallel dmodel(model, *c,
                                      {.bucket_cap_bytes = 8 << 10, .first_bucket_bytes = 4 << 10, .zero_stage = zero});
   EXPECT_GE(dmodel.buckets().size(), 2u);
-  EXPECT_EQ(dmodel.sharded(), zero == 1 && W > 1);
+  EXPECT_EQ(dmodel.sharded(), zero >= 1 && W > 1);
   optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
   optim::SGD ref_opt(ref->parameters(), {.lr = 0.1, .momentum = 0.9});
   nn::SoftmaxCrossEntropy ce, ref_ce;
@@ -117,8 +119,10 @@ void matches_one_cpu_process(int zero) {
         diff = std::max(diff, std::abs(static_cast<double>(got[k].data<float>()[i]) - want[k].data<float>()[i]));
     }
     EXPECT_LE(diff, 1e-4) << "step " << s << " on " << W << " rank(s), " << c->backend() << ", zero " << zero;
+    if (zero == 2 && W > 1)
+      for (const nn::Parameter* p : model->parameters()) EXPECT_FALSE(p->grad.defined()) << p->name << ", step " << s;
   }
-  if (zero == 1 && W > 1) {  // each rank holds its part of the momentum: the parts make the whole
+  if (zero >= 1 && W > 1) {  // each rank holds its part of the momentum: the parts make the whole
     const int64_t mine = dmodel.optimizer_state_bytes(opt);
     int64_t full = 0;
     for (nn::Parameter* p : model->parameters()) full += static_cast<int64_t>(p->value.nbytes());
@@ -139,4 +143,9 @@ TEST(DdpGpu, MatchesOneCpuProcessAndKeepsReplicasIdentical) {
 TEST(DdpGpu, ShardedMatchesOneCpuProcessAndKeepsReplicasIdentical) {
   if (!cuda::available()) GTEST_SKIP() << cuda::unavailable_reason();
   matches_one_cpu_process(1);
+}
+
+TEST(DdpGpu, ShardedGradientsMatchOneCpuProcessAndKeepReplicasIdentical) {
+  if (!cuda::available()) GTEST_SKIP() << cuda::unavailable_reason();
+  matches_one_cpu_process(2);
 }

@@ -44,7 +44,7 @@
 #   gpu      the inplace sequence with every rank on the GPU (--device cuda; ranks share it: the
 #            colocated communicator, rebuilt after each change): coverage, replicas checked, and
 #            test accuracy within 1 point of the same sequence on the CPU; the same sharded
-#            (--zero 1: the parts moved at each change). Skipped without a GPU.
+#            (--zero 1 and --zero 2: the parts moved at each change). Skipped without a GPU.
 # Variables: MODE, MPIEXEC, EDPRUN, EXE, WORK.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -233,6 +233,13 @@ elseif(MODE STREQUAL "gpu")
   expect("${gz}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(6 processes\\)"
     "\"workers\": 3, \"global_batch\": 96")
   within_one_point("${gz}" "${c}" "the sequence on the GPU, sharded, vs unsharded on the CPU")
+  # The gradients sharded too (--zero 2): buffers on the device made and freed every backward.
+  file(MAKE_DIRECTORY ${WORK}/gz2)
+  run(gz2 ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --device cuda --zero 2 --plan ${plan}
+    --record ${WORK}/gz2)
+  expect("${gz2}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(6 processes\\)"
+    "\"workers\": 3, \"global_batch\": 96")
+  within_one_point("${gz2}" "${c}" "the sequence on the GPU, gradients sharded, vs unsharded on the CPU")
 elseif(MODE STREQUAL "background")
   file(MAKE_DIRECTORY ${WORK}/a ${WORK}/b)
   run(a ${MPIEXEC} --oversubscribe -np 2 -x EDP_EVENTS_FILE=${WORK}/a/events.jsonl ${EXE} --plan 5:4,35:1,40:3
