@@ -226,20 +226,16 @@ elseif(MODE STREQUAL "gpu")
     "\"workers\": 3, \"global_batch\": 96")
   run(c ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --plan ${plan} --record ${WORK}/c)
   within_one_point("${g}" "${c}" "the sequence on the GPU vs the same on the CPU")
-  # Sharded on the GPU: the parts move between the ranks (through host memory) at every change.
-  file(MAKE_DIRECTORY ${WORK}/gz)
-  run(gz ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --device cuda --zero 1 --plan ${plan}
-    --record ${WORK}/gz)
-  expect("${gz}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(6 processes\\)"
-    "\"workers\": 3, \"global_batch\": 96")
-  within_one_point("${gz}" "${c}" "the sequence on the GPU, sharded, vs unsharded on the CPU")
-  # The gradients sharded too (--zero 2): buffers on the device made and freed every backward.
-  file(MAKE_DIRECTORY ${WORK}/gz2)
-  run(gz2 ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --device cuda --zero 2 --plan ${plan}
-    --record ${WORK}/gz2)
-  expect("${gz2}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(6 processes\\)"
-    "\"workers\": 3, \"global_batch\": 96")
-  within_one_point("${gz2}" "${c}" "the sequence on the GPU, gradients sharded, vs unsharded on the CPU")
+  # Sharded on the GPU: the parts move between the ranks (through host memory) at every change;
+  # --zero 2: the gradients too (buffers on the device made and freed every backward).
+  foreach(z 1 2)
+    file(MAKE_DIRECTORY ${WORK}/gz${z})
+    run(gz ${MPIEXEC} --oversubscribe -np 2 -x EDP_BACKGROUND_GROW=0 ${EXE} --device cuda --zero ${z} --plan ${plan}
+      --record ${WORK}/gz${z})
+    expect("${gz}" "coverage: 2 epoch\\(s\\) x 3000 samples, each seen once \\(6 processes\\)"
+      "\"workers\": 3, \"global_batch\": 96")
+    within_one_point("${gz}" "${c}" "the sequence on the GPU, --zero ${z}, vs unsharded on the CPU")
+  endforeach()
 elseif(MODE STREQUAL "background")
   file(MAKE_DIRECTORY ${WORK}/a ${WORK}/b)
   run(a ${MPIEXEC} --oversubscribe -np 2 -x EDP_EVENTS_FILE=${WORK}/a/events.jsonl ${EXE} --plan 5:4,35:1,40:3
