@@ -9,6 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "backend/cpu/common.h"
 #include "edp/backend/ops.h"
@@ -75,7 +76,6 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i]->grad_ready_hooks.push_back([this, i](nn::Parameter&) { on_grad_ready(i); });
   if (zero2_) {  // no whole gradient between backward passes: the layers make them as they need them
-    copied_.assign(params_.size(), 0);
     for (nn::Parameter* p : params_) p->grad = Tensor();
     // The host allocator would keep the released gradients' blocks for reuse (its cache): return
     // them, or the process would go on holding the memory stage 2 exists to give back.
@@ -243,29 +243,22 @@ void DistributedDataParallel::on_grad_ready(size_t k) {
 }
 
 // zero_stage 2: the gradient goes into the bucket's rank blocks (the buffer made, zeros, by the
-// bucket's first), scaled by the step's weight, and is released. The first copy of a backward
-// overwrites (bitwise the copy of zero_stage 1); a gradient made again after its release (a
-// parameter a later layer uses too) is added; a released one adds nothing.
+// bucket's first), scaled by the step's weight (bitwise the copy of zero_stage 1), and is released.
+// A released gradient (already copied: finish() refills unlaunched buckets) leaves its runs as
+// they are; a parameter's hook fires once per backward (the layer contract, module.h).
 void DistributedDataParallel::grad_into_bucket(const Slot& s, Bucket& b) {
   if (!b.buffer.defined())
     b.buffer = Tensor::zeros({comm_.size() * (b.part + 1)}, b.shard.dtype(), b.shard.device());
   Tensor& grad = s.param->grad;
   if (!grad.defined()) return;
-  const size_t k = static_cast<size_t>(&s - slots_.data());
-  const bool add = copied_[k] != 0;
-  copied_[k] = 1;
   const Tensor g = grad.flatten();
   const int64_t n = g.numel();
   if (b.buffer.device().is_cuda()) {  // enqueued on the compute stream, run by run
     for (int64_t i = 0; i < n;) {
       const int64_t flat = s.offset + i, len = std::min(n - i, b.part - flat % b.part);
       Tensor d = b.buffer.narrow(at(b, flat), len);
-      if (add) {
-        ops::axpy_(d, step_weight_, g.narrow(i, len));
-      } else {
-        d.copy_from(g.narrow(i, len));
-        ops::scale_(d, step_weight_);
-      }
+      d.copy_from(g.narrow(i, len));
+      ops::scale_(d, step_weight_);
       i += len;
     }
   } else {
@@ -277,10 +270,7 @@ void DistributedDataParallel::grad_into_bucket(const Slot& s, Bucket& b) {
       for (int64_t i = 0; i < n;) {
         const int64_t flat = s.offset + i, len = std::min(n - i, b.part - flat % b.part);
         T* d = buf + at(b, flat);
-        if (add)
-          for (int64_t j = 0; j < len; ++j) d[j] += src[i + j] * w;
-        else
-          for (int64_t j = 0; j < len; ++j) d[j] = src[i + j] * w;
+        for (int64_t j = 0; j < len; ++j) d[j] = src[i + j] * w;
         i += len;
       }
     });
@@ -317,11 +307,13 @@ void DistributedDataParallel::launch_ready_buckets() {
     const int64_t block = b.part + 1;
     const DType dt = b.buffer.dtype();
     const bool host_zero2 = zero2_ && !b.buffer.device().is_cuda();
-    void* shard = !zero_ ? nullptr
-                  : zero2_ && !host_zero2 ? static_cast<char*>(buf) + static_cast<size_t>(comm_.rank() * block) * dtype_size(dt)
-                                          : b.shard.raw();
-    Tensor owned = host_zero2 ? std::move(b.buffer) : Tensor();
-    if (host_zero2) b.buffer = Tensor();
+    void* shard = nullptr;  // where this rank's reduced part lands (sharded)
+    if (zero2_ && !host_zero2)
+      shard = static_cast<char*>(buf) + static_cast<size_t>(comm_.rank() * block) * dtype_size(dt);
+    else if (zero_)
+      shard = b.shard.raw();
+    Tensor owned;
+    if (host_zero2) owned = std::exchange(b.buffer, Tensor());
     const size_t index = next_launch_;
     auto comm_us = b.comm_us;
     if (!thread_) {
@@ -485,7 +477,6 @@ void DistributedDataParallel::finish() {
     b.launched = false;
   }
   next_launch_ = 0;
-  std::fill(copied_.begin(), copied_.end(), 0);
   step_pending_ = zero_;
   step_weight_ = 1.0 / world;
   stats_.exposed_comm_s += sw.seconds();

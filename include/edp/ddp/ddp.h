@@ -224,7 +224,6 @@ class DistributedDataParallel {
   DDPStats stats_;
   bool zero_ = false;   // sharded (DDPOptions::zero_stage >= 1, 2 ranks or more)
   bool zero2_ = false;  // the gradients too (zero_stage 2)
-  std::vector<char> copied_;  // zero_stage 2: the slot's gradient is in its bucket this backward
   std::vector<Segment> segments_;
   std::vector<nn::Parameter> shard_params_;  // views: parameter parts and reduced gradient parts
   std::unique_ptr<optim::Optimizer> shard_opt_;
