@@ -194,88 +194,47 @@ void DistributedDataParallel::on_grad_ready(size_t k) {
   if (!sync_ || !in_backward_ || solo()) return;
   const Slot& s = slots_[k];
   Bucket& b = *buckets_[static_cast<size_t>(s.bucket)];
-  if (zero2_) {
-    grad_into_bucket(s, b);
-    if (++b.ready == b.slots.size()) launch_ready_buckets();
-    return;
-  }
-  s.param->grad_to_accumulate();  // a gradient released before (by a zero_stage 2 DDP) counts as zeros
-  // Fold the averaging into the copy: the allreduce is then a plain Sum.
-  Tensor dst = zero_ ? Tensor() : b.buffer.narrow(s.offset, s.param->grad.numel());
-  if (!zero_ && dst.device().is_cuda()) {  // enqueued on the compute stream, before the bucket's allreduce
-    dst.copy_from(s.param->grad.flatten());
-    ops::scale_(dst, step_weight_);
-    if (++b.ready == b.slots.size()) launch_ready_buckets();
-    return;
-  }
-  if (zero_ && b.buffer.device().is_cuda()) {  // sharded on the GPU: run by run into the rank blocks
-    const Tensor g = s.param->grad.flatten();
-    const int64_t n = g.numel();
+  // zero_stage 2: the bucket's buffer is made (zeros) by its first gradient of the backward; a
+  // gradient already copied and released (finish() refills unlaunched buckets) leaves its runs as
+  // they are (a parameter's hook fires once per backward: the layer contract, module.h).
+  if (zero2_ && !b.buffer.defined())
+    b.buffer = Tensor::zeros({comm_.size() * (b.part + 1)}, b.shard.dtype(), b.shard.device());
+  if (!zero2_) s.param->grad_to_accumulate();  // one released before (by a zero_stage 2 DDP) counts as zeros
+  if (s.param->grad.defined()) copy_into_bucket(s, b);
+  // Released once its bucket holds it; on a GPU its memory is reused by later work on the same
+  // stream, after the copy.
+  if (zero2_) s.param->grad = Tensor();
+  if (++b.ready == b.slots.size()) launch_ready_buckets();
+}
+
+// The gradient into the bucket, scaled by the step's weight (the averaging folded into the copy:
+// the allreduce is then a plain Sum): unsharded at its offset, sharded run by run into the rank
+// blocks.
+void DistributedDataParallel::copy_into_bucket(const Slot& s, Bucket& b) {
+  const Tensor g = s.param->grad.flatten();
+  const int64_t n = g.numel();
+  if (b.buffer.device().is_cuda()) {  // enqueued on the compute stream, before the bucket's collective
     for (int64_t i = 0; i < n;) {
-      const int64_t flat = s.offset + i, len = std::min(n - i, b.part - flat % b.part);
-      Tensor d = b.buffer.narrow(at(b, flat), len);
+      const int64_t flat = s.offset + i, len = zero_ ? std::min(n - i, b.part - flat % b.part) : n;
+      Tensor d = b.buffer.narrow(zero_ ? at(b, flat) : flat, len);
       d.copy_from(g.narrow(i, len));
       ops::scale_(d, step_weight_);
       i += len;
     }
-    if (++b.ready == b.slots.size()) launch_ready_buckets();
     return;
   }
   ops::cpu::dispatch_float(b.buffer.dtype(), "ddp copy-in", [&](auto tag) {
     using T = decltype(tag);
-    const T* g = s.param->grad.data<T>();
+    const T* src = g.data<T>();
     const T w = static_cast<T>(step_weight_);
-    const int64_t n = s.param->grad.numel();
-    if (!zero_) {
-      T* d = dst.data<T>();
-      for (int64_t i = 0; i < n; ++i) d[i] = g[i] * w;
-      return;
-    }
     T* buf = b.buffer.data<T>();
-    for (int64_t i = 0; i < n;) {  // run by run within the rank blocks
-      const int64_t flat = s.offset + i, len = std::min(n - i, b.part - flat % b.part);
-      T* d = buf + at(b, flat);
-      for (int64_t j = 0; j < len; ++j) d[j] = g[i + j] * w;
+    for (int64_t i = 0; i < n;) {
+      const int64_t flat = s.offset + i, len = zero_ ? std::min(n - i, b.part - flat % b.part) : n;
+      T* d = buf + (zero_ ? at(b, flat) : flat);
+      for (int64_t j = 0; j < len; ++j) d[j] = src[i + j] * w;
       i += len;
     }
   });
-  if (++b.ready == b.slots.size()) launch_ready_buckets();
-}
-
-// zero_stage 2: the gradient goes into the bucket's rank blocks (the buffer made, zeros, by the
-// bucket's first), scaled by the step's weight (bitwise the copy of zero_stage 1), and is released.
-// A released gradient (already copied: finish() refills unlaunched buckets) leaves its runs as
-// they are; a parameter's hook fires once per backward (the layer contract, module.h).
-void DistributedDataParallel::grad_into_bucket(const Slot& s, Bucket& b) {
-  if (!b.buffer.defined())
-    b.buffer = Tensor::zeros({comm_.size() * (b.part + 1)}, b.shard.dtype(), b.shard.device());
-  Tensor& grad = s.param->grad;
-  if (!grad.defined()) return;
-  const Tensor g = grad.flatten();
-  const int64_t n = g.numel();
-  if (b.buffer.device().is_cuda()) {  // enqueued on the compute stream, run by run
-    for (int64_t i = 0; i < n;) {
-      const int64_t flat = s.offset + i, len = std::min(n - i, b.part - flat % b.part);
-      Tensor d = b.buffer.narrow(at(b, flat), len);
-      d.copy_from(g.narrow(i, len));
-      ops::scale_(d, step_weight_);
-      i += len;
-    }
-  } else {
-    ops::cpu::dispatch_float(b.buffer.dtype(), "ddp copy-in", [&](auto tag) {
-      using T = decltype(tag);
-      const T* src = g.data<T>();
-      const T w = static_cast<T>(step_weight_);
-      T* buf = b.buffer.data<T>();
-      for (int64_t i = 0; i < n;) {
-        const int64_t flat = s.offset + i, len = std::min(n - i, b.part - flat % b.part);
-        T* d = buf + at(b, flat);
-        for (int64_t j = 0; j < len; ++j) d[j] = src[i + j] * w;
-        i += len;
-      }
-    });
-  }
-  grad = Tensor();  // on a GPU its memory is reused by later work on the same stream, after the copy
 }
 
 void DistributedDataParallel::launch_ready_buckets() {

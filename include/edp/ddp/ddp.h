@@ -204,7 +204,7 @@ class DistributedDataParallel {
   // bi that lies in one parameter, in bucket order.
   template <typename Fn>
   void for_each_run(size_t bi, int r, Fn&& fn) const;
-  void grad_into_bucket(const Slot& s, Bucket& b);  // zero_stage 2: the copy-in, then the release
+  void copy_into_bucket(const Slot& s, Bucket& b);  // the gradient, scaled, into its bucket
   void make_shard_optimizer(optim::Optimizer& opt);
   void allgather_parameters();
 
