@@ -559,6 +559,7 @@ LivePlan plan_live(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
     c.type = o.config.type;
     plan.slots_used += o.config.gpus;
     explain(j, o, ch.valuation, c);
+    if (!c.type.empty() && c.action == Action::Start) c.reason += " (GPU type " + c.type + ")";
   }
   plan.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;
