@@ -30,6 +30,23 @@ LivePolicy Controller::live_policy() const {
   p.start_s = cfg_.start_s;
   p.warmup_steps = cfg_.warmup_steps;
   p.types = res_.types();  // one type or none: the slots are alike
+  if (p.types.size() > 1) {
+    // As p.slots above, per type: a type has at least what its running jobs must keep there.
+    int sum = 0;
+    for (SlotType& t : p.types) {
+      int hold = 0;
+      for (const ManagedJob& j : jobs_)
+        if (j.running() && j.gpu_type == t.name) {
+          const bool settled = j.samples_per_s > 0 && j.target_workers == 0 && !j.moving;
+          if (!settled) hold += j.slots();
+          else if (!j.spec.preemptible) hold += (j.spec.min_workers + j.ranks_per_slot - 1) / j.ranks_per_slot;
+        }
+      t.slots = std::max(t.slots, hold);
+      sum += t.slots;
+    }
+    if (sum >= 1) p.slots = sum;
+    else p.types.clear();  // nothing to be had of any type: as untyped (nothing starts)
+  }
   return p;
 }
 
