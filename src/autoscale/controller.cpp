@@ -173,12 +173,13 @@ void Controller::take_status(ManagedJob& j, const elastic::JobStatus& st) {
   const int enough = live_policy().measured_steps();  // past its warm-up
   for (const elastic::ConfigMeasure& c : st.configs) {
     const int k = j.ranks_per_slot;
+    // Taken on the type of the slots it runs on: the same size on another type is another row.
     auto it = std::find_if(j.measured.begin(), j.measured.end(), [&](const Measured& m) {
-      return m.workers == c.workers && m.batch == c.global_batch && m.ranks_per_slot == k;
+      return m.workers == c.workers && m.batch == c.global_batch && m.ranks_per_slot == k && m.type == j.gpu_type;
     });
     const bool fresh = it == j.measured.end();
     if (fresh) {
-      j.measured.push_back({c.workers, k, c.global_batch, 0, 0, 0});
+      j.measured.push_back({c.workers, k, c.global_batch, 0, 0, 0, j.gpu_type});
       it = j.measured.end() - 1;
     }
     // Where the job runs now, a reading counts once the warm-up of its present stay is diluted:

@@ -60,6 +60,10 @@ struct ManagedJob {
   int workers = 0, ranks_per_slot = 1;
   int64_t batch = 0;
   std::vector<int> gpus;  // GPU slots held (GPU backend)
+  // Several GPU types (Resources::types): the type of the slots it runs on (the plan's choice; a
+  // GPU backend that knows its types names the type of the GPUs it gave even with one type). Its
+  // measurements are tagged with it. Kept after it ends: the type it last ran on.
+  std::string gpu_type;
   // Hostfile backend: the slots the job runs on per host (its hostfile's order), and those of a
   // rescale asked for and not landed yet (a shrink keeps holding what it leaves until it lands, a
   // grow holds what it takes from the moment it asks).
@@ -132,6 +136,9 @@ class Resources {
   // The most slots a job could ever get here (submit's check); slots() may be less at a time.
   virtual int limit() const { return slots(); }
   virtual bool gpu() const { return false; }
+  // The slots' GPU types with their counts (LivePolicy::types), when the backend knows them; a
+  // start's assign() then gives the job slots of the type in j.gpu_type (the plan's choice).
+  virtual std::vector<SlotType> types() const { return {}; }
   virtual std::string describe() const = 0;
   virtual void assign(ManagedJob& j, int workers, const std::vector<ManagedJob>& all) = 0;
   virtual void landed(ManagedJob& j) { j.hosts = j.next_hosts; }
@@ -156,6 +163,18 @@ class Resources {
 
 std::unique_ptr<Resources> cpu_slots(int slots);  // a slot is a core of this host
 std::unique_ptr<Resources> gpu_slots(int gpus);   // a slot is a GPU of this host (by index)
+// The same with each GPU's type (types[i]: GPU i's; gpu_type_token), one entry per GPU.
+std::unique_ptr<Resources> gpu_slots(std::vector<std::string> types);
+// A GPU's type as a token: its product name (nvidia-smi's `name`) in lower case, a leading
+// "nvidia " dropped, every run of characters other than a-z and 0-9 made one '-', none at either
+// end: "NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3", "Tesla V100-SXM2-16GB" -> "tesla-v100-sxm2-16gb".
+std::string gpu_type_token(const std::string& product);
+// Each GPU's type token by index from `nvidia-smi --query-gpu=index,name --format=csv,noheader`
+// ("0, NVIDIA H100 80GB HBM3" per line). Throws edp::DataError naming the line it cannot read.
+std::vector<std::string> gpu_types_from_nvidia_smi(const std::string& csv);
+// The types of this host's GPUs 0..gpus-1 from nvidia-smi (found on PATH); empty, with the reason
+// in *why, when nvidia-smi cannot tell them (not there, failing, listing fewer GPUs).
+std::vector<std::string> this_host_gpu_types(int gpus, std::string* why);
 // A slot is a MIG instance of this host (edprun --mig: by its index in nvidia-smi -L's list), one
 // rank each; the instances should be of one profile (a job's measured speed is taken for any).
 std::unique_ptr<Resources> mig_slots(int instances);

@@ -29,6 +29,24 @@ LivePolicy Controller::live_policy() const {
   p.default_pause_s = cfg_.pause_s >= 0 ? cfg_.pause_s : res_.gpu() ? 30.0 : kMeasuredCpuRescalePauseS;
   p.start_s = cfg_.start_s;
   p.warmup_steps = cfg_.warmup_steps;
+  p.types = res_.types();  // one type or none: the slots are alike
+  if (p.types.size() > 1) {
+    // As p.slots above, per type: a type has at least what its running jobs must keep there.
+    int sum = 0;
+    for (SlotType& t : p.types) {
+      int hold = 0;
+      for (const ManagedJob& j : jobs_)
+        if (j.running() && j.gpu_type == t.name) {
+          const bool settled = j.samples_per_s > 0 && j.target_workers == 0 && !j.moving;
+          if (!settled) hold += j.slots();
+          else if (!j.spec.preemptible) hold += (j.spec.min_workers + j.ranks_per_slot - 1) / j.ranks_per_slot;
+        }
+      t.slots = std::max(t.slots, hold);
+      sum += t.slots;
+    }
+    if (sum >= 1) p.slots = sum;
+    else p.types.clear();  // nothing to be had of any type: as untyped (nothing starts)
+  }
   return p;
 }
 
@@ -44,6 +62,7 @@ std::vector<LiveJob> Controller::live_jobs(std::vector<ManagedJob*>& refs) {
     l.workers = j.workers;
     l.ranks_per_slot = j.ranks_per_slot;
     l.batch = j.batch;
+    l.type = j.gpu_type;
     // GPU jobs keep their GPUs while they run (rescale across GPUs: not yet, docs/autoscaler.md §8).
     l.settled = l.running && j.samples_per_s > 0 && j.target_workers == 0 && !j.moving && !res_.gpu();
     l.measured = j.measured;
@@ -94,6 +113,7 @@ json Controller::act(ManagedJob& j, const LiveChoice& c) {
   json d = {{"job", j.id}, {"action", action_name(c.action)}, {"reason", c.reason}, {"workers", c.workers},
             {"ranks_per_slot", c.ranks_per_slot}, {"batch", c.batch}, {"samples_per_s", c.samples_per_s},
             {"measured", c.measured}, {"remaining_s", c.remaining_s}};
+  if (!c.type.empty()) d["type"] = c.type;
   auto defer = [&](const std::string& why) {
     d["action"] = "deferred";
     d["reason"] = std::string(action_name(c.action)) + " deferred" + why + ": " + c.reason;
@@ -134,6 +154,7 @@ json Controller::act(ManagedJob& j, const LiveChoice& c) {
 
 void Controller::start(ManagedJob& j, const LiveChoice& c) {
   j.ranks_per_slot = c.ranks_per_slot;
+  j.gpu_type = c.type;  // several types: assign() gives slots of this one
   res_.assign(j, c.workers, jobs_);
   // The size it starts at, for the ranks to refuse nothing: the control file names it. The
   // program's flags give its first global batch; the job adopts this one at its first look.
@@ -183,6 +204,7 @@ void Controller::start_moved(ManagedJob& j) {
   c.workers = j.target_workers;
   c.batch = j.target_batch;
   c.ranks_per_slot = j.ranks_per_slot;
+  c.type = j.gpu_type;
   c.slots = (c.workers + c.ranks_per_slot - 1) / c.ranks_per_slot;
   const int from = j.workers;
   res_.release(j);

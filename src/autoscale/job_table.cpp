@@ -33,9 +33,11 @@ JobPhase parse_phase(const std::string& s) {
 
 json job_json(const ManagedJob& j) {
   json ms = json::array();
-  for (const Measured& m : j.measured)
+  for (const Measured& m : j.measured) {
     ms.push_back({{"workers", m.workers}, {"ranks_per_slot", m.ranks_per_slot}, {"batch", m.batch},
                   {"steps", m.steps}, {"step_s", m.step_s}, {"comm_s", m.comm_s}});
+    if (!m.type.empty()) ms.back()["type"] = m.type;
+  }
   json x = {{"id", j.id}, {"spec", json::parse(job_spec_json(j.spec))}, {"state", phase_name(j.state)},
             {"submit_t", j.submit_t}, {"start_t", j.start_t}, {"end_t", j.end_t},
             {"workers", j.workers}, {"ranks_per_slot", j.ranks_per_slot}, {"batch", j.batch},
@@ -61,6 +63,7 @@ json job_json(const ManagedJob& j) {
   auto sched = [](const SchedJob& s) {
     return json{{"id", s.id}, {"state", s.state}, {"reason", s.reason}, {"resized", s.resized}};
   };
+  if (!j.gpu_type.empty()) x["gpu_type"] = j.gpu_type;
   if (!j.sched.id.empty()) x["sched"] = sched(j.sched);
   if (!j.sched_grow.id.empty() || !j.sched_grow.state.empty()) x["sched_grow"] = sched(j.sched_grow);
   return x;
@@ -112,6 +115,7 @@ ManagedJob job_from_json(const json& x) {
       *s = SchedJob{o->text("id", ""), o->text("state", ""), o->text("reason", ""),
                     static_cast<int>(o->integer("resized", 0, 1 << 20, 0))};
   j.error = f.text("error", "");
+  j.gpu_type = f.text("gpu_type", "");
   try {  // lists: nlohmann's own conversions (their errors name the type)
     j.gpus = x.value("gpus", std::vector<int>{});
     j.hosts = x.value("hosts", std::vector<HostShare>{});
@@ -125,7 +129,8 @@ ManagedJob job_from_json(const json& x) {
       const json_fields::Fields m = f.element("measured", i);
       j.measured.push_back({static_cast<int>(m.integer("workers", 0, 1 << 20, 0)),
                             static_cast<int>(m.integer("ranks_per_slot", 1, 64, 1)), m.integer("batch", 0, kBig, 0),
-                            m.integer("steps", 0, kBig, 0), m.number("step_s", 0, 1e9, 0.0), m.number("comm_s", 0, 1e9, 0.0)});
+                            m.integer("steps", 0, kBig, 0), m.number("step_s", 0, 1e9, 0.0), m.number("comm_s", 0, 1e9, 0.0),
+                            m.text("type", "")});
     }
   if (const auto m = f.object_if("metrics"))
     j.metrics = FinalMetrics{true, m->number("test_acc", -1, 1e18, -1.0), m->number("final_loss", -1, 1e18, -1.0),

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "autoscale/memory_fields.h"
+#include "autoscale/plan_types.h"
 #include "core/json_fields.h"
 #include "edp/autoscale/goodput.h"
 #include "edp/autoscale/plan.h"
@@ -298,8 +299,11 @@ double Predictor::trust() const { return trust_of(anchors_); }
 
 namespace {
 
-// The options of one job (live.h, plan_live), with their predicted or measured throughput.
-std::vector<Opt> job_options(const LiveJob& j, const LivePolicy& P, const Predictor& pred) {
+// The options of one job (live.h, plan_live), with their predicted or measured throughput. With
+// several types: those on `type` (P.slots its slots), the predictor's throughput times `scale` (1
+// where the predictor has the job's own measurements on this type, `projected` false).
+std::vector<Opt> job_options(const LiveJob& j, const LivePolicy& P, const Predictor& pred, const std::string& type = "",
+                             double scale = 1.0, bool projected = false) {
   const JobSpec& s = j.spec;
   const bool goodput = parse_policy(P.name, PolicyScope::Live) == PolicyKind::Goodput;
   std::vector<Opt> opts;
@@ -312,7 +316,9 @@ std::vector<Opt> job_options(const LiveJob& j, const LivePolicy& P, const Predic
     o.config.gpus = slots;
     o.config.ranks_per_gpu = k;
     o.config.batch = static_cast<int>(std::min<int64_t>(batch, INT32_MAX));
-    o.config.samples_per_s = pred.samples_per_s(o.workers(), k, batch, &o.measured);
+    o.config.samples_per_s = pred.samples_per_s(o.workers(), k, batch, &o.measured) * scale;
+    o.measured = o.measured && !projected;
+    o.config.type = type;
     if (goodput && s.grad_noise_scale > 0) {
       const double b0 = static_cast<double>(s.min_batch);
       o.config.efficiency =
@@ -378,7 +384,59 @@ void explain(const LiveJob& j, const Opt& o, const Valuation& v, LiveChoice& c) 
   }
 }
 
+// static over several types: FIFO as decide_fifo's, a queued job starting on the first type (in
+// the policy's order) where its requested size is free; one larger than every type is passed over.
+LivePlan plan_static_typed(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
+  std::vector<int> free;
+  for (const SlotType& t : P.types) free.push_back(t.slots);
+  auto index = [&](const std::string& name) {
+    for (size_t t = 0; t < P.types.size(); ++t)
+      if (P.types[t].name == name) return t;
+    return P.types.size();
+  };
+  for (const LiveJob& j : jobs)
+    if (j.running && index(j.type) < P.types.size()) free[index(j.type)] -= slots_of(j.workers, j.ranks_per_slot);
+  LivePlan plan;
+  plan.choices.resize(jobs.size());
+  bool blocked = false;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const LiveJob& j = jobs[i];
+    LiveChoice& c = plan.choices[i];
+    if (j.running) {
+      c.slots = slots_of(j.workers, j.ranks_per_slot);
+      c.ranks_per_slot = j.ranks_per_slot;
+      c.workers = j.workers;
+      c.batch = j.batch;
+      c.type = j.type;
+      c.action = Action::Hold;
+      c.reason = "static: a running job keeps its size";
+      plan.slots_used += c.slots;
+      continue;
+    }
+    const bool ever = std::any_of(P.types.begin(), P.types.end(), [&](const SlotType& t) { return j.spec.workers <= t.slots; });
+    size_t t = P.types.size();
+    if (ever && !blocked)
+      for (size_t u = 0; u < P.types.size() && t == P.types.size(); ++u)
+        if (j.spec.workers <= free[u]) t = u;
+    if (t < P.types.size()) {
+      free[t] -= j.spec.workers;
+      c.slots = c.workers = j.spec.workers;
+      c.batch = j.spec.batch;
+      c.type = P.types[t].name;
+      c.action = Action::Start;
+      c.reason = "static: first in line, " + std::to_string(j.spec.workers) + " slot(s) of type " + c.type + " free";
+      plan.slots_used += c.slots;
+    } else {
+      blocked = blocked || ever;
+      c.action = Action::Wait;
+      c.reason = "static: waits for " + std::to_string(j.spec.workers) + " free slot(s) of one type in submission order";
+    }
+  }
+  return plan;
+}
+
 LivePlan plan_static(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
+  if (P.typed()) return plan_static_typed(jobs, P);
   PlanRequest req;
   req.gpus = P.slots;
   req.objective = Objective::Fifo;
@@ -423,11 +481,49 @@ LivePlan plan_static(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
 
 namespace {
 PlanRequest build_request(const std::vector<LiveJob>& jobs, const LivePolicy& P, std::vector<std::vector<Opt>>* opts_out);
+
+std::string type_names(const LivePolicy& P) {
+  std::string s;
+  for (const SlotType& t : P.types) s += (s.empty() ? "" : ", ") + t.name;
+  return s;
+}
+
+bool has_type(const LivePolicy& P, const std::string& name) {
+  return std::any_of(P.types.begin(), P.types.end(), [&](const SlotType& t) { return t.name == name; });
+}
+
+// The slots' types and the types the jobs name (edp::DataError naming what is wrong).
+void check_types(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
+  if (!P.typed()) return;
+  int64_t sum = 0;
+  std::set<std::string> names;
+  for (const SlotType& t : P.types) {
+    if (t.name.empty()) throw DataError("slot types: a type has no name (types: " + type_names(P) + ")");
+    if (!names.insert(t.name).second) throw DataError("slot types: type '" + t.name + "' is listed twice");
+    if (t.slots < 0) throw DataError("slot types: type '" + t.name + "' has " + std::to_string(t.slots) + " slots");
+    if (!(t.speed > 0) || !std::isfinite(t.speed))
+      throw DataError("slot types: type '" + t.name + "': speed must be a positive number");
+    sum += t.slots;
+  }
+  if (sum != P.slots)
+    throw DataError("slot types: the types hold " + std::to_string(sum) + " slot(s) but the slots are " +
+                    std::to_string(P.slots));
+  for (const LiveJob& j : jobs) {
+    if (j.running && !has_type(P, j.type))
+      throw DataError("job " + j.id + " runs on GPU type '" + j.type + "', which is not one of the slots' types (" +
+                      type_names(P) + ")");
+    for (const Measured& m : j.measured)
+      if (!has_type(P, m.type))
+        throw DataError("job " + j.id + " was measured on GPU type '" + m.type + "', which is not one of the slots' types (" +
+                        type_names(P) + ")");
+  }
+}
 }  // namespace
 
 LivePlan plan_live(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
   const auto t0 = std::chrono::steady_clock::now();
   EDP_CHECK(P.slots >= 1, "plan_live: slots must be >= 1");
+  check_types(jobs, P);
   // static: FIFO at the requested size and batch; never rescales or preempts.
   if (parse_policy(P.name, PolicyScope::Live) == PolicyKind::Static) {
     LivePlan plan = plan_static(jobs, P);
@@ -460,8 +556,10 @@ LivePlan plan_live(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
     c.samples_per_s = o.config.samples_per_s;
     c.measured = o.measured;
     c.remaining_s = ch.valuation.finish_s;
+    c.type = o.config.type;
     plan.slots_used += o.config.gpus;
     explain(j, o, ch.valuation, c);
+    if (!c.type.empty() && c.action == Action::Start) c.reason += " (GPU type " + c.type + ")";
   }
   plan.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;
@@ -476,6 +574,10 @@ PlanRequest build_request(const std::vector<LiveJob>& jobs, const LivePolicy& P,
   const Priors prior = priors(jobs, P.measured_steps());
   PlanRequest req;
   req.gpus = P.slots;
+  if (P.typed())
+    for (const SlotType& t : P.types) req.types.push_back(GpuType{t.name, t.slots, {}, 0});
+  std::vector<TypeLearn> speeds;
+  for (const SlotType& t : P.types) speeds.push_back(TypeLearn{t.name, 0, t.speed});
   req.objective = Objective::RestartAware;
   req.hysteresis = P.hysteresis;
   req.pause_s = P.default_pause_s;
@@ -484,21 +586,46 @@ PlanRequest build_request(const std::vector<LiveJob>& jobs, const LivePolicy& P,
   for (size_t i = 0; i < jobs.size(); ++i) {
     const LiveJob& j = jobs[i];
     const JobSpec& s = j.spec;
-    const Predictor pred(j, P, prior.rank_sps);
     const double remaining = std::max(1.0, j.samples_total > 0 ? static_cast<double>(std::max<int64_t>(0, j.samples_total - j.samples_done))
                                            : s.samples > 0     ? static_cast<double>(s.samples)
                                                                : prior.total);
-    opts[i] = job_options(j, P, pred);
+    if (!P.typed()) {
+      opts[i] = job_options(j, P, Predictor(j, P, prior.rank_sps));
+    } else {
+      // Per type: its own measurements there, else those of the type it was measured on most,
+      // scaled by the types' speeds (plan_types.h project_type, the rule of plan's learned jobs).
+      // A running job stays on its type.
+      std::map<std::string, int> count;
+      for (const Measured& m : j.measured)
+        if (m.steps >= P.measured_steps() && m.step_s > 0) ++count[m.type];
+      for (const SlotType& t : P.types) {
+        if (j.running && t.name != j.type) continue;
+        const detail::TypeProjection from = detail::project_type(count, speeds, t.name);
+        LiveJob on = j;  // the job as the source type's measurements show it
+        on.measured.clear();
+        for (const Measured& m : j.measured)
+          if (m.type == from.source) on.measured.push_back(m);
+        LivePolicy here = P;
+        here.slots = t.slots;
+        const Predictor pred(on, here, prior.rank_sps);
+        for (Opt& o : job_options(j, here, pred, t.name, from.scale, from.source != t.name)) opts[i].push_back(o);
+      }
+    }
     PlanJob pj;
     pj.id = j.id;
     pj.weight = s.weight;
     pj.may_wait = !j.running || s.preemptible;
     pj.remaining = remaining;
-    pj.own = Config{s.workers, static_cast<int>(std::min<int64_t>(s.batch, INT32_MAX)), 1, 0, 1.0};
-    // A job holding more slots than the cluster now gives (a scheduler took some back) cannot stay.
-    if (j.running && slots_of(j.workers, j.ranks_per_slot) <= P.slots)
+    const std::string type = !P.typed() ? "" : j.running ? j.type : P.types[0].name;
+    pj.own = Config{s.workers, static_cast<int>(std::min<int64_t>(s.batch, INT32_MAX)), 1, 0, 1.0, type};
+    // A job holding more slots than the cluster (its type) now gives (a scheduler took some back)
+    // cannot stay.
+    int room = P.slots;
+    for (const SlotType& t : P.types)
+      if (P.typed() && t.name == type) room = t.slots;
+    if (j.running && slots_of(j.workers, j.ranks_per_slot) <= room)
       pj.current = Config{slots_of(j.workers, j.ranks_per_slot), static_cast<int>(std::min<int64_t>(j.batch, INT32_MAX)),
-                          j.ranks_per_slot, 0, 1.0};
+                          j.ranks_per_slot, 0, 1.0, type};
     pj.pause_s = j.pause_s >= 0 ? j.pause_s : -1;
     for (const Opt& o : opts[i]) pj.options.push_back(o.config);
     req.jobs.push_back(std::move(pj));
@@ -510,6 +637,7 @@ PlanRequest build_request(const std::vector<LiveJob>& jobs, const LivePolicy& P,
 }  // namespace
 
 PlanRequest live_request(const std::vector<LiveJob>& jobs, const LivePolicy& policy) {
+  check_types(jobs, policy);
   return build_request(jobs, policy, nullptr);
 }
 

@@ -210,6 +210,32 @@ LearnSpec on_type(const LearnSpec& spec, const TypeLearn& t, const std::string& 
 
 }  // namespace
 
+TypeProjection project_type(const std::map<std::string, int>& observed, const std::vector<TypeLearn>& types,
+                            const std::string& target) {
+  auto speed = [&](const std::string& name) {
+    for (const TypeLearn& t : types)
+      if (t.name == name) return t.speed;
+    return 1.0;
+  };
+  TypeProjection p;
+  const auto here = observed.find(target);
+  if (here != observed.end() && here->second > 0) {
+    p.source = target;
+    return p;
+  }
+  int most = 0;
+  for (const auto& [t, n] : observed)
+    if (n > most) p.source = t, most = n;
+  if (p.source.empty()) {  // observed nowhere: relative to the fastest type
+    double fastest = 0;
+    for (const TypeLearn& t : types) fastest = std::max(fastest, t.speed);
+    p.scale = fastest > 0 ? speed(target) / fastest : 1.0;
+  } else {
+    p.scale = speed(target) / speed(p.source);
+  }
+  return p;
+}
+
 double add_learned_options(PlanJob& j, const GoodputModel& m, int node_size, int cap, int cur, double scale,
                            const std::string& type) {
   auto nodes_for = [&](int g) { return (g + node_size - 1) / node_size; };
@@ -242,26 +268,19 @@ void expand_learned_typed(PlanRequest& req) {
       continue;
     }
     j.options.clear();
-    // The type it ran on most: the model an unobserved type is projected from.
     std::map<std::string, int> count;
     for (const StepObservation& o : j.learn.observed) ++count[o.type];
-    std::string most;
-    for (const auto& [t, n] : count)
-      if (most.empty() || n > count[most]) most = t;
     const std::vector<TypeLearn> types = job_types(req, j);
-    double most_speed = 1.0;
-    for (const TypeLearn& t : types)
-      if (t.name == most) most_speed = t.speed;
     const GoodputModel all(j.learn);  // exploration: explore x the most GPUs it ran at, on any type
     for (const TypeLearn& t : types) {
       const GpuType& type = req.types[static_cast<size_t>(type_index(req, t.name))];
       const int node_size = type.nodes.empty() ? std::max(1, type.gpus) : *std::max_element(type.nodes.begin(), type.nodes.end());
-      const bool seen_here = count.count(t.name) > 0;
-      const GoodputModel m(on_type(j.learn, t, seen_here ? t.name : most));
-      const double scale = seen_here ? 1.0 : t.speed / most_speed;
+      // Its own observations here, else the type it ran on most, by their speeds.
+      const TypeProjection from = project_type(count, types, t.name);
+      const GoodputModel m(on_type(j.learn, t, from.source));
       const int cur = j.current.gpus > 0 && j.current.type == t.name ? j.current.gpus : 0;
       shortest = std::min(shortest, add_learned_options(j, m, node_size, std::min(all.max_gpus(node_size), type.gpus),
-                                                        cur, scale, t.name));
+                                                        cur, from.scale, t.name));
     }
   }
   const double prior_s = std::isfinite(shortest) ? shortest : std::max(1.0, req.start_s);
@@ -269,8 +288,6 @@ void expand_learned_typed(PlanRequest& req) {
     PlanJob& j = req.jobs[i];
     const LearnSpec& l = j.learn;
     const std::vector<TypeLearn> types = job_types(req, j);
-    double fastest = 0;
-    for (const TypeLearn& t : types) fastest = std::max(fastest, t.speed);
     j.options.clear();
     for (const TypeLearn& t : types) {
       const GpuType& type = req.types[static_cast<size_t>(type_index(req, t.name))];
@@ -283,7 +300,7 @@ void expand_learned_typed(PlanRequest& req) {
       const BatchSplit sp = split_batch(g, batch, max_local, l.init_batch, l.max_batch, l.accumulate_on_one_gpu);
       const int b = g * sp.atomic * (sp.accum + 1);
       // Its rate is unknown: valued as if it finished in prior_s on its fastest type, slower by speed elsewhere.
-      j.options.push_back(Config(g, b, 1, j.remaining / prior_s * t.speed / fastest, 1.0, t.name));
+      j.options.push_back(Config(g, b, 1, j.remaining / prior_s * project_type({}, types, t.name).scale, 1.0, t.name));
     }
   }
 }

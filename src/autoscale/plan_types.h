@@ -2,6 +2,7 @@
 // request needs, the solve over the types' capacities (typed_optimizer.h) and the placement of
 // each type's jobs on that type's nodes. Internal to src/autoscale/plan*.cpp.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,18 @@ void decide_typed(const PlanRequest& req, Plan& plan);
 // goodput, samples_per_s scaled by `scale`, named `type`. Returns the shortest predicted finish.
 double add_learned_options(PlanJob& j, const GoodputModel& m, int node_size, int cap, int cur, double scale,
                            const std::string& type);
+
+// Where a job's speed on type `target` comes from, given how many observations it has on each type
+// (`observed`) and the types' speeds (`types`, TypeLearn::speed): the target itself when it was
+// observed there (scale 1); else the type it was observed on most (ties: the first name in order),
+// scaled by speed(target) / speed(source); a job observed nowhere: no source, scale speed(target) /
+// the fastest speed. One rule for plan's learned jobs and the live controller (live.cpp).
+struct TypeProjection {
+  std::string source;  // "" when the job was observed nowhere
+  double scale = 1.0;
+};
+TypeProjection project_type(const std::map<std::string, int>& observed, const std::vector<TypeLearn>& types,
+                            const std::string& target);
 
 // expand_learned (plan.h) on a request with types: per type the job may run on, options from that
 // type's observations, or projected from the type it ran on most by their speeds; a job that has

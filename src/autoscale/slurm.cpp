@@ -124,6 +124,44 @@ std::vector<SlurmJobInfo> parse_squeue(const std::string& text) {
   return out;
 }
 
+SlurmNodeGpus gpu_gres(const std::string& gres) {
+  SlurmNodeGpus g;
+  bool several = false;
+  for (const std::string& item : fields(trim(gres), ',', 1 << 10)) {
+    const std::string one = item.substr(0, item.find('('));  // "(S:0-1)", "(IDX:...)"
+    const auto f = fields(one, ':', 3);
+    if (f.empty() || f[0] != "gpu") continue;
+    // gpu:COUNT or gpu:TYPE:COUNT (a count may carry a unit: 4, 1K).
+    const std::string type = f.size() == 3 ? f[1] : "";
+    int count = 0;
+    try {
+      count = std::stoi(f.back());
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (g.count > 0 && type != g.type) several = true;
+    g.type = type;
+    g.count += count;
+  }
+  if (several) g.type.clear();
+  return g;
+}
+
+std::map<std::string, SlurmNodeGpus> parse_node_gres(const std::string& text) {
+  std::map<std::string, SlurmNodeGpus> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::string node, gres;
+    std::istringstream words(line);
+    for (std::string w; words >> w;) {
+      if (w.rfind("NodeName=", 0) == 0) node = w.substr(9);
+      else if (w.rfind("Gres=", 0) == 0) gres = w.substr(5);
+    }
+    if (!node.empty()) out[node] = gpu_gres(gres);
+  }
+  return out;
+}
+
 std::vector<SlurmNodeInfo> parse_sinfo(const std::string& text) {
   std::vector<SlurmNodeInfo> out;
   std::istringstream in(text);
@@ -212,10 +250,63 @@ SlurmBackend::SlurmBackend(SlurmClient& slurm, SlurmOptions o, fs::path root, st
   }
   nodes_ = parse_sinfo(slurm_.run({"sinfo", "--noheader", "--Node", "--partition=" + o_.partition, "--format=" + std::string(kSinfoFormat)}));
   if (nodes_.empty()) throw Error("Slurm partition '" + o_.partition + "' has no nodes (sinfo lists none)");
+  // The nodes' GPU types (their GRES): a job then runs on nodes of one type, asked for by --gres.
+  std::map<std::string, SlurmNodeGpus> gpus;
+  try {
+    gpus = parse_node_gres(slurm_.run({"scontrol", "show", "node", "-o"}));
+  } catch (const std::exception& e) {
+    say(std::string("the nodes' GPU types are not known (") + e.what() + "): every node is taken as alike");
+  }
+  std::set<std::string> types;
+  std::string untyped;
+  for (const SlurmNodeInfo& n : nodes_) {
+    const auto it = gpus.find(n.name);
+    if (it == gpus.end() || it->second.type.empty()) untyped += (untyped.empty() ? "" : ",") + n.name;
+    else types.insert(it->second.type);
+  }
+  if (!types.empty() && !untyped.empty())
+    say("node(s) " + untyped + " have no GPUs of one type in their GRES: every node of partition " + o_.partition +
+        " is taken as alike");
+  if (untyped.empty() && types.size() > 1)
+    for (const SlurmNodeInfo& n : nodes_) gpus_[n.name] = gpus[n.name];
+}
+
+std::string SlurmBackend::type_of_node(const std::string& node) const {
+  const auto it = gpus_.find(node);
+  return it == gpus_.end() ? "" : it->second.type;
+}
+
+std::vector<SlotType> SlurmBackend::types() const {
+  std::vector<SlotType> out;
+  for (const auto& [t, n] : type_capacity_) out.push_back({t, n, 1.0});
+  return out;
+}
+
+// What sbatch and salloc ask for a job of a GPU type: the type's GPUs of a node (the fewest any
+// node of the type has), so that Slurm gives nodes of that type only.
+std::string SlurmBackend::gres_for(const ManagedJob& j) const {
+  if (gpus_.empty() || j.gpu_type.empty()) return "";
+  int count = 0;
+  std::set<std::string> names;
+  for (const auto& [node, g] : gpus_) {
+    names.insert(g.type);
+    if (g.type == j.gpu_type) count = count == 0 ? g.count : std::min(count, g.count);
+  }
+  if (count == 0) {
+    std::string known;
+    for (const std::string& t : names) known += (known.empty() ? "" : ", ") + t;
+    throw Error("job " + j.id + ": GPU type '" + j.gpu_type + "' is not one of partition " + o_.partition + "'s (" + known + ")");
+  }
+  return "--gres=gpu:" + j.gpu_type + ":" + std::to_string(count);
 }
 
 std::string SlurmBackend::describe() const {
-  return "Slurm partition " + o_.partition + ": " + std::to_string(nodes_.size()) + " node(s), a slot is a node (one rank each)" +
+  std::string by;  // typed partitions: the nodes of each GPU type
+  std::map<std::string, std::vector<std::string>> of;
+  for (const auto& [node, g] : gpus_) of[g.type].push_back(node);
+  for (const auto& [t, ns] : of) by += (by.empty() ? " (" : "; ") + std::to_string(ns.size()) + " with GPUs " + t + ": " + join(ns);
+  if (!by.empty()) by += ")";
+  return "Slurm partition " + o_.partition + ": " + std::to_string(nodes_.size()) + " node(s)" + by + ", a slot is a node (one rank each)" +
          ", " + std::to_string(capacity_) + " to be had now; grows " +
          (expand_ ? "by job expansion (permit_job_expansion)" : "by a new allocation (restart at a checkpoint)") +
          (shrink_ ? ", shrinks by scontrol update" : ", shrinks by a new allocation (disable_job_shrink)") +
@@ -286,6 +377,12 @@ void SlurmBackend::follow(ManagedJob& j) {
       if (n != s->batch_host) order.push_back(n);
     for (const auto& n : order) j.hosts.emplace_back(n, 1);
     j.next_hosts = j.hosts;
+  }
+  // A typed partition: a job without a type (started before the nodes had one) runs on its nodes'.
+  if (j.running() && j.gpu_type.empty() && !gpus_.empty() && !j.hosts.empty()) {
+    std::set<std::string> ts;
+    for (const auto& h : j.hosts) ts.insert(type_of_node(h.first));
+    if (ts.size() == 1) j.gpu_type = *ts.begin();
   }
 }
 
@@ -360,11 +457,12 @@ void SlurmBackend::compute_capacity(const std::vector<ManagedJob>& jobs) {
     if (holds_nodes(s.state))
       for (const auto& n : s.node_list) holder[n] = id;
   int held = 0, idle = 0;
+  std::map<std::string, int> held_of, idle_of;  // by GPU type (typed partitions)
   for (const auto& n : nodes_) {
     if (!node_usable(n.state)) continue;
     const auto h = holder.find(n.name);
-    if (h == holder.end()) ++idle;
-    else if (ours_.count(h->second)) ++held;
+    if (h == holder.end()) ++idle, ++idle_of[type_of_node(n.name)];
+    else if (ours_.count(h->second)) ++held, ++held_of[type_of_node(n.name)];
   }
   std::set<std::string> grows;  // our grows salloc has not named yet
   for (const ManagedJob& j : jobs)
@@ -383,6 +481,23 @@ void SlurmBackend::compute_capacity(const std::vector<ManagedJob>& jobs) {
         std::to_string(cap) + " of the " + std::to_string(held + idle) + " it could have");
   foreign_wait_ = wait;
   capacity_ = cap;
+  // By type: which type other users' jobs wait for is not known; they are taken to get idle nodes
+  // first, of the type with the most idle, then held ones, so that the types sum to the slots.
+  type_capacity_.clear();
+  if (gpus_.empty()) return;
+  for (const auto& [node, g] : gpus_) type_capacity_[g.type] = 0;
+  auto take_one = [](std::map<std::string, int>& m) {
+    auto most = m.end();
+    for (auto it = m.begin(); it != m.end(); ++it)
+      if (it->second > 0 && (most == m.end() || it->second > most->second)) most = it;
+    if (most == m.end()) return false;
+    --most->second;
+    return true;
+  };
+  for (int left = wait; left > 0; --left)
+    if (!take_one(idle_of) && !take_one(held_of)) break;
+  for (const auto& [t, n] : idle_of) type_capacity_[t] += n;
+  for (const auto& [t, n] : held_of) type_capacity_[t] += n;
 }
 
 // ---- the slots --------------------------------------------------------------------------------
@@ -414,6 +529,7 @@ void SlurmBackend::assign(ManagedJob& j, int workers, const std::vector<ManagedJ
   std::vector<std::string> argv = {"salloc", "--no-shell", "--dependency=expand:" + j.sched.id, "--job-name=" + name(j) + "-grow",
                                    "--nodes=" + std::to_string(workers - have), "--ntasks-per-node=1", "--exclusive",
                                    "--partition=" + o_.partition};
+  if (const std::string g = gres_for(j); !g.empty()) argv.push_back(g);  // nodes of the job's GPU type
   argv.insert(argv.end(), o_.extra_args.begin(), o_.extra_args.end());
   const std::string log = dir(j) + "/grow.log";
   fs::remove(log);  // an earlier request's job id must not be read for this one's
@@ -576,6 +692,7 @@ void SlurmBackend::start(ManagedJob& j, const std::vector<std::string>& launch) 
                                    "--nodes=" + std::to_string(j.workers), "--ntasks-per-node=1", "--exclusive",
                                    "--output=" + (d / "log").string(), "--open-mode=append",
                                    "--chdir=" + (j.spec.cwd.empty() ? root().string() : j.spec.cwd)};
+  if (const std::string g = gres_for(j); !g.empty()) argv.push_back(g);  // nodes of the job's GPU type
   argv.insert(argv.end(), o_.extra_args.begin(), o_.extra_args.end());
   argv.push_back((d / "job.sbatch").string());
   const std::string out = trim(slurm_.run(argv));

@@ -50,6 +50,17 @@ struct SlurmJobInfo {
 struct SlurmNodeInfo {
   std::string name, state;  // sinfo's long state: idle, allocated, mixed, draining, drained, down*, ...
 };
+// A node's GPUs as its GRES says (Slurm's gres.conf Type): one type, and how many of it.
+struct SlurmNodeGpus {
+  std::string type;  // "" : no GPU, GPUs without a type, or GPUs of several types
+  int count = 0;
+};
+// The GPUs of one GRES string (scontrol's Gres=, sinfo's %G): "gpu:a100:4(S:0-1)",
+// "gpu:a100:4,shard:8", "gpu:4" (no type), "(null)" (none); several GPU types: no type.
+SlurmNodeGpus gpu_gres(const std::string& gres);
+// Each node's GPUs from `scontrol show node -o` (one line per node, NodeName= ... Gres= ...);
+// lines without NodeName= are passed over.
+std::map<std::string, SlurmNodeGpus> parse_node_gres(const std::string& show_node);
 extern const char* const kSqueueFormat;
 extern const char* const kSinfoFormat;
 std::vector<SlurmJobInfo> parse_squeue(const std::string& text);
@@ -79,6 +90,9 @@ class SlurmBackend final : public Resources, public JobDirRunner {
   int slots() const override { return capacity_; }
   int limit() const override { return static_cast<int>(nodes_.size()); }
   std::string describe() const override;
+  // The partition's nodes by GPU type (their GRES), when every node has GPUs of one type and
+  // there are two types or more: each type's count is its share of slots(). Else none.
+  std::vector<SlotType> types() const override;
   void assign(ManagedJob& j, int workers, const std::vector<ManagedJob>& all) override;
   void landed(ManagedJob& j) override;
   void release(ManagedJob& j) override;
@@ -130,6 +144,10 @@ class SlurmBackend final : public Resources, public JobDirRunner {
   double last_poll_ = -1e300;
   bool force_ = true;  // look at once (a job was just submitted)
   int capacity_ = 0, foreign_wait_ = 0;
+  std::map<std::string, SlurmNodeGpus> gpus_;  // each node's GPUs (scontrol show node), typed partitions only
+  std::map<std::string, int> type_capacity_;    // slots() by GPU type, typed partitions only
+  std::string gres_for(const ManagedJob& j) const;  // "--gres=gpu:TYPE:N" for a job of a type, else ""
+  std::string type_of_node(const std::string& node) const;
 };
 
 }  // namespace edp::autoscale

@@ -622,3 +622,95 @@ TEST(FlipFlop, AChangeIsKeptUntilItCouldHavePaidForItself) {
   EXPECT_EQ(f.job("a").samples_per_s, 0);
   EXPECT_EQ(f.job("a").workers, 2);
 }
+
+// ---- GPU types (serve on a host with several: nvidia-smi's names, docs/autoscaler.md §8) ----------
+
+// What nvidia-smi --query-gpu=index,name --format=csv,noheader prints, and the type tokens.
+TEST(Resources, GpuTypesFromNvidiaSmi) {
+  EXPECT_EQ(gpu_type_token("NVIDIA H100 80GB HBM3"), "h100-80gb-hbm3");
+  EXPECT_EQ(gpu_type_token("NVIDIA A100-SXM4-40GB"), "a100-sxm4-40gb");
+  EXPECT_EQ(gpu_type_token("Tesla V100-SXM2-16GB"), "tesla-v100-sxm2-16gb");
+  EXPECT_EQ(gpu_type_token("NVIDIA GeForce RTX 3090 "), "geforce-rtx-3090");
+  EXPECT_EQ(gpu_types_from_nvidia_smi("0, NVIDIA A100-SXM4-40GB\n1, NVIDIA A100-SXM4-40GB\n"
+                                      "3, NVIDIA H100 80GB HBM3\r\n2, NVIDIA H100 80GB HBM3\n\n"),
+            (std::vector<std::string>{"a100-sxm4-40gb", "a100-sxm4-40gb", "h100-80gb-hbm3", "h100-80gb-hbm3"}));
+  auto refusal = [](const std::string& text) {
+    try {
+      gpu_types_from_nvidia_smi(text);
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refusal("0 NVIDIA H100\n").find("line 1 '0 NVIDIA H100': expected 'INDEX, NAME'"), std::string::npos);
+  EXPECT_NE(refusal("0, NVIDIA H100\nx, NVIDIA H100\n").find("line 2 'x, NVIDIA H100': the index is not a GPU index"),
+            std::string::npos);
+  EXPECT_NE(refusal("0, NVIDIA H100\n2, NVIDIA H100\n").find("GPU 1 is not listed"), std::string::npos);
+  EXPECT_NE(refusal("0, NVIDIA H100\n0, NVIDIA H100\n").find("GPU 0 listed twice"), std::string::npos);
+}
+
+// GPUs of two types: a job gets GPUs of the type asked for only, or, asking none, of the type of
+// the first free GPU; a type that is not here or has too few free GPUs is refused by name.
+TEST(Resources, TypedGpuSlotsGiveAJobGpusOfOneType) {
+  const auto res = gpu_slots(std::vector<std::string>{"a", "b", "a", "b"});
+  ASSERT_EQ(res->types().size(), 2u);
+  EXPECT_EQ(res->types()[0].name, "a");
+  EXPECT_EQ(res->types()[0].slots, 2);
+  EXPECT_EQ(res->describe(), "4 gpu slot(s) (2 a: 0 2; 2 b: 1 3)");
+  std::vector<ManagedJob> jobs(3);
+  jobs[0].id = "x", jobs[1].id = "y", jobs[2].id = "z";
+  jobs[0].gpu_type = "b";
+  res->assign(jobs[0], 2, jobs);
+  EXPECT_EQ(jobs[0].gpus, (std::vector<int>{1, 3}));
+  res->assign(jobs[1], 1, jobs);  // no type asked: the first free GPU's
+  EXPECT_EQ(jobs[1].gpus, (std::vector<int>{0}));
+  EXPECT_EQ(jobs[1].gpu_type, "a");
+  jobs[2].gpu_type = "a";
+  try {
+    res->assign(jobs[2], 2, jobs);
+    FAIL() << "two GPUs of type a given where one is free";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("job z: 2 GPU(s) of type a are not free"), std::string::npos) << e.what();
+  }
+  jobs[2].gpu_type = "v100";
+  try {
+    res->assign(jobs[2], 1, jobs);
+    FAIL() << "a type the host does not have was given";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GPU type 'v100' is not one of this host's (a, b)"), std::string::npos) << e.what();
+  }
+  // Re-adoption: a job holding a GPU of another type than it was started on is refused.
+  jobs[0].state = JobPhase::Running;
+  jobs[0].gpus = {0, 3};
+  EXPECT_THROW(res->check_adopted(jobs), Error);
+}
+
+// The controller on two types, one GPU of "a" and two of "b": a job of 2 GPUs fits "b" only and
+// one of 1 GPU then takes "a" (the plan's choice, in the decision log; the first free GPU, 0, is
+// an "a"); neither is split across types; their measurements carry the type, and the table keeps
+// both.
+TEST(Controller, StartsEachJobOnTheTypeItsPlanChoseAndTagsItsMeasurements) {
+  Fixture f(gpu_slots(std::vector<std::string>{"a", "b", "b"}));
+  f.ctl->submit("j1", spec(R"(, "min_workers": 2, "max_workers": 2)"));
+  f.ctl->submit("j2", spec(R"(, "min_workers": 1, "max_workers": 1)"));
+  f.ctl->tick();
+  ASSERT_EQ(f.runner.starts.size(), 2u) << (f.log.empty() ? "" : f.log.back());
+  EXPECT_EQ(f.job("j1").gpus, (std::vector<int>{1, 2}));
+  EXPECT_EQ(f.job("j1").gpu_type, "b");
+  EXPECT_EQ(f.job("j2").gpus, (std::vector<int>{0}));
+  EXPECT_EQ(f.job("j2").gpu_type, "a");
+  for (const char* id : {"j1", "j2"}) {
+    bool logged = false;
+    for (const auto& d : f.decisions.back()["jobs"])
+      if (d["job"] == id) logged = d.value("type", "") == f.job(id).gpu_type;
+    EXPECT_TRUE(logged) << id << ": the decision does not name its type";
+  }
+  f.runner.report("j1", 2, 64, 50, 0.01);
+  f.ctl->tick();
+  ASSERT_EQ(f.job("j1").measured.size(), 1u);
+  EXPECT_EQ(f.job("j1").measured[0].type, "b");
+  const std::vector<ManagedJob> back = parse_table(table_json(f.ctl->jobs()), "jobs.json");
+  EXPECT_EQ(back[0].gpu_type, "b");
+  EXPECT_EQ(back[0].measured[0].type, "b");
+  EXPECT_EQ(table_json(back), table_json(f.ctl->jobs()));
+}

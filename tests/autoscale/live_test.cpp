@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <map>
 
 #include <random>
 
@@ -310,4 +311,172 @@ TEST(PlanLive, PreemptsOnlyPreemptibleJobsForWorthierOnes) {
   plan = plan_live({a, b}, p);
   EXPECT_EQ(plan.choices[0].action, Action::Hold);
   EXPECT_EQ(plan.choices[1].action, Action::Wait);
+}
+
+// ---- several GPU types (LivePolicy::types, docs/autoscaler.md §9) --------------------------------
+
+namespace {
+
+// Two types of 2 slots each: "a", and "b" on which a job runs twice as fast before it was measured there.
+LivePolicy two_types(const std::string& policy = "dp") {
+  LivePolicy p;
+  p.name = policy;
+  p.slots = 4;
+  p.gpu_slots = true;
+  p.types = {{"a", 2, 1.0}, {"b", 2, 2.0}};
+  return p;
+}
+
+LiveJob on_type(LiveJob j, const std::string& type) {
+  if (j.running) j.type = type;
+  for (Measured& m : j.measured) m.type = type;
+  return j;
+}
+
+const Config* find_option(const PlanJob& j, const std::string& type, int gpus, int batch) {
+  for (const Config& c : j.options)
+    if (c.type == type && c.gpus == gpus && c.batch == batch && c.ranks_per_gpu == 1) return &c;
+  return nullptr;
+}
+
+}  // namespace
+
+// A job measured on "a" only (then queued again: preempted) is offered "b" too, its throughput
+// there projected from "a" by the types' speeds (2x), the projection plan's learned jobs use. The
+// projected option is no measurement. Exact: the measured rate times 2.
+TEST(PlanLiveTypes, AJobMeasuredOnOneTypeGetsOptionsOnTheOther) {
+  const LivePolicy p = two_types();
+  LiveJob j = on_type(measured_job("q", 1, 64, 2, 0, 1'000'000), "a");
+  j.running = false;
+  const PlanRequest req = live_request({j}, p);
+  ASSERT_EQ(req.types.size(), 2u);
+  const double at_a = 64 / j.measured[0].step_s;  // measured_job's first row: 1 worker x 64
+  ASSERT_EQ(j.measured[0].workers, 1);
+  const Config* a = find_option(req.jobs[0], "a", 1, 64);
+  const Config* b = find_option(req.jobs[0], "b", 1, 64);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr) << "no option on the type it was not measured on";
+  EXPECT_DOUBLE_EQ(a->samples_per_s, at_a);
+  EXPECT_DOUBLE_EQ(b->samples_per_s, 2 * at_a);
+  const LivePlan plan = plan_live({j}, p);
+  EXPECT_EQ(plan.choices[0].action, Action::Start);
+  EXPECT_EQ(plan.choices[0].type, "b") << plan.choices[0].reason;
+  EXPECT_FALSE(plan.choices[0].measured) << "a projection is no measurement";
+  // Measured on "b" as well: b's own measurements decide there (here: as slow as a).
+  LiveJob both = j;
+  for (Measured m : j.measured) both.measured.push_back((m.type = "b", m));
+  const Config* b_own = find_option(live_request({both}, p).jobs[0], "b", 1, 64);
+  ASSERT_NE(b_own, nullptr);
+  EXPECT_DOUBLE_EQ(b_own->samples_per_s, at_a);
+}
+
+// One type (or none) is the untyped plan: the same request, option for option, and the same choices.
+TEST(PlanLiveTypes, OneTypeIsTheUntypedPlan) {
+  LivePolicy untyped;
+  untyped.name = "goodput";
+  untyped.slots = 4;
+  LivePolicy one = untyped;
+  one.types = {{"h100", 4, 3.0}};
+  const std::vector<LiveJob> jobs = {measured_job("a", 1, 64, 4, 0, 1'000'000), measured_job("b", 2, 128, 4, 10, 50'000)};
+  const PlanRequest r0 = live_request(jobs, untyped), r1 = live_request(jobs, one);
+  EXPECT_TRUE(r1.types.empty());
+  ASSERT_EQ(r0.jobs.size(), r1.jobs.size());
+  for (size_t i = 0; i < r0.jobs.size(); ++i) {
+    ASSERT_EQ(r0.jobs[i].options.size(), r1.jobs[i].options.size());
+    for (size_t k = 0; k < r0.jobs[i].options.size(); ++k) {
+      EXPECT_EQ(r1.jobs[i].options[k].type, "");
+      EXPECT_EQ(r0.jobs[i].options[k].samples_per_s, r1.jobs[i].options[k].samples_per_s);
+    }
+  }
+  const LivePlan p0 = plan_live(jobs, untyped), p1 = plan_live(jobs, one);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    EXPECT_EQ(p0.choices[i].workers, p1.choices[i].workers);
+    EXPECT_EQ(p0.choices[i].batch, p1.choices[i].batch);
+    EXPECT_EQ(p1.choices[i].type, "");
+  }
+}
+
+// No job is ever placed across types: every option and choice is on one type and within it, no
+// type's slots are over-used, a running job stays on its type; a job that needs more slots than
+// any one type has never starts (4 slots in all, 2 of each type). Random instances, as above.
+TEST(PlanLiveTypes, AJobIsNeverPlacedAcrossTypes) {
+  std::mt19937 rng(11);
+  for (int it = 0; it < 200; ++it) {
+    LivePolicy p = two_types(it % 3 == 0 ? "static" : it % 2 ? "dp" : "goodput");
+    p.types = {{"a", 1 + static_cast<int>(rng() % 3), 1.0}, {"b", 1 + static_cast<int>(rng() % 3), 0.5 + (rng() % 4)}};
+    p.slots = p.types[0].slots + p.types[1].slots;
+    std::map<std::string, int> used_by_running;
+    std::vector<LiveJob> jobs;
+    const int n = 1 + static_cast<int>(rng() % 5);
+    for (int k = 0; k < n; ++k) {
+      const std::string t = rng() % 2 ? "a" : "b";
+      const int cap = t == "a" ? p.types[0].slots : p.types[1].slots;
+      const int maxw = 1 + static_cast<int>(rng() % 4);
+      if (rng() % 2 && used_by_running[t] + 1 <= cap) {
+        LiveJob j = on_type(measured_job(std::string("j") += std::to_string(k), 1, 64, maxw, 0, 100'000), t);
+        j.settled = rng() % 3 != 0;
+        used_by_running[t] += 1;
+        jobs.push_back(j);
+      } else {
+        LiveJob j;
+        j.id = std::string("q") += std::to_string(k);
+        const int w = 1 << (rng() % 3);  // 1, 2 or 4: the batch splits
+        j.spec = parse_job_spec(R"({"name": "q", "command": ["p"], "min_batch": 64, "max_batch": 256, "workers": )" +
+                                    std::to_string(w) + R"(, "min_workers": )" + std::to_string(w) +
+                                    R"(, "max_workers": 4, "batch": 128})",
+                                "q");
+        if (rng() % 2) j = on_type(measured_job(j.id, 1, 64, 4, 0, 100'000), t), j.running = false;
+        jobs.push_back(j);
+      }
+    }
+    if (p.name != "static")
+      for (const PlanJob& pj : live_request(jobs, p).jobs)
+        for (const Config& c : pj.options) {
+          ASSERT_TRUE(c.type == "a" || c.type == "b") << "option without a type";
+          EXPECT_LE(c.gpus, c.type == "a" ? p.types[0].slots : p.types[1].slots) << "option over its type's slots";
+        }
+    const LivePlan plan = plan_live(jobs, p);
+    std::map<std::string, int> used;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      const LiveChoice& c = plan.choices[k];
+      if (c.slots == 0) continue;
+      ASSERT_TRUE(c.type == "a" || c.type == "b") << p.name << ": a choice without a type: " << c.reason;
+      used[c.type] += c.slots;
+      if (jobs[k].running) {
+        EXPECT_EQ(c.type, jobs[k].type) << "a running job moved to another type";
+      }
+    }
+    EXPECT_LE(used["a"], p.types[0].slots) << p.name;
+    EXPECT_LE(used["b"], p.types[1].slots) << p.name;
+  }
+  // 3 slots of each type, a job of 4 workers: it waits, under every policy.
+  for (const char* policy : {"dp", "goodput", "static"}) {
+    LivePolicy p = two_types(policy);
+    p.types = {{"a", 3, 1.0}, {"b", 3, 1.0}};
+    p.slots = 6;
+    LiveJob big;
+    big.id = "big";
+    big.spec = parse_job_spec(R"({"name": "big", "command": ["p"], "min_batch": 64, "workers": 4, "min_workers": 4, "max_workers": 4})", "big");
+    EXPECT_EQ(plan_live({big}, p).choices[0].slots, 0) << policy;
+  }
+}
+
+TEST(PlanLiveTypes, UnknownTypesAreRefusedByName) {
+  LivePolicy p = two_types();
+  const LiveJob j = on_type(measured_job("a", 1, 64, 2, 0, 1'000'000), "v100");
+  try {
+    plan_live({j}, p);
+    FAIL() << "a job on an unknown type was planned";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("job a runs on GPU type 'v100', which is not one of the slots' types (a, b)"),
+              std::string::npos)
+        << e.what();
+  }
+  p.types[1].slots = 3;  // 5 slots in the types, 4 in all
+  try {
+    plan_live({}, p);
+    FAIL() << "types that do not add up were taken";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("the types hold 5 slot(s) but the slots are 4"), std::string::npos) << e.what();
+  }
 }

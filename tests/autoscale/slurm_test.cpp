@@ -71,6 +71,7 @@ struct FakeSlurm : SlurmClient {
   std::map<std::string, J> jobs;
   int next = 100;
   std::string params = "permit_job_expansion", config;
+  std::string show_node;  // what `scontrol show node -o` prints (the nodes' GRES); "" none
   std::vector<std::vector<std::string>> calls;
 
   static std::string opt(const std::vector<std::string>& a, const std::string& k) {
@@ -96,6 +97,7 @@ struct FakeSlurm : SlurmClient {
   std::string run(const std::vector<std::string>& a) override {
     calls.push_back(a);
     const std::string& c = a[0];
+    if (c == "scontrol" && a[1] == "show" && a.size() > 2 && a[2] == "node") return show_node;
     if (c == "scontrol" && a[1] == "show") return config + "SchedulerParameters     = " + params + "\n";
     if (c == "sinfo" && opt(a, "--format") == "%P") return "edp*\n";
     if (c == "sinfo") {
@@ -171,12 +173,13 @@ JobSpec spec(std::string extra = "") {
 }
 
 struct Cluster {
-  explicit Cluster(const std::string& grow = "auto", const std::string& config = "") {
+  explicit Cluster(const std::string& grow = "auto", const std::string& config = "", const std::string& show_node = "") {
     static int n = 0;
     root = fs::temp_directory_path() / ("edp-slurm-test-" + std::to_string(getpid()) + "-" + std::to_string(n++));
     fs::remove_all(root);
     fs::create_directories(root);
     slurm.config = config;
+    slurm.show_node = show_node;
     SlurmOptions o;
     o.grow = grow;
     o.poll_s = 0;
@@ -442,4 +445,113 @@ TEST(SlurmBackend, AJobResizedOnceMovesToANewAllocationForItsNextRescale) {
   c.tick();
   EXPECT_TRUE(c.job("a").moving);
   EXPECT_NE(c.file("a", "control.json").find("\"stop\":true"), std::string::npos);
+}
+
+// ---- GPU types from the nodes' GRES ---------------------------------------------------------------
+
+// `scontrol show node -o` as Slurm 22.05 prints it (one line per node; shortened to the fields
+// around Gres), and the GRES forms of gres.conf.
+TEST(SlurmParse, NodeGresWithTypes) {
+  const auto g = parse_node_gres(
+      "NodeName=gpu-a1 Arch=x86_64 CoresPerSocket=32 CPUAlloc=0 CPUTot=64 CPULoad=0.01 AvailableFeatures=(null) "
+      "ActiveFeatures=(null) Gres=gpu:a100:4(S:0-1) NodeAddr=gpu-a1 NodeHostName=gpu-a1 Version=22.05.8 "
+      "OS=Linux 6.1.0-18-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01) RealMemory=515000 State=IDLE "
+      "Partitions=gpu CfgTRES=cpu=64,mem=515000M,billing=64,gres/gpu=4 AllocTRES= Reason=(null)\n"
+      "NodeName=gpu-v1 Arch=x86_64 Gres=gpu:v100:2,shard:8 State=MIXED Partitions=gpu\n"
+      "NodeName=cpu1 Arch=x86_64 Gres=(null) State=IDLE Partitions=cpu\n"
+      "NodeName=mixed1 Gres=gpu:a100:2(S:0),gpu:v100:2(S:1) State=IDLE\n"
+      "SchedulerParameters = permit_job_expansion\n");
+  ASSERT_EQ(g.size(), 4u) << "a line without NodeName= is passed over";
+  EXPECT_EQ(g.at("gpu-a1").type, "a100");
+  EXPECT_EQ(g.at("gpu-a1").count, 4);
+  EXPECT_EQ(g.at("gpu-v1").type, "v100");
+  EXPECT_EQ(g.at("gpu-v1").count, 2) << "shard:8 is no GPU";
+  EXPECT_EQ(g.at("cpu1").count, 0);
+  EXPECT_EQ(g.at("mixed1").type, "") << "GPUs of two types: no one type";
+  EXPECT_EQ(g.at("mixed1").count, 4);
+  EXPECT_EQ(gpu_gres("gpu:8").type, "");
+  EXPECT_EQ(gpu_gres("gpu:8").count, 8);
+  EXPECT_EQ(gpu_gres("gpu:nvidia_h100_80gb_hbm3:8(S:0-1)").type, "nvidia_h100_80gb_hbm3");
+}
+
+namespace {
+const char* kTypedNodes =
+    "NodeName=n1 Arch=x86_64 Gres=gpu:a100:4(S:0-1) State=IDLE Partitions=edp\n"
+    "NodeName=n2 Arch=x86_64 Gres=gpu:a100:4(S:0-1) State=IDLE Partitions=edp\n"
+    "NodeName=n3 Arch=x86_64 Gres=gpu:v100:2(S:0) State=IDLE Partitions=edp\n";
+}  // namespace
+
+// A partition of two A100 nodes and one V100 node: the slots are typed by the nodes' GRES; a job
+// of 2 nodes fits the A100s only and is asked of Slurm with --gres=gpu:a100:4 (all of a node's
+// A100s), one of 1 node then takes the V100 node (--gres=gpu:v100:2); a grow asks for the job's type.
+TEST(SlurmBackend, AsksForNodesOfTheGpuTypeItsPlanChose) {
+  Cluster c("auto", "", kTypedNodes);
+  EXPECT_NE(c.backend->describe().find("3 node(s) (2 with GPUs a100: n1,n2; 1 with GPUs v100: n3)"), std::string::npos)
+      << c.backend->describe();
+  c.ctl->submit("big", spec(R"(, "min_workers": 2, "max_workers": 2, "workers": 2, "batch": 128)"));
+  c.ctl->submit("small", spec(R"(, "max_workers": 1)"));
+  c.tick();
+  const auto types = c.backend->types();
+  ASSERT_EQ(types.size(), 2u);
+  EXPECT_EQ(types[0].name, "a100");
+  EXPECT_EQ(types[0].slots, 2);
+  EXPECT_EQ(types[1].slots, 1);
+  std::map<std::string, std::string> gres;  // job name -> its sbatch's --gres
+  for (const auto& call : c.slurm.calls)
+    if (call[0] == "sbatch") gres[FakeSlurm::opt(call, "--job-name")] = FakeSlurm::opt(call, "--gres");
+  ASSERT_EQ(gres.size(), 2u);
+  for (const auto& [name, g] : gres)
+    EXPECT_EQ(g, name.size() > 4 && name.substr(name.size() - 4) == "-big" ? "gpu:a100:4" : "gpu:v100:2") << name;
+  EXPECT_EQ(c.job("big").gpu_type, "a100");
+  EXPECT_EQ(c.job("small").gpu_type, "v100");
+  c.slurm.schedule();
+  c.tick();
+  ASSERT_EQ(c.job("big").hosts.size(), 2u);
+  ASSERT_EQ(c.backend->types().size(), 2u);
+  EXPECT_EQ(c.backend->types()[0].slots, 2) << "the nodes edp's jobs hold count";
+  EXPECT_EQ(c.backend->types()[1].slots, 1);
+  // Another user's job waits for a node: it is taken off the type with the most nodes (a100), below
+  // what big must keep there (2, its min_workers); the plan keeps big there, and does not fail.
+  FakeSlurm::J other;
+  other.id = "999";
+  other.name = "someone";
+  c.slurm.jobs[other.id] = other;
+  c.tick();
+  EXPECT_EQ(c.backend->slots(), 2);
+  EXPECT_EQ(c.backend->types()[0].slots, 1);
+  EXPECT_FALSE(c.logged("planning failed")) << c.log.back();
+  EXPECT_EQ(c.job("big").workers, 2);
+  // A grow of a job on the A100s asks for A100 nodes.
+  ManagedJob g;
+  g.id = "g";
+  g.spec = spec();
+  g.state = JobPhase::Running;
+  g.workers = 1;
+  g.sched = SchedJob{"7", "RUNNING", ""};
+  g.hosts = g.next_hosts = {{"n1", 1}};
+  g.gpu_type = "a100";
+  fs::create_directories(c.root / "jobs" / "g");
+  c.backend->assign(g, 2, {});
+  ASSERT_NE(c.slurm.last("salloc"), nullptr);
+  EXPECT_EQ(FakeSlurm::opt(*c.slurm.last("salloc"), "--gres"), "gpu:a100:4");
+  g.gpu_type = "h100";
+  g.sched_grow = SchedJob{};
+  try {
+    c.backend->assign(g, 2, {});
+    FAIL() << "a grow of a type the partition does not have was asked for";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GPU type 'h100' is not one of partition edp's (a100, v100)"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A node without one GPU type in its GRES: the partition's nodes are taken as alike, as before.
+TEST(SlurmBackend, NodesWithoutOneGpuTypeAreAlike) {
+  Cluster u("auto", "", "NodeName=n1 Gres=gpu:a100:4\nNodeName=n2 Gres=gpu:v100:4\nNodeName=n3 Gres=(null)\n");
+  EXPECT_TRUE(u.logged("node(s) n3 have no GPUs of one type in their GRES")) << (u.log.empty() ? "" : u.log.back());
+  u.ctl->submit("a", spec());
+  u.tick();
+  EXPECT_TRUE(u.backend->types().empty());
+  EXPECT_EQ(FakeSlurm::opt(*u.slurm.last("sbatch"), "--gres"), "");
+  EXPECT_EQ(u.job("a").gpu_type, "");
 }

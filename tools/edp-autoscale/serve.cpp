@@ -169,7 +169,8 @@ void FileRunner::start(ManagedJob& j, const std::vector<std::string>& launch) {
   files::write_atomic((d / "keeper.json").string(), json{{"pid", pid}, {"start_time", j.keeper_start}}.dump() + "\n");
   std::string cmd;
   for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
-  std::fprintf(stderr, "edp-autoscale serve: job %s started: %s\n", j.id.c_str(), cmd.c_str());
+  const std::string on = j.gpu_type.empty() ? "" : " on GPU type " + j.gpu_type;
+  std::fprintf(stderr, "edp-autoscale serve: job %s started%s: %s\n", j.id.c_str(), on.c_str(), cmd.c_str());
 }
 
 // ---- the serve loop ---------------------------------------------------------------------------
@@ -208,7 +209,15 @@ std::unique_ptr<Resources> Serve::resources() const {
     return hostfile_slots(hs, o_.hostfile);
   }
   if (o_.kind == "mig") return mig_slots(o_.slots);
-  return o_.kind == "gpu" ? gpu_slots(o_.slots) : cpu_slots(o_.slots);
+  if (o_.kind != "gpu") return cpu_slots(o_.slots);
+  // Each GPU's type from nvidia-smi: jobs then start on GPUs of one type, the one the plan chose.
+  std::string why;
+  std::vector<std::string> types = this_host_gpu_types(o_.slots, &why);
+  if (types.empty()) {
+    log("the GPUs' types are not known (" + why + "): every GPU is taken as alike");
+    return gpu_slots(o_.slots);
+  }
+  return gpu_slots(std::move(types));
 }
 
 // Specs and cancels dropped by submit and cancel. Returns whether the table changed.
@@ -451,12 +460,18 @@ int status(const fs::path& root, bool as_json) {
   // Jobs of Slurm (serve --backend slurm): their Slurm job id and state beside edp's.
   const bool slurm = std::any_of(jobs.begin(), jobs.end(), [](const ManagedJob& j) { return !j.sched.id.empty(); });
   if (slurm) std::printf("%-8s %-12s ", "slurm", "slurm state");
+  // Jobs on GPUs of known types: the type each runs (or last ran) on.
+  size_t typed = 0;
+  for (const ManagedJob& j : jobs) typed = std::max(typed, j.gpu_type.size());
+  const int type_w = static_cast<int>(std::max<size_t>(8, typed));
+  if (typed) std::printf("%-*s ", type_w, "gpu type");
   std::printf("%-6s %-16s %-10s %7s %5s %7s %10s %8s %8s %8s %8s  %s\n", "job", "name", "state", "workers", "k",
               "batch", "samples/s", "progress", "restarts", "rescales", "preempts", "note");
   for (const ManagedJob& j : jobs) {
     if (slurm)
       std::printf("%-8s %-12s ", j.sched.id.empty() ? "-" : j.sched.id.c_str(),
                   j.sched.state.empty() ? "-" : j.sched.state.substr(0, 12).c_str());
+    if (typed) std::printf("%-*s ", type_w, j.gpu_type.empty() ? "-" : j.gpu_type.c_str());
     const bool run = j.running();
     char prog[16] = "-";
     if (j.samples_total > 0) std::snprintf(prog, sizeof prog, "%.0f%%", 100.0 * j.samples_done / j.samples_total);
@@ -469,6 +484,7 @@ int status(const fs::path& root, bool as_json) {
   }
   for (const auto& [id, spec] : submitted) {
     if (slurm) std::printf("%-8s %-12s ", "-", "-");
+    if (typed) std::printf("%-*s ", type_w, "-");
     std::printf("%-6s %-16s %-10s\n", id.c_str(), spec.name.substr(0, 16).c_str(), "submitted");
   }
   return 0;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "edp/autoscale/plan.h"
@@ -52,11 +53,17 @@ std::string job_spec_json(const JobSpec& s);  // the spec back as JSON (what par
 // One (workers, ranks per slot) measurement merged over the job's life (the status file's configs
 // of every process that ran it).
 struct Measured {
+  Measured() = default;
+  Measured(int workers_, int ranks_per_slot_, int64_t batch_, int64_t steps_, double step_s_, double comm_s_,
+           std::string type_ = {})
+      : workers(workers_), ranks_per_slot(ranks_per_slot_), batch(batch_), steps(steps_), step_s(step_s_),
+        comm_s(comm_s_), type(std::move(type_)) {}
   int workers = 0;  // ranks
   int ranks_per_slot = 1;
   int64_t batch = 0;
   int64_t steps = 0;
   double step_s = 0, comm_s = 0;
+  std::string type;  // the GPU type it was taken on (LivePolicy::types); "" with one type
 };
 
 // Fits throughput.h's step-time model to a job's own measurements (docs/autoscaler.md §8): the
@@ -76,6 +83,14 @@ struct LiveJob {
   std::vector<Measured> measured;
   int64_t samples_done = 0, samples_total = 0;  // 0 total: not reported yet
   double pause_s = -1;  // its measured rescale cost (mean pause); < 0: none measured
+  std::string type;     // running, with several GPU types: the type of the slots it runs on
+};
+
+// One GPU type of the slots (LivePolicy::types).
+struct SlotType {
+  std::string name;    // a token (serve: derived from nvidia-smi's product name, docs/autoscaler.md §8)
+  int slots = 0;       // how many slots are of this type
+  double speed = 1.0;  // a job's speed here relative to the other types', before it was measured here
 };
 
 struct LivePolicy {
@@ -93,6 +108,13 @@ struct LivePolicy {
   // reports (over its recent steps) is no longer a warm-up step.
   int warmup_steps = 3;
   int measured_steps() const { return 2 * warmup_steps + 1; }
+  // Several GPU types (docs/autoscaler.md §9): each type's slots, summing to `slots`. A job is
+  // offered options on every type, each on one type only (never across types); a type it was not
+  // measured on is predicted from the type it was measured on most, times their speed ratio (the
+  // projection of plan's learned jobs). A running job stays on its type. Empty or one type: the
+  // slots are alike, as before.
+  std::vector<SlotType> types;
+  bool typed() const { return types.size() > 1; }
 };
 
 // A job's throughput at a configuration: measured where it ran (past its warm-up), else predicted
@@ -134,6 +156,7 @@ struct LiveChoice {
   double stay_remaining_s = 0;  // running: predicted time to finish where it is
   Action action = Action::Wait;
   std::string reason;
+  std::string type;  // several GPU types: the type of the slots chosen ("" with one type, or none chosen)
 };
 
 struct LivePlan {
