@@ -223,6 +223,9 @@ struct ControllerConfig {
   int max_ranks_per_gpu = 1;
   int warmup_steps = 3;
   int64_t slot_memory_bytes = 0;  // each slot's memory, for the jobs' memory needs (0: not limited)
+  // GPUs of several types: each named type's speed relative to the others (SlotType::speed; a type
+  // not named: 1). Checked against the slots' types when the controller starts.
+  std::map<std::string, double> gpu_speeds;
 };
 
 // One line of the decision log (ROOT/decisions.jsonl) per planning round.

@@ -7,7 +7,8 @@
 #   - the first job's edprun got the two H100s (--gpus 1,2: the plan's choice, although GPU 0 is
 #     the first free one), the second the A100 (--gpus 0); the table and `status` name each type;
 #   - with an nvidia-smi that fails, serve says the types are not known and the jobs start as
-#     before (GPUs 0,1 and 2 in submission order, no type in the table or in status).
+#     before (GPUs 0,1 and 2 in submission order, no type in the table or in status);
+#   - --gpu-speeds decides the type of a job not measured anywhere; bad values are refused.
 # usage: serve_gpu_types.sh BUILD_DIR
 set -euo pipefail
 as="$1/tools/edp-autoscale/edp-autoscale"
@@ -72,11 +73,35 @@ run untyped "$work/broken"
 grep -q "the GPUs' types are not known (nvidia-smi --query-gpu=index,name --format=csv,noheader failed (exit 9)" \
   "$work/serve-untyped.log" || fail "no word that the types are not known"
 python3 - "$work/edprun.args" "$work/root-untyped/jobs.json" "$work/status-untyped" <<'PY' || fail "untyped placement"
-import json, sys
-gpus = [line.split("--gpus ")[1].split()[0] for line in open(sys.argv[1])]
-assert gpus == ["0,1", "2"], f"as before: GPUs in order: {gpus}"
+import json, re, sys
+# By job id: the stand-ins append their lines in whichever order the two processes run.
+gpus = {re.search(r"/jobs/(j\d+)/status.json", l).group(1): l.split("--gpus ")[1].split()[0] for l in open(sys.argv[1])}
+assert gpus == {"j0001": "0,1", "j0002": "2"}, f"as before: GPUs in submission order: {gpus}"
 assert all("gpu_type" not in j for j in json.load(open(sys.argv[2]))["jobs"])
 assert "gpu type" not in open(sys.argv[3]).read()
 print("ok: without types, GPUs 0,1 and 2 in submission order")
 PY
+# --gpu-speeds: one job of 1 GPU, nothing measured yet; it starts on the type named faster (the
+# A100, GPU 0, or an H100, GPU 1), whichever that is. A type no GPU has and a malformed speed are
+# refused before anything starts.
+one() {  # name, --gpu-speeds value
+  local root="$work/root-$1"
+  rm -f "$work/edprun.args"
+  local only=${spec/NAME/only}
+  echo "${only//W/1}" > "$work/only.json"
+  "$as" submit --root "$root" "$work/only.json" > /dev/null
+  PATH="$work/bin:$PATH" timeout 60 "$as" serve --root "$root" --slots 3 --slot-kind gpu --policy dp --tick 0.05 \
+    --gpu-speeds "$2" --edprun "$work/edprun" --exit-when-idle > "$work/serve-$1.log" 2>&1 || fail "serve ($1) exited $?"
+  sed -n 's/.*--gpus \([0-9,]*\).*/\1/p' "$work/edprun.args"
+}
+[[ $(one a100-fast a100-sxm4-40gb=2) == 0 ]] || fail "with the A100 named twice as fast, the job did not start on GPU 0"
+[[ $(one h100-fast h100-80gb-hbm3=2) == 1 ]] || fail "with the H100s named twice as fast, the job did not start on GPU 1"
+for bad in "v100=2" "a100-sxm4-40gb=0" "a100-sxm4-40gb" "a100-sxm4-40gb=2x" "h100-80gb-hbm3=1,h100-80gb-hbm3=2"; do
+  if PATH="$work/bin:$PATH" timeout 60 "$as" serve --root "$work/root-bad" --slots 3 --slot-kind gpu --gpu-speeds "$bad" \
+       --edprun "$work/edprun" --exit-when-idle > "$work/bad.log" 2>&1; then
+    fail "--gpu-speeds $bad was taken"
+  fi
+  grep -q -- "--gpu-speeds" "$work/bad.log" || fail "--gpu-speeds $bad: no word of what is wrong: $(cat "$work/bad.log")"
+  echo "refused: --gpu-speeds $bad: $(tail -n 1 "$work/bad.log")"
+done
 echo "PASS"

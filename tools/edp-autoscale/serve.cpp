@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -281,6 +282,20 @@ int Serve::run() {
     own_runner = std::make_unique<FileRunner>(o_.root, o_.edprun, o_.edprun_args);
   }
   Resources& res = slurm ? static_cast<Resources&>(*slurm) : *own_res;
+  // A speed for a type no GPU has is a typo: refused here; under Slurm, whose nodes come and go, said.
+  for (const auto& [name, speed] : o_.cfg.gpu_speeds) {
+    std::string known;
+    bool found = false;
+    for (const SlotType& t : res.types()) {
+      known += (known.empty() ? "" : ", ") + t.name;
+      found = found || t.name == name;
+    }
+    if (found) continue;
+    const std::string why = "--gpu-speeds: no GPU here is of type '" + name + "' (" +
+                            (known.empty() ? std::string("the GPUs are of one type, or their types are not known") : "types: " + known) + ")";
+    if (!slurm) throw DataError(why);
+    log(why + "; the speed is unused until nodes of that type are typed");
+  }
   JobRunner& runner = slurm ? static_cast<JobRunner&>(*slurm) : *own_runner;
   const std::string decisions = (o_.root / "decisions.jsonl").string();
   Controller c(o_.cfg, res, runner, now_s, [this](const std::string& s) { log(s); },
@@ -509,13 +524,37 @@ static int cmd_serve_slurm(const cli::Options& o, ServeOptions& s) {
   return Serve(s).run();
 }
 
+// --gpu-speeds TYPE=SPEED,...: each a GPU type's name and a positive speed, no name twice.
+static std::map<std::string, double> parse_gpu_speeds(const std::string& text) {
+  std::map<std::string, double> out;
+  if (text.empty()) return out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const size_t eq = item.find('=');
+    const std::string name = item.substr(0, eq);
+    double speed = 0;
+    size_t used = 0;
+    try {
+      if (eq != std::string::npos) speed = std::stod(item.substr(eq + 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (name.empty() || eq == std::string::npos || used == 0 || used != item.size() - eq - 1 || !std::isfinite(speed) ||
+        !(speed > 0))
+      throw DataError("--gpu-speeds: '" + item + "' is not TYPE=SPEED with a speed > 0 (e.g. a100-sxm4-40gb=1,h100-80gb-hbm3=2.2)");
+    if (!out.emplace(name, speed).second) throw DataError("--gpu-speeds: type '" + name + "' is given twice");
+  }
+  return out;
+}
+
 int cmd_serve(int argc, char** argv) {
   cli::Options o = options_for(
       "serve", "The live controller (docs/autoscaler.md, section 8): starts, measures and rescales elastic jobs "
                "through edprun; runs until SIGTERM/SIGINT (the jobs keep running and are re-adopted).",
       {"root", "backend", "slots", "hostfile", "partition", "slurm-grow", "slurm-poll", "slurm-args", "slot-kind",
        "policy", "replan", "hysteresis", "pause", "start-cost", "rescale-timeout", "preempt-grace", "max-ranks-per-gpu",
-       "settle", "warmup-steps", "slot-memory-mib", "tick", "edprun", "edprun-args", "exit-when-idle", "quiet"});
+       "settle", "warmup-steps", "slot-memory-mib", "gpu-speeds", "tick", "edprun", "edprun-args", "exit-when-idle",
+       "quiet"});
   if (const int rc = parse(o, argc, argv); rc >= 0) return rc;
   if (o.str("root").empty()) throw DataError("--root DIR is needed");
   ServeOptions s;
@@ -539,6 +578,7 @@ int cmd_serve(int argc, char** argv) {
   c.warmup_steps = static_cast<int>(o.i64("warmup-steps"));
   c.slot_memory_bytes = o.i64("slot-memory-mib") << 20;
   c.settle_s = o.f64("settle");
+  c.gpu_speeds = parse_gpu_speeds(o.str("gpu-speeds"));
   s.tick_s = o.f64("tick");
   s.hostfile = o.str("hostfile");
   s.edprun = o.str("edprun").empty() ? default_edprun() : o.str("edprun");
@@ -548,6 +588,8 @@ int cmd_serve(int argc, char** argv) {
   for (std::string a; ss >> a;) s.edprun_args.push_back(a);
   s.backend = o.str("backend") == "auto" ? (s.hostfile.empty() ? "local" : "hostfile") : o.str("backend");
   if (s.backend == "slurm") return cmd_serve_slurm(o, s);
+  if (!c.gpu_speeds.empty() && s.kind != "gpu")
+    throw DataError("--gpu-speeds is for GPUs of several types (--slot-kind gpu, or --backend slurm)");
   for (const char* k : {"partition", "slurm-grow", "slurm-poll", "slurm-args"})
     if (o.given(k)) throw DataError(std::string("--") + k + " is for --backend slurm");
   if (s.backend == "hostfile" && s.hostfile.empty()) throw DataError("--backend hostfile needs --hostfile FILE");
