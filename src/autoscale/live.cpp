@@ -384,6 +384,17 @@ void explain(const LiveJob& j, const Opt& o, const Valuation& v, LiveChoice& c) 
   }
 }
 
+// static: a running job keeps its size (and type).
+void hold_static(const LiveJob& j, LiveChoice& c) {
+  c.slots = slots_of(j.workers, j.ranks_per_slot);
+  c.ranks_per_slot = j.ranks_per_slot;
+  c.workers = j.workers;
+  c.batch = j.batch;
+  c.type = j.type;
+  c.action = Action::Hold;
+  c.reason = "static: a running job keeps its size";
+}
+
 // static over several types: FIFO as decide_fifo's, a queued job starting on the first type (in
 // the policy's order) where its requested size is free; one larger than every type is passed over.
 LivePlan plan_static_typed(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
@@ -403,13 +414,7 @@ LivePlan plan_static_typed(const std::vector<LiveJob>& jobs, const LivePolicy& P
     const LiveJob& j = jobs[i];
     LiveChoice& c = plan.choices[i];
     if (j.running) {
-      c.slots = slots_of(j.workers, j.ranks_per_slot);
-      c.ranks_per_slot = j.ranks_per_slot;
-      c.workers = j.workers;
-      c.batch = j.batch;
-      c.type = j.type;
-      c.action = Action::Hold;
-      c.reason = "static: a running job keeps its size";
+      hold_static(j, c);
       plan.slots_used += c.slots;
       continue;
     }
@@ -457,12 +462,7 @@ LivePlan plan_static(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
     const LiveJob& j = jobs[i];
     LiveChoice& c = plan.choices[i];
     if (j.running) {
-      c.slots = slots_of(j.workers, j.ranks_per_slot);
-      c.ranks_per_slot = j.ranks_per_slot;
-      c.workers = j.workers;
-      c.batch = j.batch;
-      c.action = Action::Hold;
-      c.reason = "static: a running job keeps its size";
+      hold_static(j, c);
     } else if (p.choices[i].config.gpus > 0) {
       c.slots = c.workers = j.spec.workers;
       c.batch = j.spec.batch;
