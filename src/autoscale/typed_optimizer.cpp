@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -169,55 +170,98 @@ void finish(TypedSolution& s, size_t types) {
 
 // ---- exact: the DP over the product of the capacities ----------------------------------------
 
-// The layout of a table: cell index = sum_t c_t x stride_t, the last type contiguous.
-struct Grid {
-  std::vector<int> cap;
-  std::vector<int64_t> stride;
-  int64_t cells = 1;
-  explicit Grid(const std::vector<int>& capacity) : cap(capacity), stride(capacity.size()) {
-    for (size_t t = capacity.size(); t-- > 0;) {
-      stride[t] = cells;
-      cells *= capacity[t] + 1;
+// Cells per lane: one AVX-512 register of doubles (two AVX2 ones). Rows are whole lanes.
+constexpr int kLane = 8;
+// The most lanes of a tile: 48 cells, 12 AVX2 or 6 AVX-512 registers, leaving room for the value
+// and the loads.
+constexpr int kTileLanes = 6;
+
+// The layout of a table: one row per combination of the types but the last (row index =
+// sum_{t<last} c_t x row_stride_t), in a row the last type's cells, contiguous, rounded up to
+// whole lanes. A cell's index is row x width + c_last, so an option moves every cell by one shift.
+struct Layout {
+  std::vector<int64_t> row_stride;  // per type but the last
+  int64_t rows = 1;
+  int64_t width = 0;  // the last type's cells, rounded up to whole lanes
+  int64_t cells = 0;  // rows x width
+  explicit Layout(const std::vector<int>& capacity) : row_stride(capacity.size() - 1) {
+    for (size_t t = row_stride.size(); t-- > 0;) {
+      row_stride[t] = rows;
+      rows *= capacity[t] + 1;
     }
+    width = (capacity.back() + kLane) / kLane * kLane;
+    cells = rows * width;
   }
-  int64_t shift(const std::vector<int>& g) const {
-    int64_t s = 0;
-    for (size_t t = 0; t < g.size(); ++t) s += g[t] * stride[t];
-    return s;
-  }
-  // Calls run(first, length) for the cells with c >= g in every type, as contiguous runs: the
-  // types after the last one g uses are whole, so each run spans them.
-  template <typename Run>
-  int64_t for_each_run(const std::vector<int>& g, Run&& run) const {
-    size_t m = g.size() - 1;
-    while (g[m] == 0) --m;  // g has a GPU somewhere (checked)
-    const int64_t len = (cap[m] + 1 - g[m]) * stride[m];
-    if (len <= 0) return 0;
-    for (size_t u = 0; u < m; ++u)
-      if (g[u] > cap[u]) return 0;
-    std::vector<int> c(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(m));  // the odometer over types < m
-    int64_t done = 0;
-    for (;;) {
-      int64_t first = g[m] * stride[m];
-      for (size_t u = 0; u < m; ++u) first += c[u] * stride[u];
-      run(first, len);
-      done += len;
-      size_t u = m;
-      for (;;) {
-        if (u == 0) return done;
-        --u;
-        if (++c[u] <= cap[u]) break;
-        c[u] = g[u];
-      }
-    }
+  // The index of the cell c, and (the map being linear) how far an option of g GPUs moves a cell.
+  int64_t index(const std::vector<int>& c) const {
+    int64_t r = 0;
+    for (size_t t = 0; t < row_stride.size(); ++t) r += c[t] * row_stride[t];
+    return r * width + c.back();
   }
 };
 
+// A kept option as the DP applies it: how far it moves a cell, and its value.
+struct Step {
+  int64_t shift;
+  double value;
+};
+
+// A lane of cells as one value (GCC's and Clang's vector extension): the tile's lanes stay in
+// registers, one AVX-512 register or two AVX2 ones each. Written as plain loops, the compiler
+// vectorized the loop over the options instead, with gathers, several times slower.
+using Lane = double __attribute__((vector_size(kLane * sizeof(double))));
+
+Lane load(const double* p) {
+  Lane l;
+  std::memcpy(&l, p, sizeof l);
+  return l;
+}
+
+// The steps a row takes, in groups that read the same place: the options on the last type alone
+// read the row itself, from a copy after -inf (an option of g GPUs of it reads g cells before
+// each cell, -inf below c_last = g); those on another type alone read another row, all of it.
+struct Group {
+  const double* from;  // the source at the tile's first cell
+  const Step* steps;
+  size_t n;
+};
+
+// One tile of L lanes of a row, out[0..L x kLane): the max of init[...] (the cells of in when the
+// job may wait, else -inf) and from[x - shift] + value for each step of the groups. The tile stays
+// in registers while all of the job's steps go over it: out is written once per job, not once
+// per option as when each option swept the whole table.
+template <int L>
+void relax_tile(const double* init, double* out, const Group* groups, size_t n_groups) {
+  Lane acc[L];
+  for (int l = 0; l < L; ++l) acc[l] = load(init + l * kLane);
+  for (size_t g = 0; g < n_groups; ++g)
+    for (size_t s = 0; s < groups[g].n; ++s) {
+      const double* i = groups[g].from - groups[g].steps[s].shift;
+      const Lane v = groups[g].steps[s].value - Lane{};  // the value in every cell (v - 0 is v, -0 too)
+      for (int l = 0; l < L; ++l) {
+        const Lane t = load(i + l * kLane) + v;
+        acc[l] = acc[l] < t ? t : acc[l];  // max, as std::max(acc, t)
+      }
+    }
+  std::memcpy(out, acc, sizeof acc);
+}
+
+void relax(int lanes, const double* init, double* out, const Group* groups, size_t n_groups) {
+  switch (lanes) {
+    case 1: return relax_tile<1>(init, out, groups, n_groups);
+    case 2: return relax_tile<2>(init, out, groups, n_groups);
+    case 3: return relax_tile<3>(init, out, groups, n_groups);
+    case 4: return relax_tile<4>(init, out, groups, n_groups);
+    case 5: return relax_tile<5>(init, out, groups, n_groups);
+    default: return relax_tile<6>(init, out, groups, n_groups);
+  }
+}
 
 TypedSolution solve_exact(const std::vector<TypedJob>& jobs, const std::vector<std::vector<Kept>>& kept,
                           const std::vector<int>& capacity) {
-  const Grid grid(capacity);
-  const size_t J = jobs.size(), S = static_cast<size_t>(grid.cells);
+  const size_t J = jobs.size(), K = capacity.size(), m = K - 1;
+  const Layout grid(capacity);
+  const size_t S = static_cast<size_t>(grid.cells);
   // F_j(c): the best value of jobs 0..j-1 within c GPUs of each type (every cell starts at 0:
   // "at most c", so the tables only grow along each type).
   // Reused across calls of the same thread and never zero-filled (every cell read is written
@@ -225,33 +269,115 @@ TypedSolution solve_exact(const std::vector<TypedJob>& jobs, const std::vector<s
   thread_local std::vector<double> tables;
   if (tables.size() < (J + 1) * S) tables.resize((J + 1) * S);
   std::fill(tables.begin(), tables.begin() + static_cast<std::ptrdiff_t>(S), 0.0);
-  TypedSolution sol;
-  for (size_t j = 0; j < J; ++j) {
-    const double* in = tables.data() + j * S;
-    double* out = tables.data() + (j + 1) * S;
-    if (jobs[j].may_wait)
-      std::copy(in, in + S, out);
-    else
-      std::fill(out, out + S, kNegInf);
-    for (const Kept& k : kept[j]) {
-      const int64_t shift = grid.shift(k.gpus);
-      const double v = k.value;
-      sol.cells += grid.for_each_run(k.gpus, [&](int64_t first, int64_t len) {
-        double* o = out + first;
-        const double* i = in + first - shift;
-        for (int64_t x = 0; x < len; ++x) o[x] = std::max(o[x], i[x] + v);
-      });
+  auto table = [&](size_t j) { return tables.data() + j * S; };
+  // The copy of a row that the options on the last type read, after -inf for their reads below
+  // c_last = 0 (as many cells as the largest of them needs, in whole lanes).
+  int most = 0;
+  for (const auto& ks : kept)
+    for (const Kept& k : ks) most = std::max(most, k.gpus.back());
+  const int64_t before = (most + kLane - 1) / kLane * kLane;
+  std::vector<double> stage(static_cast<size_t>(before + grid.width), kNegInf);
+  double* row_copy = stage.data() + before;
+  const std::vector<double> none(static_cast<size_t>(grid.width), kNegInf);  // init when the job must run
+  // The tiles of a row: its lanes split as evenly as can be into tiles of at most kTileLanes.
+  const int lanes = static_cast<int>(grid.width / kLane);
+  const int tiles = (lanes + kTileLanes - 1) / kTileLanes;
+  // Only the cells the readback can reach are computed: it starts at every type's whole capacity
+  // and each job after j takes at most its largest demand of each type, so table j+1 is needed
+  // where c_t >= capacity_t - (the sum of those demands): lo[j + 1].
+  std::vector<std::vector<int>> lo(J + 1, std::vector<int>(K));
+  {
+    std::vector<int> after(K, 0);
+    for (size_t j = J + 1; j-- > 0;) {
+      for (size_t t = 0; t < K; ++t) lo[j][t] = std::max(0, capacity[t] - after[t]);
+      if (j == 0) break;
+      for (size_t t = 0; t < K; ++t) {
+        int d = 0;
+        for (const Kept& k : kept[j - 1]) d = std::max(d, k.gpus[t]);
+        after[t] += d;
+      }
     }
   }
-  int64_t at = grid.cells - 1;  // every type's whole capacity
-  if (tables[J * S + static_cast<size_t>(at)] == kNegInf) infeasible(jobs, capacity);
+  TypedSolution sol;
+  std::vector<int> c(m);
+  // A job's options by the type they use: along[] on the last type alone; on[u] on type u alone,
+  // fewest GPUs first, so that a row with c_u GPUs of it takes the first fit[u][c_u] of them;
+  // spanning[] the rest, checked cell by cell.
+  std::vector<Step> along;
+  std::vector<std::vector<Step>> on(m);
+  std::vector<std::vector<size_t>> fit(m);
+  std::vector<const Kept*> spanning;
+  std::vector<Group> groups;
+  for (size_t j = 0; j < J; ++j) {
+    const double* in = table(j);
+    double* out = table(j + 1);
+    along.clear();
+    spanning.clear();
+    for (size_t u = 0; u < m; ++u) on[u].clear();
+    for (const Kept& k : kept[j]) {  // fewest GPUs first (reduce)
+      const int t = type_of(k);
+      if (t == static_cast<int>(m))
+        along.push_back(Step{k.gpus.back(), k.value});
+      else if (t >= 0)
+        on[static_cast<size_t>(t)].push_back(Step{grid.index(k.gpus), k.value});
+      else
+        spanning.push_back(&k);
+    }
+    for (size_t u = 0; u < m; ++u) {
+      fit[u].assign(static_cast<size_t>(capacity[u]) + 1, 0);
+      for (const Step& s : on[u]) ++fit[u][static_cast<size_t>(s.shift / (grid.row_stride[u] * grid.width))];
+      for (size_t v = 1; v < fit[u].size(); ++v) fit[u][v] += fit[u][v - 1];
+    }
+    // The rows within lo[j + 1], by an odometer over the types but the last.
+    const std::vector<int>& low = lo[j + 1];
+    for (size_t u = 0; u < m; ++u) c[u] = low[u];
+    const int first_lane = low.back() / kLane;
+    for (bool more = true; more;) {
+      int64_t row = 0;
+      for (size_t u = 0; u < m; ++u) row += c[u] * grid.row_stride[u];
+      const int64_t cell0 = row * grid.width;
+      for (int64_t x = 0; x < grid.width; x += kLane) std::memcpy(row_copy + x, in + cell0 + x, sizeof(Lane));
+      int at = 0;
+      for (int tile = 0; tile < tiles; ++tile) {
+        const int w = lanes / tiles + (tile < lanes % tiles ? 1 : 0);
+        if (at + w > first_lane) {
+          const int64_t x = at * kLane, cell = cell0 + x;
+          groups.clear();
+          groups.push_back(Group{row_copy + x, along.data(), along.size()});
+          for (size_t u = 0; u < m; ++u)
+            groups.push_back(Group{in + cell, on[u].data(), fit[u][static_cast<size_t>(c[u])]});
+          relax(w, jobs[j].may_wait ? in + cell : none.data() + x, out + cell, groups.data(), groups.size());
+          for (const Group& g : groups) sol.cells += int64_t{w} * kLane * static_cast<int64_t>(g.n);
+        }
+        at += w;
+      }
+      // Options spanning types, when the row has what they need of the types but the last.
+      for (const Kept* k : spanning) {
+        if (!std::equal(k->gpus.begin(), k->gpus.end() - 1, c.begin(), std::less_equal<int>())) continue;
+        const int64_t shift = grid.index(k->gpus);
+        for (int64_t x = std::max(k->gpus.back(), first_lane * kLane); x <= capacity.back(); ++x)
+          out[cell0 + x] = std::max(out[cell0 + x], in[cell0 + x - shift] + k->value);
+        sol.cells += capacity.back() + 1 - k->gpus.back();
+      }
+      more = false;
+      for (size_t u = m; u-- > 0;) {
+        if (++c[u] <= capacity[u]) {
+          more = true;
+          break;
+        }
+        c[u] = low[u];
+      }
+    }
+  }
+  int64_t at = grid.index(capacity);  // every type's whole capacity
+  if (table(J)[at] == kNegInf) infeasible(jobs, capacity);
   sol.choices.resize(J);
-  std::vector<int> c = capacity;
+  std::vector<int> left = capacity;
   for (size_t j = J; j-- > 0;) {
-    const double target = tables[(j + 1) * S + static_cast<size_t>(at)];
-    const double* in = tables.data() + j * S;
+    const double target = table(j + 1)[at];
+    const double* in = table(j);
     auto reaches = [&](const Kept& k) {
-      return within(k.gpus, c) && in[at - grid.shift(k.gpus)] + k.value == target;
+      return within(k.gpus, left) && in[at - grid.index(k.gpus)] + k.value == target;
     };
     const Kept* pick = nullptr;
     bool wait = false;
@@ -267,8 +393,8 @@ TypedSolution solve_exact(const std::vector<TypedJob>& jobs, const std::vector<s
     EDP_CHECK(pick || wait, "solve_typed: internal error, no option reproduces the DP value of job #", j);
     sol.choices[j] = choice_of(pick, capacity.size());
     if (pick) {
-      at -= grid.shift(pick->gpus);
-      for (size_t t = 0; t < c.size(); ++t) c[t] -= pick->gpus[t];
+      at -= grid.index(pick->gpus);
+      for (size_t t = 0; t < left.size(); ++t) left[t] -= pick->gpus[t];
     }
   }
   sol.method = "exact";
@@ -454,10 +580,14 @@ TypedSolution solve_typed(const std::vector<TypedJob>& jobs, const std::vector<i
     kept[j] = reduce(jobs[j], capacity);
     if (!jobs[j].may_wait && kept[j].empty()) infeasible(jobs, capacity);
   }
-  const Grid grid(capacity);
-  const bool small = grid.cells <= kExactCells / static_cast<int64_t>(jobs.size() + 1);
+  // Cells per table as laid out (rows in whole lanes; Layout is the same in any order of the types
+  // but the last, which is the largest below).
+  std::vector<int> sorted = capacity;
+  std::sort(sorted.begin(), sorted.end());
+  const int64_t cells = Layout(sorted).cells;
+  const bool small = cells <= kExactCells / static_cast<int64_t>(jobs.size() + 1);
   if (force == "exact" || (force.empty() && small)) {
-    EDP_CHECK(small, "solve_typed: the exact method needs ", grid.cells, " cells per job for ", jobs.size(),
+    EDP_CHECK(small, "solve_typed: the exact method needs ", cells, " cells per job for ", jobs.size(),
               " jobs, more than ", kExactCells, " in all");
     // The largest type last: its options run along the contiguous axis, in the fewest, longest runs.
     std::vector<size_t> order(capacity.size());

@@ -5,10 +5,11 @@
 // multi-dimensional form (docs/autoscaler.md, "Several GPU types").
 //
 // Two methods, chosen by size:
-//   - exact: a DP over the product of the capacities (prod_t (C_t + 1) cells per job), with the
-//     one-type solver's exact reductions per job (per GPU vector the best option; an option that
-//     costs at least as much of every type as another and is worth no more is dropped). Used while
-//     the cells of all jobs' tables fit kExactCells;
+//   - exact: a DP over the product of the capacities (prod_t (C_t + 1) cells per job, the largest
+//     type's rounded up to whole lanes of 8), with the one-type solver's exact reductions per job
+//     (per GPU vector the best option; an option that costs at least as much of every type as
+//     another and is worth no more is dropped). Used while the cells of all jobs' tables fit
+//     kExactCells;
 //   - decomposed: beyond that (hundreds of jobs on thousands of GPUs of four types), Lagrangian
 //     prices per type: at prices λ each job alone takes its best option less λ x its GPUs, which
 //     bounds the optimum from above (the dual); the primal assigns every job the type of its
@@ -54,7 +55,8 @@ struct TypedSolution {
   int64_t cells = 0;                 // DP cells evaluated, for benchmarks
 };
 
-// The largest problem the exact method takes: the tables of all jobs together (jobs x cells),
+// The largest problem the exact method takes: the tables of all jobs together (jobs x cells, as
+// laid out: the largest type's cells rounded up to whole lanes of 8),
 // 64 MiB of doubles, the one-type solver's bound on the tables it keeps whole.
 constexpr int64_t kExactCells = int64_t{8} << 20;
 
