@@ -55,16 +55,17 @@ bool within(const std::vector<int>& a, const std::vector<int>& b) {  // a <= b i
   return true;
 }
 
-// The type an option uses, or -1 when it spans types.
-int type_of(const Kept& k) {
+// The type a GPU vector uses, or -1 when it spans types.
+int type_of(const std::vector<int>& gpus) {
   int t = -1;
-  for (size_t u = 0; u < k.gpus.size(); ++u)
-    if (k.gpus[u] > 0) {
+  for (size_t u = 0; u < gpus.size(); ++u)
+    if (gpus[u] > 0) {
       if (t >= 0) return -1;
       t = static_cast<int>(u);
     }
   return t;
 }
+int type_of(const Kept& k) { return type_of(k.gpus); }
 
 // The exact reductions for one job: options that fit; per GPU vector the best (ties: the current
 // one, then the smaller batch); then every option that costs at least as much of each type as
@@ -110,33 +111,36 @@ std::vector<Kept> reduce(const TypedJob& job, const std::vector<int>& capacity) 
     if (a.batch != b.batch) return a.batch < b.batch;
     return a.index < b.index;
   });
-  std::vector<Kept> all;
+  // Each GPU vector's best (the records still refer to the job's options: only the survivors of
+  // the dominance below are copied out, GPU vector and all).
+  size_t distinct = 0;
   for (size_t n = 0; n < cands.size(); ++n) {
     if (n > 0 && cands[n].key == cands[n - 1].key && (packed || gpus(cands[n]) == gpus(cands[n - 1]))) continue;
-    const Cand& c = cands[n];
-    const TypedOption& o = job.options[static_cast<size_t>(c.index)];
-    all.push_back(Kept{o.gpus, o.batch, o.value, o.tag, c.index, o.current, c.total});
+    cands[distinct++] = cands[n];
   }
+  cands.resize(distinct);
   // Dominance. An option on one type is within another only if that one is on the same type with
   // fewer GPUs, all of which come before it: the best value among them (a running maximum per
   // type) decides. An option spanning types is checked against every other.
   std::vector<Kept> kept;
   std::vector<double> best_below(capacity.size(), kNegInf);
-  for (const Kept& o : all) {
-    const int t = type_of(o);
+  for (const Cand& o : cands) {
+    const int t = type_of(gpus(o));
     bool dominated = job.may_wait && (o.value < 0 || (o.value == 0 && !o.current));
     if (t >= 0) {
       const double b = best_below[static_cast<size_t>(t)];
       dominated = dominated || b > o.value || (b == o.value && !o.current);
       best_below[static_cast<size_t>(t)] = std::max(b, o.value);
     } else {
-      for (const Kept& p : all) {
+      for (const Cand& p : cands) {
         if (dominated) break;
-        if (&p == &o || !within(p.gpus, o.gpus)) continue;
+        if (&p == &o || !within(gpus(p), gpus(o))) continue;
         dominated = p.value > o.value || (p.value == o.value && !o.current);
       }
     }
-    if (!dominated) kept.push_back(o);
+    if (dominated) continue;
+    const TypedOption& x = job.options[static_cast<size_t>(o.index)];
+    kept.push_back(Kept{x.gpus, x.batch, x.value, x.tag, o.index, x.current, o.total});
   }
   return kept;
 }
@@ -598,8 +602,12 @@ TypedSolution solve_typed(const std::vector<TypedJob>& jobs, const std::vector<i
       for (size_t t = 0; t < v.size(); ++t) out[t] = v[order[t]];
       return out;
     };
+    std::vector<int> scratch(capacity.size());  // in place: no vector made per option
     for (auto& ks : kept)
-      for (Kept& k : ks) k.gpus = permute(k.gpus);
+      for (Kept& k : ks) {
+        for (size_t t = 0; t < scratch.size(); ++t) scratch[t] = k.gpus[order[t]];
+        std::copy(scratch.begin(), scratch.end(), k.gpus.begin());
+      }
     TypedSolution sol = solve_exact(jobs, kept, permute(capacity));
     for (TypedChoice& c : sol.choices) {  // back to the caller's order of types
       std::vector<int> g(c.gpus.size());
