@@ -588,8 +588,9 @@ int cmd_serve(int argc, char** argv) {
   for (std::string a; ss >> a;) s.edprun_args.push_back(a);
   s.backend = o.str("backend") == "auto" ? (s.hostfile.empty() ? "local" : "hostfile") : o.str("backend");
   if (s.backend == "slurm") return cmd_serve_slurm(o, s);
-  if (!c.gpu_speeds.empty() && s.kind != "gpu")
-    throw DataError("--gpu-speeds is for GPUs of several types (--slot-kind gpu, or --backend slurm)");
+  // (--slot-kind auto is decided at the start, where a speed for a type no GPU has is refused.)
+  if (!c.gpu_speeds.empty() && (s.kind == "cpu" || s.kind == "mig"))
+    throw DataError("--gpu-speeds is for GPUs of several types (--slot-kind gpu or auto, or --backend slurm), not --slot-kind " + s.kind);
   for (const char* k : {"partition", "slurm-grow", "slurm-poll", "slurm-args"})
     if (o.given(k)) throw DataError(std::string("--") + k + " is for --backend slurm");
   if (s.backend == "hostfile" && s.hostfile.empty()) throw DataError("--backend hostfile needs --hostfile FILE");
