@@ -3,6 +3,7 @@
 
   sia_policy.py --artifact DIR --workload CSV --edp BIN [--first N] [--cluster aws:6,dgx-ext:2,rtx:3]
       [--rates oracle|online] [--interval 60] [--hysteresis 0] [--margin 150] [--pause-per-gpu 0.5]
+      [--fixed-share 0.75] [--trust-half 0.25]
       [--trace FILE]
 
 DIR is a checkout of the public repository siasosp23/artifacts (its sia-simulator/ is imported
@@ -66,6 +67,12 @@ def parse_args():
     ap.add_argument("--hysteresis", type=float, default=0.0)
     ap.add_argument("--margin", type=float, default=150.0, help="seconds a change must save beyond its pause")
     ap.add_argument("--pause-per-gpu", type=float, default=0.5)
+    # The learning priors (--rates online; docs/plan.md, "learn"): bolder than plan's defaults (0.25
+    # and 1), chosen on philly and saturn in edp's own simulator (docs/autoscaler.md §9).
+    ap.add_argument("--fixed-share", type=float, default=0.75,
+                    help="share of a step's compute taken as fixed while one micro-batch was measured")
+    ap.add_argument("--trust-half", type=float, default=0.25,
+                    help="configurations measured at which a prediction away from them is believed half")
     ap.add_argument("--trace", help="write every request and answer here (JSON lines)")
     args = ap.parse_args()
     sim = os.path.join(args.artifact, "sia-simulator")
@@ -83,6 +90,8 @@ def parse_args():
         ap.error("--hysteresis must be in [0, 1), got %g" % args.hysteresis)
     if args.margin < 0 or args.pause_per_gpu < 0:
         ap.error("--margin and --pause-per-gpu must be >= 0")
+    if not 0 <= args.fixed_share < 1 or not 0.01 <= args.trust_half <= 100:
+        ap.error("--fixed-share must be in [0, 1) and --trust-half in [0.01, 100]")
     args.cluster_nodes = sia_run.parse_cluster(args.cluster)
     if args.cluster_nodes is None:
         ap.error("--cluster must be TYPE:NODES,... with distinct types and NODES >= 1, got %r" % args.cluster)
@@ -220,6 +229,7 @@ class EdpPolicy:
         learn = {"init_batch": int(ref.init_batch_size), "max_batch": int(ref.max_batch_size),
                  "min_local": int(ref.min_local_bsz),
                  "max_gpus": max(self.counts[t][-1] for t in self.types), "accumulate_on_one_gpu": True,
+                 "fixed_share": self.args.fixed_share, "trust_half": self.args.trust_half,
                  "observed": [{"type": t, "nodes": int(k[0]), "gpus": int(k[1]), "local_batch": int(k[2]),
                                "step_s": float(v[0]) * slow, "sync_s": float(v[1]) * slow}
                               for t, prof in job.profiles.items() for k, v in prof.items()],
@@ -330,7 +340,8 @@ def main():
     r = sia_run.run(cluster, args.interval)
     line = sia_run.summary(cluster, r, args.workload, "edp", args.interval, cfg.cluster_nnodes, policy.spent)
     line.update({"rates": args.rates, "hysteresis": args.hysteresis, "margin_s": args.margin,
-                 "pause_per_gpu": args.pause_per_gpu, **policy.plan.report()})
+                 "pause_per_gpu": args.pause_per_gpu, "fixed_share": args.fixed_share, "trust_half": args.trust_half,
+                 **policy.plan.report()})
     out.write(json.dumps(line) + "\n")
     out.flush()
     sys.exit(124 if r.stopped else 0)

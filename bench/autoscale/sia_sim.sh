@@ -5,7 +5,7 @@
 #
 #   bench/autoscale/sia_sim.sh --artifact DIR [--python PY] [--policies sia,gavel,pollux]
 #       [--traces philly,saturn,newtrace] [--workloads 1] [--first N] [--cluster aws:6,dgx-ext:2,rtx:3]
-#       [--timeout S] [--out DIR] [--build build] [-- EDP_ADAPTER_ARGS...]
+#       [--timeout S] [--out DIR] [--build build] [--calibrate] [-- EDP_ADAPTER_ARGS...]
 #
 # Each chosen workload (workloads/<trace>/workload-<n>.csv of the artifact's sia-simulator/; a
 # trace is philly, saturn (Helios), newtrace or one of scale/rate_10 ... scale/rate_50) runs under
@@ -23,6 +23,11 @@
 #           --workload CSV --edp BIN [--first N] [--cluster SPEC] EDP_ADAPTER_ARGS...` prints one
 #           JSON line with the fields below (EDP_ADAPTER_ARGS: sia_policy.py --help); BIN is
 #           edp-autoscale under --build
+# --calibrate (with policy edp) also runs edp's policy on the same workloads in edp's own node-level
+# simulator with GPU types (`edp-autoscale simulate --sia`: the artifact's tables read by edp,
+# `goodput` for `--rates online`, `goodput-oracle` otherwise, the adapter's margin, pause per GPU,
+# hysteresis and interval) and prints both side by side: average JCT and restarts per job, the
+# artifact's and edp's, and their difference.
 # --first N keeps the first N jobs of each workload (a short smoke run; the paper uses them
 # whole: 160 jobs in 8 h for philly/saturn, 960 in 48 h for newtrace). --cluster sets nodes per
 # GPU type (default: the paper's heterogeneous 64 GPUs, 6 aws x 4 T4, 2 dgx-ext x 8 A100,
@@ -47,7 +52,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 artifact="" python=python3 build="$here/build" policies=sia,gavel,pollux traces=philly,saturn,newtrace
-workloads=1 first=0 cluster="aws:6,dgx-ext:2,rtx:3" timeout_s=0 out=""
+workloads=1 first=0 cluster="aws:6,dgx-ext:2,rtx:3" timeout_s=0 out="" calibrate=0
 adapter=()
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "sia_sim.sh: $1 needs a value (--help)" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
@@ -62,6 +67,7 @@ while [[ $# -gt 0 ]]; do
     --cluster) need "$@"; cluster=$2; shift 2 ;;
     --timeout) need "$@"; timeout_s=$2; shift 2 ;;
     --out) need "$@"; out=$2; shift 2 ;;
+    --calibrate) calibrate=1; shift ;;
     --) shift; adapter=("$@"); break ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "sia_sim.sh: unknown argument '$1' (--help)" >&2; exit 2 ;;
@@ -103,7 +109,11 @@ modules="cvxpy, pandas, numpy, rich, psutil"
   echo "sia_sim.sh: $python lacks the artifact's packages (--help says which)" >&2; exit 2; }
 [[ -z "$out" ]] || mkdir -p "$out"
 results=$(mktemp /tmp/edp-sia-sim.XXXXXX)
-trap 'rm -f "$results"' EXIT
+edpsim=$(mktemp -d /tmp/edp-sia-cal.XXXXXX)
+trap 'rm -rf "$results" "$edpsim"' EXIT
+if [[ $calibrate == 1 && ",$policies," != *,edp,* ]]; then
+  echo "sia_sim.sh: --calibrate compares policy edp in both simulators (add edp to --policies)" >&2; exit 2
+fi
 driver="$here/bench/autoscale/sia_driver.py"  # the artifact's own policies (sia_run.py: what both share)
 
 run() {  # policy trace workload-number
@@ -148,9 +158,33 @@ for t in ${traces//,/ }; do
   done
 done
 
-"$python" - "$results" "$cluster" "$first" "${adapter[*]}" <<'PY'
-import json, sys
-results, cluster, first, adapter = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if [[ $calibrate == 1 ]]; then
+  # The adapter's policy settings, as edp's simulator takes them.
+  sim_args=(--policy goodput-oracle) i=0
+  while [[ $i -lt ${#adapter[@]} ]]; do
+    a=${adapter[$i]} v=${adapter[$((i + 1))]:-}
+    case "$a" in
+      --rates) [[ "$v" == online ]] && sim_args[1]=goodput; i=$((i + 1)) ;;
+      --margin) sim_args+=(--change-margin "$v"); i=$((i + 1)) ;;
+      --pause-per-gpu) sim_args+=(--pause-per-gpu "$v"); i=$((i + 1)) ;;
+      --hysteresis) sim_args+=(--rescale-penalty "$v"); i=$((i + 1)) ;;
+      --interval) sim_args+=(--interval "$v"); i=$((i + 1)) ;;
+      --fixed-share) sim_args+=(--learn-fixed-share "$v"); i=$((i + 1)) ;;
+      --trust-half) sim_args+=(--learn-trust-half "$v"); i=$((i + 1)) ;;
+      --trace) i=$((i + 1)) ;;
+    esac
+    i=$((i + 1))
+  done
+  [[ "$first" == 0 ]] || sim_args+=(--limit "$first")
+  t0=$SECONDS
+  "$build/tools/edp-autoscale/edp-autoscale" simulate --sia "$artifact" --sia-traces "$traces" --sia-workloads "$workloads" \
+    --cluster "$cluster" --threads "$(nproc)" --quiet --out "$edpsim" "${sim_args[@]}" > /dev/null
+  echo "edp's node-level simulator (${sim_args[1]}): $((SECONDS - t0)) s" >&2
+fi
+
+"$python" - "$results" "$cluster" "$first" "${adapter[*]}" "$edpsim/simulate_sia.json" <<'PY'
+import json, os, sys
+results, cluster, first, adapter, cal_file = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 # Table 3 of the Sia paper (heterogeneous cluster; average JCT in hours over all of a trace's workloads)
 paper = {"philly": {"sia": 0.6, "pollux": 1.0, "gavel": 1.9}, "saturn": {"sia": 0.7, "pollux": 1.0, "gavel": 2.5},
          "newtrace": {"sia": 0.7, "pollux": 1.5, "gavel": 11.3}}
@@ -176,5 +210,28 @@ for t, w in keys:
     print(row)
 print("(each policy: average JCT in hours, restarts per job; the paper column is a mean over all workloads, full length)")
 summary = {"cluster": cluster, "first": first, "adapter": adapter, "runs": runs}
+if os.path.exists(cal_file):
+    cal = {(r["trace"], "workload-%d.csv" % r["workload"]): r for r in json.load(open(cal_file))["runs"]}
+    print("\ncalibration: edp's policy in the artifact's simulator (art) and in edp's node-level simulator (edp, %s)"
+          % next(iter(cal.values()))["policy"])
+    print("%-10s %-16s %9s %9s %7s %8s %8s %7s" % ("trace", "workload", "JCT art", "JCT edp", "diff", "rst art", "rst edp", "diff"))
+    rows = []
+    for t, w in keys:
+        a, e = by.get((t, w, "edp")), cal.get((t, w))
+        if a is None or e is None or "failed" in a or a.get("stopped"):
+            continue
+        dj = e["avg_jct_s"] / a["avg_jct_s"] - 1
+        dr = e["restarts_per_job"] / a["restarts_per_job"] - 1 if a["restarts_per_job"] > 0 else float("nan")
+        rows.append({"trace": t, "workload": w, "avg_jct_s_artifact": a["avg_jct_s"], "avg_jct_s_edp": e["avg_jct_s"],
+                     "jct_diff": dj, "restarts_per_job_artifact": a["restarts_per_job"],
+                     "restarts_per_job_edp": e["restarts_per_job"], "restarts_diff": dr, "wall_s_artifact": a["wall_s"],
+                     "wall_s_edp": e["wall_s"]})
+        print("%-10s %-16s %9.0f %9.0f %+6.1f%% %8.2f %8.2f %+6.0f%%" % (t, w, a["avg_jct_s"], e["avg_jct_s"], 100 * dj,
+                                                                     a["restarts_per_job"], e["restarts_per_job"], 100 * dr))
+    if rows:
+        worst = max(rows, key=lambda r: abs(r["jct_diff"]))
+        print("largest JCT difference: %+.1f %% (%s %s); mean %+.1f %%" % (
+            100 * worst["jct_diff"], worst["trace"], worst["workload"], 100 * sum(r["jct_diff"] for r in rows) / len(rows)))
+    summary["calibration"] = rows
 print(json.dumps(summary))
 PY

@@ -246,6 +246,27 @@ class EdpDpPolicy final : public ClusterPolicy {
     return s.nodes;
   }
 
+  // With GPU types: the request the Sia adapter (bench/autoscale/sia_policy.py) sends, built from
+  // the simulator's state — the types with their nodes, each job's remaining work, its model's
+  // restart delay as its pause and start, a change of batch alone free; a job still restarting
+  // keeps its configuration (its one option, valued from its step there); every other job learned
+  // (its batch limits, its steps per type, its gradient statistics, each type's 1-GPU speed) or,
+  // on the oracle, given each type's counts at the batch with the best true goodput.
+  std::vector<std::vector<int>> plan_typed(const std::vector<ClusterJobView>& active,
+                                           const std::vector<ClusterNodeType>& types, double) override {
+    EDP_CHECK(mode_ != Mode::JobTuned, "policy ", name_, " does not take GPU types (goodput or goodput-oracle do)");
+    typed_request(active, types);
+    const Plan& s = planner_.decide(req_);
+    const size_t J = active.size();
+    batches_.assign(J, 0);
+    std::vector<std::vector<int>> out = s.nodes;
+    for (size_t i = 0; i < J; ++i) {
+      batches_[i] = s.choices[i].config.batch;
+      std::sort(out[i].begin(), out[i].end());  // the job's placement: GPUs per node in node order
+    }
+    return out;
+  }
+
  private:
   struct Rate {
     int gpus;
@@ -309,6 +330,8 @@ class EdpDpPolicy final : public ClusterPolicy {
       if (mode_ == Mode::Learned) {
         pj.learned = true;
         pj.learn = learn_spec_of(app, cfg_.max_gpus_per_job);
+        pj.learn.fixed_share = cfg_.fixed_share;
+        pj.learn.trust_half = cfg_.trust_half;
         pj.learn.observed = j.observed;
         pj.learn.has_grad = j.has_grad;
         pj.learn.grad_sqr = j.grad_sqr;
@@ -320,6 +343,113 @@ class EdpDpPolicy final : public ClusterPolicy {
         if (n == cur) pj.options.push_back(named_option(app, n, best_named_batch(app, placement_of(j.alloc), j.epoch)));
         else pj.options.push_back(named_option(app, n, oracle_packed(app, j.epoch, n, gpn)));
       }
+    }
+  }
+
+  // Sia's configurations of a type: 1, 2, 4 (8) GPUs on one node, then whole nodes up to the
+  // profiled node limit.
+  static std::vector<int> type_counts(const ClusterNodeType& t) {
+    std::set<int> c;
+    for (int n : {1, 2, 4, 8})
+      if (n <= t.gpus_per_node) c.insert(n);
+    const int nodes = t.max_job_nodes > 0 ? std::min(t.nodes, t.max_job_nodes) : t.nodes;
+    for (int m = 1; m <= nodes; ++m) c.insert(m * t.gpus_per_node);
+    return {c.begin(), c.end()};
+  }
+  // A model's 1-GPU throughput on a type as Sia bootstraps it: its largest 1-GPU micro-batch over
+  // the largest 1-GPU step time of the tables.
+  static double one_gpu_speed(const ClusterApp& app) {
+    auto it = app.placements.find("1");
+    EDP_CHECK(it != app.placements.end() && !it->second.empty(), "model ", app.name, " has no 1-GPU rows");
+    double b = 0, t = 0;
+    for (const StepPoint& p : it->second) {
+      b = std::max(b, p.local_bsz);
+      t = std::max(t, p.step_s);
+    }
+    return b / t;
+  }
+  // A restarting job's one option where it is: its step there as it reported it (else its 1-GPU
+  // speed times its GPUs); on the oracle, the true goodput of its batch there.
+  Config kept_option(const ClusterJobView& j, const std::string& type) const {
+    const ClusterApp& app = *j.app;
+    const std::vector<int> pl = placement_of(j.alloc);
+    const int n = static_cast<int>(j.alloc.size());
+    const BatchSplit sp = app.split(pl, j.batch);
+    if (mode_ == Mode::Oracle) {
+      const NamedBatch nb = named_batch_at(app, pl, j.epoch, j.batch);
+      return Config{n, j.batch, 1, nb.run.samples_per_s, nb.run.goodput * app.init_batch / nb.run.samples_per_s, type};
+    }
+    for (const StepObservation& o : j.observed)
+      if (o.type == type && o.nodes == static_cast<int>(pl.size()) && o.gpus == n && o.local_batch == sp.atomic) {
+        const double total = accumulated_step_s(o.step_s, o.sync_s, sp.accum);
+        return Config{n, j.batch, 1, double(sp.batch(n)) / total, 1.0, type};
+      }
+    return Config{n, j.batch, 1, one_gpu_speed(app) * n / app.slowdown, 1.0, type};
+  }
+  void typed_request(const std::vector<ClusterJobView>& active, const std::vector<ClusterNodeType>& types) {
+    req_ = PlanRequest{};
+    req_.objective = Objective::RestartAware;
+    req_.hysteresis = cfg_.hysteresis;
+    req_.margin_s = cfg_.margin_s;
+    req_.pause_per_gpu = cfg_.pause_per_gpu;
+    req_.pause_s = req_.start_s = cfg_.restart_s;
+    std::vector<std::vector<int>> counts;
+    int max_gpus = 1;
+    for (const ClusterNodeType& t : types) {
+      req_.types.push_back(GpuType{t.name, t.nodes * t.gpus_per_node, std::vector<int>(size_t(t.nodes), t.gpus_per_node)});
+      req_.gpus += t.nodes * t.gpus_per_node;
+      counts.push_back(type_counts(t));
+      max_gpus = std::max(max_gpus, counts.back().back());
+    }
+    req_.jobs.resize(active.size());
+    for (size_t i = 0; i < active.size(); ++i) {
+      const ClusterJobView& j = active[i];
+      EDP_CHECK(j.apps.size() == types.size(), "job ", j.id, " has tables of ", j.apps.size(), " types, the cluster ",
+                types.size());
+      const ClusterApp& ref = *j.apps[0];
+      PlanJob& pj = req_.jobs[i];
+      pj.id = std::to_string(j.id);
+      pj.remaining = std::max(1e-6, ref.total_progress() - j.progress) * ref.init_batch;
+      pj.pause_s = pj.start_s = ref.pause_s > 0 ? ref.pause_s : cfg_.restart_s;
+      pj.rebatch_s = 0;
+      const int cur = static_cast<int>(j.alloc.size());
+      if (cur > 0) {
+        const std::string& tn = types[size_t(j.type)].name;
+        pj.current = Config{cur, j.batch, 1, 0, 1.0, tn};
+        pj.current_nodes = j.alloc;
+        if (j.restarting) {
+          pj.options.push_back(kept_option(j, tn));
+          pj.may_wait = false;
+          continue;
+        }
+      }
+      if (mode_ == Mode::Learned) {
+        pj.learned = true;
+        LearnSpec& l = pj.learn;
+        l = learn_spec_of(ref, max_gpus);
+        l.max_local = std::max(l.min_local, l.max_batch);  // per type below
+        l.fixed_share = cfg_.fixed_share;
+        l.trust_half = cfg_.trust_half;
+        l.observed = j.observed;
+        l.has_grad = j.has_grad;
+        l.grad_sqr = j.grad_sqr;
+        l.grad_var = j.grad_var;
+        for (size_t t = 0; t < types.size(); ++t)
+          l.types.push_back(TypeLearn{types[t].name, j.apps[t]->max_local, one_gpu_speed(*j.apps[t])});
+        continue;
+      }
+      for (size_t t = 0; t < types.size(); ++t) {
+        const ClusterApp& app = *j.apps[t];
+        for (int n : counts[t]) {
+          if (n * app.min_local > app.max_batch) continue;
+          const bool here = static_cast<int>(t) == j.type && n == cur;
+          const NamedBatch nb = best_named_batch(app, here ? placement_of(j.alloc) : packed(n, types[t].gpus_per_node), j.epoch);
+          if (nb.run.samples_per_s > 0)
+            pj.options.push_back(Config{n, nb.batch, 1, nb.run.samples_per_s,
+                                        nb.run.goodput * app.init_batch / nb.run.samples_per_s, types[t].name});
+        }
+      }
+      EDP_CHECK(!pj.options.empty(), "job ", j.id, " has no configuration on any GPU type");
     }
   }
 
@@ -359,6 +489,11 @@ void fill_cluster_request(PlanRequest& req, const std::vector<ClusterDpJob>& job
     for (const auto& [g, rate] : d.rates)
       if (rate > 0) pj.options.push_back(Config{g, 0, 1, rate, 1.0});
   }
+}
+
+std::vector<std::vector<int>> ClusterPolicy::plan_typed(const std::vector<ClusterJobView>&,
+                                                       const std::vector<ClusterNodeType>&, double) {
+  throw Error("policy " + name() + " does not take GPU types (goodput or goodput-oracle do)");
 }
 
 std::unique_ptr<ClusterPolicy> make_cluster_policy(const std::string& name, const ClusterPolicyConfig& cfg) {

@@ -29,12 +29,15 @@ namespace {
 // policy's allocations applied at the end of each interval.
 class ClusterRunState {
  public:
-  ClusterRunState(const std::vector<ClusterJob>& jobs, const ClusterProfiles& profiles, const ClusterSimConfig& cfg);
+  ClusterRunState(const std::vector<ClusterJob>& jobs, const std::vector<const ClusterProfiles*>& profiles,
+                  const ClusterSimConfig& cfg);
   ClusterSimResult run();
 
  private:
   struct Run {
-    const ClusterApp* app = nullptr;
+    const ClusterApp* app = nullptr;    // its tables on the type it runs on (or the first type's)
+    std::vector<const ClusterApp*> apps;  // per type
+    int type = -1;                      // the type it runs on (-1: none yet)
     std::vector<int> alloc, placement;
     int atomic = 0, accum = 0;
     int target = 0;  // the batch the policy named (chooses_batch policies)
@@ -55,6 +58,10 @@ class ClusterRunState {
 
   const std::vector<ClusterJob>& jobs_;
   const ClusterSimConfig& cfg_;
+  bool typed_ = false;
+  std::vector<ClusterNodeType> types_;     // cfg.types, or the one type of cfg.nodes x cfg.gpus_per_node
+  std::vector<int> node_type_, node_gpus_;  // per global node
+  int gpus_ = 0;
   std::unique_ptr<ClusterPolicy> policy_;
   bool adaptive_ = false, names_batch_ = false;
   bool tune_goodput_ = false;  // a batch tuned inside the job: for goodput (else throughput; dp)
@@ -64,9 +71,20 @@ class ClusterRunState {
   std::vector<size_t> active_;
 };
 
-ClusterRunState::ClusterRunState(const std::vector<ClusterJob>& jobs, const ClusterProfiles& profiles,
+ClusterRunState::ClusterRunState(const std::vector<ClusterJob>& jobs, const std::vector<const ClusterProfiles*>& profiles,
                                  const ClusterSimConfig& cfg)
-    : jobs_(jobs), cfg_(cfg) {
+    : jobs_(jobs), cfg_(cfg), typed_(!cfg.types.empty()) {
+  types_ = typed_ ? cfg.types : std::vector<ClusterNodeType>{ClusterNodeType{"", cfg.nodes, cfg.gpus_per_node, 0}};
+  EDP_CHECK(profiles.size() == types_.size(), "simulate_cluster: ", profiles.size(), " profiles for ", types_.size(),
+            " GPU types");
+  for (size_t t = 0; t < types_.size(); ++t) {
+    const ClusterNodeType& k = types_[t];
+    EDP_CHECK(k.nodes >= 1 && k.gpus_per_node >= 1, "simulate_cluster: type '", k.name, "' needs nodes and GPUs per node >= 1");
+    for (size_t u = 0; u < t; ++u) EDP_CHECK(types_[u].name != k.name, "simulate_cluster: type '", k.name, "' given twice");
+    node_type_.insert(node_type_.end(), size_t(k.nodes), static_cast<int>(t));
+    node_gpus_.insert(node_gpus_.end(), size_t(k.nodes), k.gpus_per_node);
+    gpus_ += k.nodes * k.gpus_per_node;
+  }
   ClusterPolicyConfig pc = cfg.policy_cfg;
   pc.restart_s = cfg.restart_s;
   policy_ = make_cluster_policy(cfg.policy, pc);
@@ -78,12 +96,13 @@ ClusterRunState::ClusterRunState(const std::vector<ClusterJob>& jobs, const Clus
   res_.policy = cfg.policy;
   res_.jobs.resize(N);
   for (size_t i = 0; i < N; ++i) {
-    run_[i].app = &profiles.app(jobs[i].app);
+    for (const ClusterProfiles* p : profiles) run_[i].apps.push_back(&p->app(jobs[i].app));
+    run_[i].app = run_[i].apps[0];
     res_.jobs[i].name = jobs[i].name;
     res_.jobs[i].app = jobs[i].app;
     res_.jobs[i].submit_s = jobs[i].submit_s;
-    EDP_CHECK(!policy_->fixed_replicas() || jobs[i].replicas <= cfg.nodes * cfg.gpus_per_node, "job ", jobs[i].name,
-              " needs ", jobs[i].replicas, " GPUs, the cluster has ", cfg.nodes * cfg.gpus_per_node);
+    EDP_CHECK(!policy_->fixed_replicas() || jobs[i].replicas <= gpus_, "job ", jobs[i].name, " needs ", jobs[i].replicas,
+              " GPUs, the cluster has ", gpus_);
   }
 }
 
@@ -91,9 +110,8 @@ void ClusterRunState::configure(size_t i) {
   Run& r = run_[i];
   if (r.alloc.empty()) return;
   if (names_batch_) {
-    const int n = static_cast<int>(r.alloc.size());
     EDP_CHECK(r.target >= 1, "policy ", cfg_.policy, " named no batch for job ", jobs_[i].name);
-    const BatchSplit c = split_batch(n, r.target, r.app->max_local, r.app->init_batch, r.app->max_batch, true);
+    const BatchSplit c = r.app->split(r.placement, r.target);
     r.atomic = c.atomic;
     r.accum = c.accum;
   } else if (adaptive_) {
@@ -101,8 +119,7 @@ void ClusterRunState::configure(size_t i) {
     r.atomic = c.atomic;
     r.accum = c.accum;
   } else {
-    const int n = static_cast<int>(r.alloc.size());
-    const BatchSplit c = split_batch(n, jobs_[i].batch, r.app->max_local, r.app->init_batch, r.app->max_batch, true);
+    const BatchSplit c = r.app->split(r.placement, jobs_[i].batch);
     r.atomic = c.atomic;
     r.accum = c.accum;
   }
@@ -112,7 +129,7 @@ double ClusterRunState::goodput_of(const Run& r) const {
   if (r.alloc.empty()) return 0.0;
   const auto [step, sync] = r.app->step_sync(r.placement, r.atomic);
   const double M = double(r.alloc.size()) * r.atomic * (r.accum + 1);
-  return r.app->gain(M, r.epoch) / accumulated_step_s(step, sync, r.accum);
+  return r.app->gain(M, r.epoch) / accumulated_step_s(step, sync, r.accum) / r.app->slowdown;
 }
 
 // One job over [t, t + seconds): the pause first, then epochs; the batch is re-tuned at every
@@ -155,7 +172,9 @@ void ClusterRunState::report(Run& r) {
   const auto same = [&](const StepObservation& o) { return o.nodes == nodes && o.gpus == gpus && o.local_batch == r.atomic; };
   if (std::none_of(r.observed.begin(), r.observed.end(), same)) {
     const auto [step, sync] = r.app->step_sync(r.placement, r.atomic);
-    r.observed.push_back(StepObservation{nodes, gpus, double(r.atomic), step, sync});
+    const double slow = r.app->slowdown;  // what the job measures: the tables' step, slowed
+    r.observed.push_back(StepObservation{nodes, gpus, double(r.atomic), step * slow, sync * slow,
+                                         typed_ ? types_[size_t(r.type)].name : std::string()});
   }
   const double M = double(gpus) * r.atomic * (r.accum + 1);
   std::tie(r.grad_sqr, r.grad_var) = r.app->grad_stats(M, r.epoch);
@@ -164,18 +183,22 @@ void ClusterRunState::report(Run& r) {
 
 void ClusterRunState::plan_and_apply(double t, double& plan_ms) {
   const auto p0 = std::chrono::steady_clock::now();
-  std::vector<std::vector<int>> plan = policy_->plan(views_, cfg_.nodes, cfg_.gpus_per_node, t);
+  std::vector<std::vector<int>> plan =
+      typed_ ? policy_->plan_typed(views_, types_, t) : policy_->plan(views_, cfg_.nodes, cfg_.gpus_per_node, t);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
   plan_ms += ms;
   res_.plan_ms_max = std::max(res_.plan_ms_max, ms);
   ++res_.plans;
   EDP_CHECK(plan.size() == active_.size(), "policy ", cfg_.policy, " returned ", plan.size(), " allocations for ",
             active_.size(), " jobs");
-  std::vector<int> used(size_t(cfg_.nodes), 0);
+  const int nodes = static_cast<int>(node_type_.size());
+  std::vector<int> used(size_t(nodes), 0);
   for (const auto& a : plan)
     for (int n : a) {
-      EDP_CHECK(n >= 0 && n < cfg_.nodes, "policy ", cfg_.policy, " used node ", n, " of ", cfg_.nodes);
-      EDP_CHECK(++used[size_t(n)] <= cfg_.gpus_per_node, "policy ", cfg_.policy, " over-allocated node ", n);
+      EDP_CHECK(n >= 0 && n < nodes, "policy ", cfg_.policy, " used node ", n, " of ", nodes);
+      EDP_CHECK(++used[size_t(n)] <= node_gpus_[size_t(n)], "policy ", cfg_.policy, " over-allocated node ", n);
+      EDP_CHECK(node_type_[size_t(n)] == node_type_[size_t(a[0])], "policy ", cfg_.policy,
+                " placed a job on nodes of two GPU types");
     }
   const std::vector<int>& named = policy_->batches();
   EDP_CHECK(!names_batch_ || named.size() == active_.size(), "policy ", cfg_.policy, " named ", named.size(),
@@ -197,14 +220,18 @@ void ClusterRunState::plan_and_apply(double t, double& plan_ms) {
       r.pause_left = 0;
       continue;
     }
+    const int type = node_type_[size_t(r.alloc[0])];
     r.placement = placement_of(r.alloc);
-    r.pause_left = cfg_.restart_s;
+    r.app = r.apps[size_t(type)];
+    r.pause_left = r.app->pause_s > 0 ? r.app->pause_s : cfg_.restart_s;
     if (r.started) {
       ++res_.jobs[i].restarts;
+      if (type != r.type) ++res_.jobs[i].type_changes;
     } else {
       r.started = true;
       res_.jobs[i].start_s = t;
     }
+    r.type = type;
     configure(i);
   }
 }
@@ -242,6 +269,9 @@ ClusterSimResult ClusterRunState::run() {
       v.grad_sqr = run_[i].grad_sqr;
       v.grad_var = run_[i].grad_var;
       v.batch = run_[i].alloc.empty() ? 0 : run_[i].target;
+      v.apps = run_[i].apps;
+      v.type = run_[i].alloc.empty() ? -1 : run_[i].type;
+      v.restarting = !run_[i].alloc.empty() && run_[i].pause_left > 0;
       views_.push_back(std::move(v));
     }
     if (active_.empty()) continue;
@@ -264,7 +294,7 @@ void ClusterRunState::summarise(double plan_ms) {
   }
   res_.avg_jct_s = res_.finished ? jct / res_.finished : 0.0;
   res_.restarts_per_job = jobs_.empty() ? 0.0 : double(res_.restarts) / double(jobs_.size());
-  res_.utilisation = res_.makespan_s > 0 ? gpu_s / (double(cfg_.nodes * cfg_.gpus_per_node) * res_.makespan_s) : 0.0;
+  res_.utilisation = res_.makespan_s > 0 ? gpu_s / (double(gpus_) * res_.makespan_s) : 0.0;
   res_.plan_ms_avg = res_.plans ? plan_ms / res_.plans : 0.0;
 }
 
@@ -272,7 +302,14 @@ void ClusterRunState::summarise(double plan_ms) {
 
 ClusterSimResult simulate_cluster(const std::vector<ClusterJob>& jobs, const ClusterProfiles& profiles,
                                   const ClusterSimConfig& cfg) {
-  EDP_CHECK(cfg.nodes >= 1 && cfg.gpus_per_node >= 1, "simulate_cluster: nodes and gpus_per_node must be >= 1");
+  EDP_CHECK(cfg.types.empty(), "simulate_cluster: a cluster with GPU types needs one profile per type");
+  return simulate_cluster(jobs, std::vector<const ClusterProfiles*>{&profiles}, cfg);
+}
+
+ClusterSimResult simulate_cluster(const std::vector<ClusterJob>& jobs, const std::vector<const ClusterProfiles*>& profiles,
+                                  const ClusterSimConfig& cfg) {
+  EDP_CHECK(!cfg.types.empty() || (cfg.nodes >= 1 && cfg.gpus_per_node >= 1),
+            "simulate_cluster: nodes and gpus_per_node must be >= 1");
   EDP_CHECK(cfg.interval_s > 0 && cfg.restart_s >= 0, "simulate_cluster: interval must be > 0, restart >= 0");
   return ClusterRunState(jobs, profiles, cfg).run();
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -147,8 +148,6 @@ namespace {
 // After the tables are read: the per-GPU batch grid, the rows sorted by batch, the best progress
 // any batch made by the end of each epoch.
 void finish_app(ClusterApp& a, const std::string& dir) {
-  // yolov3's job code caps the per-GPU batch at 8 although 11 and 16 were profiled.
-  if (a.name == "yolov3") a.max_local = std::min(a.max_local, 8);
   auto by_b = [](const StepPoint& x, const StepPoint& y) { return x.local_bsz < y.local_bsz; };
   std::set<int> grid;
   for (auto& [k, rows] : a.placements) {
@@ -253,8 +252,172 @@ ClusterProfiles ClusterProfiles::load(const std::string& dir) {
       v.push_back(EpochStats{f.num(r, cp), f.num(r, ci), f.num(r, cq), f.num(r, cv)});
     }
   }
-  for (ClusterApp& a : out.apps_) finish_app(a, dir);
+  for (ClusterApp& a : out.apps_) {
+    // yolov3's job code caps the per-GPU batch at 8 although 11 and 16 were profiled.
+    if (a.name == "yolov3") a.max_local = std::min(a.max_local, 8);
+    finish_app(a, dir);
+  }
   return out;
+}
+
+namespace {
+
+// The Sia artifact's facts per model (applications.py and simulator_config.py of
+// siasosp23/artifacts): epochs to run, restart delay (s), the calibration slowdown of its real runs.
+struct SiaModel {
+  const char* name;
+  int max_epochs;
+  double pause_s, slowdown;
+};
+constexpr SiaModel kSiaModels[] = {
+    {"bert", 2, 120, 1.2},      {"cifar10", 100, 50, 1.8}, {"deepspeech2", 80, 25, 1.2},
+    {"imagenet", 90, 250, 1.2}, {"ncf", 10, 15, 1.5},      {"yolov3", 50, 80, 1.2},
+};
+// GPUs per node and the most nodes profiled per GPU type (simulator_config.py).
+struct SiaType {
+  const char* name;
+  int gpus_per_node, max_job_nodes;
+};
+constexpr SiaType kSiaTypes[] = {{"aws", 4, 16}, {"azure", 8, 5}, {"dgx", 8, 2},
+                                 {"dgx-ext", 8, 2}, {"quad", 4, 1}, {"rtx", 8, 3}};
+
+}  // namespace
+
+ClusterProfiles ClusterProfiles::load_sia(const std::string& sim_dir, const std::string& type) {
+  namespace fs = std::filesystem;
+  const fs::path traces = fs::path(sim_dir) / "traces";
+  if (!fs::is_directory(traces)) throw DataError("'" + sim_dir + "' has no traces/ (the artifact's sia-simulator/)");
+  ClusterProfiles out;
+  for (const SiaModel& m : kSiaModels) {
+    const fs::path dir = traces / m.name;
+    const fs::path pl = dir / ("placements-" + type + ".csv"), sc = dir / ("scalability-" + type + ".csv");
+    if (!fs::is_regular_file(pl) || !fs::is_regular_file(sc)) continue;
+    ClusterApp a;
+    a.name = m.name;
+    a.max_epochs = m.max_epochs;
+    a.pause_s = m.pause_s;
+    a.slowdown = m.slowdown;
+    std::map<std::tuple<int, int, double>, std::pair<StepPoint, int>> avg;
+    {
+      detail::CsvFile f(pl.string());
+      const size_t cp = f.column("placement"), cl = f.column("local_bsz"), ct = f.column("step_time"),
+                   cs = f.column("sync_time");
+      for (size_t r = 0; r < f.rows(); ++r) {
+        const std::string key = f.str(r, cp);
+        std::vector<int> p;
+        for (char c : key) {
+          if (c < '1' || c > '9') f.fail(r, cp, "expected a string of digits 1-9, got '" + key + "'");
+          p.push_back(c - '0');
+        }
+        if (p.empty()) f.fail(r, cp, "empty placement");
+        const StepPoint pt{f.num(r, cl), f.num(r, ct), f.num(r, cs)};
+        if (!(pt.step_s > 0) || pt.sync_s < 0 || !(pt.local_bsz >= 1))
+          f.fail(r, ct, "local_bsz must be >= 1, step time > 0 and sync time >= 0");
+        const std::string k = placement_key(p);
+        a.placements[k].push_back(pt);
+        const int g = std::accumulate(p.begin(), p.end(), 0), b = static_cast<int>(std::lround(pt.local_bsz));
+        a.local_max_by_placement[k] = std::max(a.local_max_by_placement[k], b);
+        a.local_max_by_gpus[g] = std::max(a.local_max_by_gpus[g], b);
+        a.min_local = a.min_local == 0 ? b : std::min(a.min_local, b);
+        a.max_local = std::max(a.max_local, b);
+        auto& e = avg[{static_cast<int>(p.size()), g, pt.local_bsz}];
+        e.first.local_bsz = pt.local_bsz;
+        e.first.step_s += pt.step_s;
+        e.first.sync_s += pt.sync_s;
+        ++e.second;
+      }
+    }
+    for (auto& [k, e] : avg)
+      a.levels[{std::get<0>(k), std::get<1>(k)}].push_back(
+          StepPoint{e.first.local_bsz, e.first.step_s / e.second, e.first.sync_s / e.second});
+    {
+      detail::CsvFile f(sc.string());
+      const size_t cn = f.column("num_nodes"), cg = f.column("num_replicas"), cl = f.column("local_bsz"),
+                   ct = f.column("step_time"), cs = f.column("sync_time");
+      for (size_t r = 0; r < f.rows(); ++r) {
+        const int n = static_cast<int>(f.integer(r, cn)), g = static_cast<int>(f.integer(r, cg));
+        if (n < 1 || g < n) f.fail(r, cg, "needs num_replicas >= num_nodes >= 1");
+        const StepPoint pt{f.num(r, cl), f.num(r, ct), f.num(r, cs)};
+        if (!(pt.step_s > 0) || pt.sync_s < 0) f.fail(r, ct, "step time must be > 0 and sync time >= 0");
+        a.levels[{n, g}].push_back(pt);
+        int& mx = a.local_max_by_level[{n, g}];
+        mx = std::max(mx, static_cast<int>(std::lround(pt.local_bsz)));
+      }
+    }
+    for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+      const std::string f = e.path().filename().string();
+      if (f.rfind("validation-", 0) != 0 || e.path().extension() != ".csv") continue;
+      const std::string num = f.substr(11, f.size() - 15);
+      if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos || num.size() > 9)
+        throw DataError(e.path().string() + ": expected validation-<batch size>.csv");
+      const int b = std::stoi(num);
+      detail::CsvFile v(e.path().string());
+      const size_t cp = v.column("progress"), ci = v.column("iteration"), cq = v.column("grad_sqr"),
+                   cv = v.column("grad_var");
+      std::vector<EpochStats>& rows = a.validation[b];
+      for (size_t r = 0; r < v.rows(); ++r) rows.push_back(EpochStats{v.num(r, cp), v.num(r, ci), v.num(r, cq), v.num(r, cv)});
+    }
+    if (a.validation.empty()) throw DataError(dir.string() + ": no validation-<batch size>.csv");
+    a.init_batch = a.validation.begin()->first;
+    a.max_batch = a.validation.rbegin()->first;
+    if (a.name == "deepspeech2" && type == "rtx") a.max_local = 57;  // the artifact's memory limit there
+    EDP_CHECK(a.max_batch >= a.min_local, "model '", a.name, "' on ", type, ": max batch ", a.max_batch,
+              " below the smallest micro-batch ", a.min_local);
+    finish_app(a, dir.string());
+    out.apps_.push_back(std::move(a));
+  }
+  if (out.apps_.empty()) throw DataError("no model has tables of GPU type '" + type + "' under " + traces.string());
+  return out;
+}
+
+std::vector<ClusterNodeType> sia_cluster(const std::string& spec) {
+  auto bad = [&](const std::string& why) { throw DataError("cluster '" + spec + "': " + why); };
+  std::string known;
+  for (const SiaType& k : kSiaTypes) known += (known.empty() ? "" : ", ") + std::string(k.name);
+  if (spec.empty() || spec.back() == ',') bad("expected TYPE:NODES,... (types: " + known + ")");
+  std::vector<ClusterNodeType> out;
+  std::stringstream ss(spec);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    const size_t c = part.find(':');
+    if (c == std::string::npos || c == 0) bad("expected TYPE:NODES,... (types: " + known + ")");
+    const std::string name = part.substr(0, c), num = part.substr(c + 1);
+    if (num.empty() || num.size() > 6 || num.find_first_not_of("0123456789") != std::string::npos || std::stoi(num) < 1)
+      bad("the nodes of '" + name + "' must be a number >= 1");
+    const SiaType* t = nullptr;
+    for (const SiaType& k : kSiaTypes)
+      if (name == k.name) t = &k;
+    if (t == nullptr) bad("unknown GPU type '" + name + "' (known: " + known + ")");
+    for (const ClusterNodeType& o : out)
+      if (o.name == name) bad("type '" + name + "' given twice");
+    out.push_back(ClusterNodeType{name, std::stoi(num), t->gpus_per_node, t->max_job_nodes});
+  }
+  return out;
+}
+
+int ClusterApp::max_local_at(const std::vector<int>& placement) const {
+  if (local_max_by_placement.empty()) return max_local;
+  const std::string key = placement_key(placement);
+  if (auto it = local_max_by_placement.find(key); it != local_max_by_placement.end()) return it->second;
+  int n = 0, g = 0, best = 0;
+  for (int x : placement)
+    if (x > 0) {
+      ++n;
+      g += x;
+    }
+  for (const auto& [ng, b] : local_max_by_level)
+    if (ng.first >= n && ng.second >= g) best = std::max(best, b);
+  return best > 0 ? best : max_local;
+}
+
+BatchSplit ClusterApp::split(const std::vector<int>& placement, int batch) const {
+  const int n = std::accumulate(placement.begin(), placement.end(), 0);
+  BatchSplit s = split_batch(n, batch, max_local_at(placement), init_batch, max_batch, true);
+  if (auto it = local_max_by_gpus.find(n); it != local_max_by_gpus.end() && s.atomic > it->second) {
+    s.atomic = it->second;  // the artifact's memory correction, after the split
+    s.atomic = std::max(1, std::min(s.atomic, max_batch / (n * (s.accum + 1))));
+  }
+  return s;
 }
 
 const ClusterApp& ClusterProfiles::app(const std::string& name) const {
@@ -301,16 +464,20 @@ AdaptiveChoice best_adaptive(const ClusterApp& app, const std::vector<int>& plac
   return best ? *best : eval(std::max(1, std::min(app.min_local, app.max_batch / n)), 0);
 }
 
+NamedBatch named_batch_at(const ClusterApp& app, const std::vector<int>& placement, int epoch, int batch) {
+  const int n = std::accumulate(placement.begin(), placement.end(), 0);
+  EDP_CHECK(n >= 1 && batch >= 1, "named_batch_at: empty placement or batch < 1");
+  const BatchSplit sp = app.split(placement, batch);
+  const auto [step, sync] = app.step_sync(placement, sp.atomic);
+  const double total = accumulated_step_s(step, sync, sp.accum) * app.slowdown;
+  const double M = double(n) * sp.atomic * (sp.accum + 1);
+  return NamedBatch{static_cast<int>(M), AdaptiveChoice{sp.atomic, sp.accum, app.gain(M, epoch) / total, M / total}};
+}
+
 NamedBatch best_named_batch(const ClusterApp& app, const std::vector<int>& placement, int epoch) {
   const int n = std::accumulate(placement.begin(), placement.end(), 0);
   EDP_CHECK(n >= 1, "best_named_batch: empty placement");
-  auto run = [&](int batch) {
-    const BatchSplit sp = split_batch(n, batch, app.max_local, app.init_batch, app.max_batch, true);
-    const auto [step, sync] = app.step_sync(placement, sp.atomic);
-    const double total = accumulated_step_s(step, sync, sp.accum);
-    const double M = double(n) * sp.atomic * (sp.accum + 1);
-    return NamedBatch{static_cast<int>(M), AdaptiveChoice{sp.atomic, sp.accum, app.gain(M, epoch) / total, M / total}};
-  };
+  auto run = [&](int batch) { return named_batch_at(app, placement, epoch, batch); };
   if (app.name == "ncf") return run(32768);  // the artifact fixes ncf's batch at 32768 for Pollux
   const std::optional<NamedBatch> best = best_batch<NamedBatch>(
       app.local_grid, n, lowest_batch(app, n, app.init_batch), app.max_batch,

@@ -102,7 +102,7 @@ bool fit_sync_line(const std::map<int, std::pair<double, int>>& sync_by_size, On
   return true;
 }
 
-double trust_of(int measured_configs) { return double(measured_configs) / (double(measured_configs) + 1.0); }
+double trust_of(int measured_configs, double half) { return double(measured_configs) / (double(measured_configs) + half); }
 
 double log_distance(double a, double b) { return std::abs(std::log(a / b)); }
 

@@ -50,7 +50,7 @@ GoodputModel::GoodputModel(const LearnSpec& spec) : spec_(spec) {
   locals_.assign(loc.begin(), loc.end());
 }
 
-double GoodputModel::trust() const { return trust_of(static_cast<int>(obs_.size())); }
+double GoodputModel::trust() const { return trust_of(static_cast<int>(obs_.size()), spec_.trust_half); }
 
 double GoodputModel::model_sync(int nodes, int gpus) const {
   if (gpus <= 1) return 0.0;

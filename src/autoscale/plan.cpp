@@ -147,6 +147,7 @@ void validate(const PlanRequest& req) {
       if (l.min_local < 1 || l.max_local < l.min_local) bad_job(j, i, "learn", "needs 1 <= min_local <= max_local");
       if (!(l.explore >= 1)) bad_job(j, i, "learn.explore", "must be >= 1");
       if (!(l.fixed_share >= 0 && l.fixed_share < 1)) bad_job(j, i, "learn.fixed_share", "must be in [0, 1)");
+      if (!(l.trust_half >= 0.01 && l.trust_half <= 100)) bad_job(j, i, "learn.trust_half", "must be in [0.01, 100]");
     }
     if (j.memory.model_bytes < 0 || j.memory.optimizer_state_bytes < 0 || j.memory.zero_stage < 0 || j.memory.zero_stage > 2)
       bad_job(j, i, "memory", "needs model_bytes and optimizer_state_bytes >= 0 and zero 0, 1 or 2");

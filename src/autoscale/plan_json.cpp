@@ -103,7 +103,7 @@ Config parse_config(const Fields& f, bool with_rate) {
 
 LearnSpec parse_learn(const Fields& f) {
   f.allow({"init_batch", "max_batch", "min_local", "max_local", "max_gpus", "fixed_batch", "accumulate_on_one_gpu",
-           "explore", "fixed_share", "observed", "types", "grad"});
+           "explore", "fixed_share", "trust_half", "observed", "types", "grad"});
   LearnSpec l;
   l.init_batch = static_cast<int>(f.integer("init_batch", 1, kMaxBatch));
   l.max_batch = static_cast<int>(f.integer("max_batch", l.init_batch, kMaxBatch, l.init_batch));
@@ -114,6 +114,7 @@ LearnSpec parse_learn(const Fields& f) {
   l.accumulate_on_one_gpu = f.boolean("accumulate_on_one_gpu", false);
   l.explore = f.number("explore", 1, 1e3, 4.0);
   l.fixed_share = f.number("fixed_share", 0, 0.999, 0.25);
+  l.trust_half = f.number("trust_half", 0.01, 100, 1.0);
   if (f.has("observed")) {
     const Json& obs = f.array("observed");
     for (size_t k = 0; k < obs.size(); ++k) {
@@ -299,7 +300,7 @@ ojson learn_json(const LearnSpec& l) {
   ojson x = {{"init_batch", l.init_batch}, {"max_batch", l.max_batch}, {"min_local", l.min_local},
              {"max_local", l.max_local}, {"max_gpus", l.max_gpus}, {"fixed_batch", l.fixed_batch},
              {"accumulate_on_one_gpu", l.accumulate_on_one_gpu}, {"explore", l.explore},
-             {"fixed_share", l.fixed_share}};
+             {"fixed_share", l.fixed_share}, {"trust_half", l.trust_half}};
   ojson obs = ojson::array();
   for (const StepObservation& o : l.observed) {
     ojson e = {{"nodes", o.nodes}, {"gpus", o.gpus}, {"local_batch", o.local_batch}, {"step_s", o.step_s}, {"sync_s", o.sync_s}};

@@ -416,3 +416,54 @@ TEST(AutoscaleCli, ComparePublishedReproducesTiresiasAndOptimusWithinTenPercent)
   const RunResult bad = run("simulate --compare-published --workloads /nonexistent");
   EXPECT_EQ(bad.code, 2) << bad.out;
 }
+
+TEST(AutoscaleCli, SimulateSiaRunsTheTypedClusterOnTheArtifactsLayout) {
+  // A minimal sia-simulator/ folder: bert (the artifact's 2 epochs, 120-s restarts) with tables on
+  // aws (4 GPUs per node) and rtx (8, twice as fast), three jobs in workloads/philly/.
+  const fs::path d = tmpdir() / "sia-simulator";
+  fs::create_directories(d / "traces" / "bert");
+  fs::create_directories(d / "workloads" / "philly");
+  for (const auto& [type, speed] : {std::pair{"aws", 1.0}, std::pair{"rtx", 2.0}}) {
+    std::ofstream p(d / "traces" / "bert" / (std::string("placements-") + type + ".csv"));
+    p << "placement,local_bsz,step_time,sync_time\n";
+    for (const char* k : {"1", "2", "4", "11", "22", "44"})
+      for (int b : {4, 8, 12}) p << k << "," << b << "," << (0.1 + 0.02 * b + (k[0] == '1' && !k[1] ? 0 : 0.05)) / speed << ","
+                                << (k[0] == '1' && !k[1] ? 0.001 : 0.05) / speed << "\n";
+    std::ofstream(d / "traces" / "bert" / (std::string("scalability-") + type + ".csv"))
+        << "num_nodes,num_replicas,local_bsz,step_time,sync_time\n3,12,8," << 0.4 / speed << "," << 0.2 / speed << "\n";
+  }
+  for (int B : {12, 48, 192}) {
+    std::ofstream v(d / "traces" / "bert" / ("validation-" + std::to_string(B) + ".csv"));
+    v << "progress,iteration,metric,grad_sqr,grad_var\n";
+    for (int e = 1; e <= 2; ++e) v << 3000 * e << "," << 3000 * e * 12 / B << ",80,1.0,20.0\n";
+  }
+  std::ofstream(d / "workloads" / "philly" / "workload-1.csv")
+      << "name,time,application,num_replicas,batch_size\nb0,0,bert,1,12\nb1,30,bert,2,24\nb2,400,bert,4,48\n";
+  const std::string base = "simulate --sia " + d.parent_path().string();
+  const RunResult r = run(base + " --sia-workloads 1 --cluster aws:2,rtx:1 --policy goodput,goodput-oracle");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out.substr(r.out.rfind("\n{") + 1));
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (const json& x : j["runs"]) {
+    EXPECT_EQ(x["finished"].get<int>(), 3) << x.dump();
+    EXPECT_GT(x["avg_jct_s"].get<double>(), 120.0) << x.dump();  // at least bert's restart delay
+    EXPECT_EQ(x["by_app"]["bert"]["jobs"].get<int>(), 3) << x.dump();
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {" --sia-workloads 1 --cluster aws:0", "must be a number >= 1"},
+      {" --sia-workloads 1 --cluster quad:1", "no model has tables of GPU type 'quad'"},
+      {" --sia-workloads 1 --cluster aws:1,aws:2", "given twice"},
+      {" --sia-workloads 1 --cluster aws:1,foo:2", "unknown GPU type 'foo'"},
+      {" --sia-workloads x --cluster aws:2", "expected workload numbers"},
+      {" --sia-workloads 2 --cluster aws:2", "no workload"},
+      {" --sia-workloads 1 --sia-traces ../philly --cluster aws:2", "trace names"},
+      {" --sia-workloads 1 --cluster aws:2 --policy tiresias", "does not take GPU types"}};
+  for (const auto& [args, why] : bad) {
+    const RunResult b = run(base + args);
+    EXPECT_EQ(b.code, 2) << args << ": " << b.out;
+    EXPECT_NE(b.out.find(why), std::string::npos) << args << ": " << b.out;
+  }
+  const RunResult none = run("simulate --sia " + (tmpdir() / "nope").string());
+  EXPECT_EQ(none.code, 2) << none.out;
+  EXPECT_NE(none.out.find("traces/"), std::string::npos) << none.out;
+}

@@ -141,6 +141,8 @@ TEST(Goodput, ShrinkageTowardTheNearestMeasurement) {
   EXPECT_NEAR(trust_of(1), 0.5, kExact);
   EXPECT_NEAR(trust_of(3), 0.75, kExact);
   EXPECT_EQ(trust_of(0), 0.0);
+  EXPECT_NEAR(trust_of(1, 0.25), 0.8, kExact);  // half the way at a quarter of a configuration
+  EXPECT_NEAR(trust_of(3, 3.0), 0.5, kExact);
   EXPECT_NEAR(log_distance(8, 2), std::log(4.0), kExact);
   EXPECT_NEAR(log_distance(2, 8), std::log(4.0), kExact);
   // Measured 100 where the model says 80; the model says 4x that elsewhere: with one measurement

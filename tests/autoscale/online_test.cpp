@@ -111,6 +111,13 @@ TEST(Online, UnmeasuredScalingIsCautious) {
   LearnSpec two = l;
   two.explore = 2;
   EXPECT_EQ(GoodputModel(two).max_gpus(), 2);
+  // Bolder (trust_half 0.25): trust 1 / 1.25 = 0.8 after one configuration, 2^0.8 of the speedup.
+  LearnSpec bold = l;
+  bold.trust_half = 0.25;
+  const GoodputModel mb(bold);
+  EXPECT_DOUBLE_EQ(mb.trust(), 0.8);
+  EXPECT_NEAR(2 * 32 / mb.step_sync(1, 2, 32).first / x1, std::pow(2.0, 0.8), 1e-9);
+  EXPECT_DOUBLE_EQ(mb.step_sync(1, 1, 32).first, true_step(1, 1, 32));  // what it measured, as measured
 }
 
 TEST(Online, EfficiencyIsPolluxsFromTheReportedStatistics) {
@@ -227,4 +234,21 @@ TEST(Online, NoChangeForLessThanItsPause) {
     }
   }
   EXPECT_GT(moved, 20) << "the property was checked on too few moves";
+}
+
+TEST(Online, LearnPriorsComeFromTheRequestAndGoBackOut) {
+  const std::string req = R"({"version": 2, "gpus": 4, "jobs": [{"id": "a", "remaining": 1000, "learn":
+      {"init_batch": 32, "max_batch": 256, "fixed_share": 0.75, "trust_half": 0.25}}]})";
+  const PlanRequest r = parse_plan_request(req, "test");
+  EXPECT_DOUBLE_EQ(r.jobs[0].learn.fixed_share, 0.75);
+  EXPECT_DOUBLE_EQ(r.jobs[0].learn.trust_half, 0.25);
+  const PlanRequest back = parse_plan_request(plan_request_json(r), "again");
+  EXPECT_DOUBLE_EQ(back.jobs[0].learn.trust_half, 0.25);
+  EXPECT_DOUBLE_EQ(parse_plan_request(R"({"version": 2, "gpus": 4, "jobs": [{"id": "a", "remaining": 1000, "learn":
+      {"init_batch": 32}}]})", "default").jobs[0].learn.trust_half, 1.0);
+  for (const char* bad : {"0", "0.001", "101", "\"x\""}) {
+    std::string b = req;
+    b.replace(b.find("0.25"), 4, bad);
+    EXPECT_THROW(parse_plan_request(b, "bad"), edp::DataError) << bad;
+  }
 }

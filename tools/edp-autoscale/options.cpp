@@ -105,10 +105,21 @@ const std::vector<cli::OptionDef>& table() {
                            "installed or source copy of data/pollux_workloads)"),
       opt("job-loads", "1.0", "compare-published: comma-separated relative job loads (1.0 = workloads/, 0.5 = "
                               "workloads-0.5/, ...)"),
-      num("interval", "60", "compare-published: scheduling interval of the node-level simulator (s)", 1e-3, kInf),
-      num("change-margin", "150", "compare-published: seconds a change of a running job must save beyond its pause "
+      opt("sia", "", "simulate: run Sia's workloads in the node-level simulator with GPU types, on the tables of the "
+                     "Sia SOSP'23 artifact in DIR (a checkout of siasosp23/artifacts, or its sia-simulator/)"),
+      opt("sia-traces", "philly", "sia: comma-separated trace families (workloads/<trace>/: philly, saturn, newtrace; rate_10 ... rate_50: "
+                                  "workloads/scale/<trace>/)"),
+      opt("sia-workloads", "1,2,3,4", "sia: comma-separated workload numbers (workload-N.csv of each trace)"),
+      opt("cluster", "aws:6,dgx-ext:2,rtx:3", "sia: nodes per GPU type, TYPE:NODES,... (the artifact's types; default: "
+                                              "the paper's 64 GPUs)"),
+      num("learn-fixed-share", "", "compare-published, sia: the learning policy's share of a step's compute taken as "
+                                   "fixed while one micro-batch was measured (default: 0.25; sia 0.75)", 0, 0.999),
+      num("learn-trust-half", "", "compare-published, sia: the configurations measured at which the learning policy "
+                                  "believes a prediction away from them half (default: 1; sia 0.25)", 0.01, 100),
+      num("interval", "60", "compare-published, sia: scheduling interval of the node-level simulator (s)", 1e-3, kInf),
+      num("change-margin", "150", "compare-published, sia: seconds a change of a running job must save beyond its pause "
                                   "(edp's restart-aware policies)", 0, 1e6),
-      num("pause-per-gpu", "0.5", "compare-published: a running job's change pause counts (1 + this x its GPUs) "
+      num("pause-per-gpu", "0.5", "compare-published, sia: a running job's change pause counts (1 + this x its GPUs) "
                                   "times (edp's restart-aware policies)", 0, 1e3),
       // serve, submit, status, cancel
       opt("root", "", "the controller's directory (jobs, table, decision log)"),

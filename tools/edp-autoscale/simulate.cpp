@@ -414,6 +414,8 @@ int compare_published(const cli::Options& o, const char* argv0) {
   if (o.given("rescale-penalty")) base.policy_cfg.hysteresis = o.f64("rescale-penalty");
   base.policy_cfg.margin_s = o.f64("change-margin");
   base.policy_cfg.pause_per_gpu = o.f64("pause-per-gpu");
+  if (o.given("learn-fixed-share")) base.policy_cfg.fixed_share = o.f64("learn-fixed-share");
+  if (o.given("learn-trust-half")) base.policy_cfg.trust_half = o.f64("learn-trust-half");
   std::vector<ClusterRun> runs;
   std::vector<std::vector<std::vector<ClusterJob>>> jobs(loads.size());
   for (size_t l = 0; l < loads.size(); ++l) {
@@ -465,20 +467,139 @@ int compare_published(const cli::Options& o, const char* argv0) {
   return 0;
 }
 
+// ---- simulate --sia ------------------------------------------------------------------------
+
+// Sia's workloads on its cluster of several GPU types in the node-level simulator: each type's
+// tables from the artifact (ClusterProfiles::load_sia), edp's policy deciding over the types.
+int simulate_sia(const cli::Options& o) {
+  fs::path sim = o.str("sia");
+  if (fs::is_directory(sim / "sia-simulator")) sim /= "sia-simulator";
+  if (!fs::is_directory(sim / "traces") || !fs::is_directory(sim / "workloads"))
+    throw DataError("--sia: '" + o.str("sia") + "' has no traces/ and workloads/ (a checkout of siasosp23/artifacts, "
+                    "or its sia-simulator/)");
+  const std::vector<ClusterNodeType> types = sia_cluster(o.str("cluster"));
+  std::vector<ClusterProfiles> tables;
+  for (const ClusterNodeType& t : types) tables.push_back(ClusterProfiles::load_sia(sim.string(), t.name));
+  std::vector<const ClusterProfiles*> profiles;
+  for (const ClusterProfiles& p : tables) profiles.push_back(&p);
+  const std::vector<std::string> policies = policies_or(o, "goodput");
+  for (const std::string& p : policies) {
+    const PolicyKind k = parse_policy(p, PolicyScope::Cluster);  // fail early on a bad name
+    if (k != PolicyKind::Goodput && k != PolicyKind::GoodputOracle)
+      throw DataError("--sia: policy '" + p + "' does not take GPU types (goodput or goodput-oracle do)");
+  }
+  ClusterSimConfig base;
+  base.types = types;
+  base.interval_s = o.f64("interval");
+  base.policy_cfg.margin_s = o.f64("change-margin");
+  base.policy_cfg.pause_per_gpu = o.f64("pause-per-gpu");
+  if (o.given("rescale-penalty")) base.policy_cfg.hysteresis = o.f64("rescale-penalty");
+  // The learning priors of edp's policy on Sia's cluster (chosen on its philly and saturn
+  // workloads, docs/autoscaler.md §9): bolder than on one type, where long restarts make each
+  // cautious step of growth cost more.
+  base.policy_cfg.fixed_share = o.given("learn-fixed-share") ? o.f64("learn-fixed-share") : 0.75;
+  base.policy_cfg.trust_half = o.given("learn-trust-half") ? o.f64("learn-trust-half") : 0.25;
+  struct SiaRun {
+    std::string trace;
+    int workload;
+    std::string policy;
+    const std::vector<ClusterJob>* jobs;
+    ClusterSimResult r;
+    double wall_s = 0;
+  };
+  std::vector<std::vector<ClusterJob>> loaded;
+  std::vector<std::pair<std::string, int>> names;
+  for (const std::string& tr : split(o.str("sia-traces"))) {
+    if (tr.empty() || tr.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
+      throw DataError("--sia-traces: trace names are folders of workloads/ (philly, saturn, newtrace, rate_10, ...), got '" +
+                      tr + "'");
+    const fs::path dir = sim / "workloads" / (tr.rfind("rate_", 0) == 0 ? "scale/" + tr : tr);
+    for (const std::string& w : split(o.str("sia-workloads"))) {
+      if (w.empty() || w.find_first_not_of("0123456789") != std::string::npos || w.size() > 6)
+        throw DataError("--sia-workloads: expected workload numbers, got '" + w + "'");
+      const fs::path f = dir / ("workload-" + w + ".csv");
+      if (!fs::is_regular_file(f)) throw DataError("--sia: no workload " + f.string());
+      std::vector<ClusterJob> jobs = load_cluster_workload(f.string());
+      if (o.given("limit") && jobs.size() > size_t(o.i64("limit"))) {
+        std::stable_sort(jobs.begin(), jobs.end(), [](const ClusterJob& a, const ClusterJob& b) { return a.submit_s < b.submit_s; });
+        jobs.resize(size_t(o.i64("limit")));
+      }
+      loaded.push_back(std::move(jobs));
+      names.emplace_back(tr, std::stoi(w));
+    }
+  }
+  std::vector<SiaRun> runs;
+  for (size_t k = 0; k < loaded.size(); ++k)
+    for (const std::string& p : policies) runs.push_back(SiaRun{names[k].first, names[k].second, p, &loaded[k], {}, 0});
+  auto one = [&](size_t i) {
+    SiaRun& run = runs[i];
+    ClusterSimConfig cfg = base;
+    cfg.policy = run.policy;
+    const auto t0 = std::chrono::steady_clock::now();
+    run.r = simulate_cluster(*run.jobs, profiles, cfg);
+    run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  run_parallel(runs.size(), static_cast<int>(o.i64("threads")), one, [&](size_t i) {
+    return runs[i].policy + " " + runs[i].trace + " workload-" + std::to_string(runs[i].workload);
+  });
+  std::printf("node-level simulator with GPU types (%s), %.0f s interval, each model's restart delay\n",
+              o.str("cluster").c_str(), base.interval_s);
+  std::printf("%-10s %-9s %-16s %8s %10s %12s %14s %12s %8s\n", "trace", "workload", "policy", "jobs", "avg JCT s",
+              "restarts/job", "type chg/job", "GPU-h/job", "wall s");
+  json jr = json::array();
+  for (const SiaRun& run : runs) {
+    double gpu_s = 0;
+    int changes = 0;
+    for (const ClusterJobResult& j : run.r.jobs) {
+      gpu_s += j.gpu_seconds;
+      changes += j.type_changes;
+    }
+    const double n = std::max<double>(1, double(run.r.jobs.size()));
+    json by_app = json::object();  // per model: jobs, average JCT, restarts and GPU-hours per job
+    for (const ClusterJobResult& j : run.r.jobs) {
+      json& m = by_app[j.app];
+      if (m.is_null()) m = {{"jobs", 0}, {"avg_jct_s", 0.0}, {"restarts_per_job", 0.0}, {"gpu_hours_per_job", 0.0}};
+      m["jobs"] = m["jobs"].get<int>() + 1;
+      m["avg_jct_s"] = m["avg_jct_s"].get<double>() + (j.finished() ? j.finish_s - j.submit_s : 0.0);
+      m["restarts_per_job"] = m["restarts_per_job"].get<double>() + j.restarts;
+      m["gpu_hours_per_job"] = m["gpu_hours_per_job"].get<double>() + j.gpu_seconds / 3600;
+    }
+    for (auto& [name, m] : by_app.items())
+      for (const char* k : {"avg_jct_s", "restarts_per_job", "gpu_hours_per_job"}) m[k] = m[k].get<double>() / m["jobs"].get<int>();
+    std::printf("%-10s %-9d %-16s %8zu %10.0f %12.2f %14.2f %12.2f %8.1f\n", run.trace.c_str(), run.workload,
+                run.policy.c_str(), run.r.jobs.size(), run.r.avg_jct_s, run.r.restarts_per_job, changes / n,
+                gpu_s / 3600 / n, run.wall_s);
+    jr.push_back({{"trace", run.trace}, {"workload", run.workload}, {"policy", run.policy}, {"jobs", run.r.jobs.size()},
+                  {"finished", run.r.finished}, {"avg_jct_s", run.r.avg_jct_s}, {"restarts_per_job", run.r.restarts_per_job},
+                  {"type_changes_per_job", changes / n}, {"gpu_hours_per_job", gpu_s / 3600 / n},
+                  {"makespan_s", run.r.makespan_s}, {"plan_ms_avg", run.r.plan_ms_avg}, {"plan_ms_max", run.r.plan_ms_max},
+                  {"by_app", by_app}, {"wall_s", run.wall_s}});
+  }
+  const json out = {{"cluster", o.str("cluster")}, {"interval_s", base.interval_s}, {"runs", jr}};
+  std::printf("%s\n", out.dump().c_str());
+  if (!o.str("out").empty()) {
+    files::make_dir(o.str("out"), "--out");
+    files::write_atomic((fs::path(o.str("out")) / "simulate_sia.json").string(), out.dump(2) + "\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_simulate(int argc, char** argv, const char* argv0) {
   cli::Options o = options_for(
       "simulate",
       "Simulates the policies on a trace (pool simulator: per-job CSVs, summary JSON, timelines, plots in --out), or "
-      "with --compare-published the Pollux workloads in the node-level simulator next to the published JCTs.",
+      "with --compare-published the Pollux workloads in the node-level simulator next to the published JCTs, or with "
+      "--sia DIR Sia's workloads on a cluster of several GPU types.",
       {"trace", "poisson", "poisson-rate", "profiles", "policy", "gpus", "sweep", "out", "pause", "slot-kind",
        "sim-replan", "rescale-penalty", "weighting", "max-scale", "own-batch", "window", "limit", "seed",
        "restart-aware", "statistical-efficiency", "max-ranks-per-gpu", "colocation-idle", "allocations", "threads",
        "no-plots", "plot-script", "quiet", "compare-published", "workloads", "job-loads", "interval", "change-margin",
-       "pause-per-gpu"});
+       "pause-per-gpu", "sia", "sia-traces", "sia-workloads", "cluster", "learn-fixed-share", "learn-trust-half"});
   if (const int rc = parse(o, argc, argv); rc >= 0) return rc;
   if (o.flag("compare-published")) return compare_published(o, argv0);
+  if (!o.str("sia").empty()) return simulate_sia(o);
   if (o.str("out").empty()) throw DataError("simulate needs --out DIR");
   const fs::path out = o.str("out");
   if (cluster_sizes(o).empty()) throw DataError("simulate needs --gpus N or --sweep A,B,...");

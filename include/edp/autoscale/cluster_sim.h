@@ -61,8 +61,24 @@ struct ClusterApp {
   std::map<std::pair<int, int>, std::vector<StepPoint>> levels;
   std::map<int, std::vector<EpochStats>> validation;   // global batch -> per-epoch rows
   std::vector<double> epoch_progress;                  // [e] = progress at the end of e epochs (min over batches)
+  // Tables of the Sia artifact (ClusterProfiles::load_sia; the Pollux tables leave these unset):
+  double pause_s = 0;    // the model's restart delay (0: the simulator's restart_s)
+  double slowdown = 1;   // real steps are this much slower than the tables (the artifact's calibration)
+  // The largest profiled micro-batch per placement key, per GPU count, and per (nodes, GPUs) of
+  // the scalability rows: what the job's split of a batch may put on one GPU (max_local_at, split).
+  std::map<std::string, int> local_max_by_placement;
+  std::map<int, int> local_max_by_gpus;
+  std::map<std::pair<int, int>, int> local_max_by_level;
 
   double total_progress() const { return epoch_progress.back(); }
+  // The largest micro-batch one GPU may take at a placement: max_local, or with the Sia tables the
+  // largest profiled there (a placement not profiled: the scalability rows of at least its nodes
+  // and GPUs).
+  int max_local_at(const std::vector<int>& placement) const;
+  // How the job runs a global batch at a placement: split_batch at max_local_at (accumulation on
+  // one GPU above the initial batch), with the Sia tables' memory correction (the micro-batch at
+  // most the largest profiled at that GPU count).
+  BatchSplit split(const std::vector<int>& placement, int batch) const;
   // Step and sync time at a placement (per-node GPU counts, any order, zeros ignored).
   std::pair<double, double> step_sync(const std::vector<int>& placement, double local_bsz) const;
   // Gradient statistics during epoch `epoch` (0-based: epochs completed) at global batch
@@ -80,6 +96,12 @@ class ClusterProfiles {
   // convergence_gradstats.csv from `dir`. Malformed files raise edp::DataError with
   // file:line:column. yolov3's per-GPU batch is capped at 8, as its job code does.
   static ClusterProfiles load(const std::string& dir);
+  // One GPU type's tables of the Sia SOSP'23 artifact (public repository siasosp23/artifacts,
+  // `sia-simulator/`; read, not copied): `traces/<model>/placements-<type>.csv`,
+  // `scalability-<type>.csv` and `validation-<batch>.csv` under `sim_dir`, for the models the
+  // artifact runs (bert, cifar10, deepspeech2, imagenet, ncf, yolov3; those without tables of the
+  // type are left out), with its facts per model: epochs, restart delay and calibration slowdown.
+  static ClusterProfiles load_sia(const std::string& sim_dir, const std::string& type);
   const ClusterApp& app(const std::string& name) const;  // edp::Error listing the known names
   const std::vector<ClusterApp>& apps() const { return apps_; }
 
@@ -98,6 +120,18 @@ std::string placement_key(std::vector<int> placement);
 // cut so that the total stays <= max_batch).
 using BatchConfig = BatchSplit;  // goodput.h
 BatchConfig fixed_batch_config(const ClusterApp& app, int replicas, int batch, bool force_single_gpu_accum);
+
+// One GPU type of a cluster with several (simulate_cluster with types): its name (the tables'),
+// its nodes and GPUs per node, and the most nodes a job may span on it (the artifact's profiled
+// node limit; 0: all).
+struct ClusterNodeType {
+  std::string name;
+  int nodes = 0, gpus_per_node = 0, max_job_nodes = 0;
+};
+// The GPUs per node of the Sia artifact's GPU types (aws 4 x T4, dgx-ext 8 x A100, rtx 8 x RTX
+// 2080Ti, ...) and the most nodes a job spans on each; "aws:6,dgx-ext:2,rtx:3" -> the paper's 64
+// GPUs. Malformed or unknown types raise edp::Error.
+std::vector<ClusterNodeType> sia_cluster(const std::string& spec);
 
 // A job of a Pollux workload file (name,time,application,num_replicas,batch_size).
 struct ClusterJob {
@@ -127,6 +161,12 @@ struct ClusterJobView {
   bool has_grad = false;
   double grad_sqr = 0, grad_var = 0;
   int batch = 0;
+  // With GPU types: the job's tables on each type (ClusterSimConfig::types' order), the type it
+  // runs on (-1: none; `app` is that type's, or the first's), and whether it is still restarting
+  // (a restart delay left: it keeps its configuration this round, the artifact's rule).
+  std::vector<const ClusterApp*> apps;
+  int type = -1;
+  bool restarting = false;
 };
 
 struct ClusterPolicyConfig {
@@ -139,6 +179,10 @@ struct ClusterPolicyConfig {
   double margin_s = 150;
   double pause_per_gpu = 0.5;
   int max_gpus_per_job = 64;
+  // The learning policy's priors (online.h LearnSpec): the share of a step's compute taken as fixed
+  // while one micro-batch was measured, and the configurations at which a prediction away from the
+  // measured ones is believed half.
+  double fixed_share = 0.25, trust_half = 1.0;
   double tiresias_threshold_gpu_s = 16 * 3600.0;  // Tiresias: queue-0 -> queue-1 demotion
 };
 
@@ -164,6 +208,10 @@ class ClusterPolicy {
   virtual bool fixed_replicas() const { return false; }
   // Tiresias: the job's queue (0 or 1); others: -1.
   virtual int queue_of(int /*id*/) const { return -1; }
+  // With GPU types: every active job's allocation as global node ids (the types' nodes numbered in
+  // order), all on one type. Only edp's learning and oracle policies take types.
+  virtual std::vector<std::vector<int>> plan_typed(const std::vector<ClusterJobView>& active,
+                                                   const std::vector<ClusterNodeType>& types, double now_s);
 };
 
 // A node-level policy by name (parse_policy(name, PolicyScope::Cluster), policy.h; the names:
@@ -205,6 +253,9 @@ struct NamedBatch {
   AdaptiveChoice run;
 };
 NamedBatch best_named_batch(const ClusterApp& app, const std::vector<int>& placement, int epoch);
+// The batch `batch` as the job runs it at the placement (ClusterApp::split): its true goodput and
+// throughput, slowed by the tables' calibration.
+NamedBatch named_batch_at(const ClusterApp& app, const std::vector<int>& placement, int epoch, int batch);
 // What a job of `app` states for learning (online.h): its batch limits, one GPU for ncf at batch
 // 32768 (as the artifact runs ncf for Pollux), accumulation on one GPU above the initial batch.
 LearnSpec learn_spec_of(const ClusterApp& app, int max_gpus_per_job);
@@ -215,6 +266,9 @@ struct ClusterSimConfig {
   double restart_s = 30;   // pause per allocation change
   std::string policy = "goodput";
   ClusterPolicyConfig policy_cfg;
+  // GPU types (empty: one type, nodes x gpus_per_node): nodes numbered across the types in order;
+  // simulate_cluster then takes one ClusterProfiles per type.
+  std::vector<ClusterNodeType> types;
   double max_time_s = 30 * 86400.0;  // safety stop
 };
 
@@ -223,6 +277,7 @@ struct ClusterJobResult {
   double submit_s = 0, start_s = -1, finish_s = -1;
   int restarts = 0;  // allocation changes after the first start
   double gpu_seconds = 0;
+  int type_changes = 0;  // restarts onto another GPU type
   bool finished() const { return finish_s >= 0; }
 };
 
@@ -240,6 +295,10 @@ struct ClusterSimResult {
 };
 
 ClusterSimResult simulate_cluster(const std::vector<ClusterJob>& jobs, const ClusterProfiles& profiles,
+                                  const ClusterSimConfig& cfg);
+// With GPU types (cfg.types, one profile per type in that order): a job runs on the nodes of one
+// type at a time with that type's tables; a change of type is a restart.
+ClusterSimResult simulate_cluster(const std::vector<ClusterJob>& jobs, const std::vector<const ClusterProfiles*>& profiles,
                                   const ClusterSimConfig& cfg);
 
 // A published average JCT (s) of the Pollux paper's simulator study (16 nodes x 4 GPUs): per

@@ -122,8 +122,9 @@ bool fit_sync_line(const std::map<int, std::pair<double, int>>& sync_by_size, On
 
 // ---- shrinkage toward what was measured ----------------------------------------------------------
 
-// trust = n / (n + 1) for n configurations measured.
-double trust_of(int measured_configs);
+// trust = n / (n + half) for n configurations measured: half the way to believing the model at
+// `half` configurations (1: n / (n + 1)).
+double trust_of(int measured_configs, double half = 1.0);
 // |ln(a / b)|: one term of the distance between two configurations (GPUs, batch, nodes).
 double log_distance(double a, double b);
 // The throughput at a configuration not measured: the nearest measurement's, times the model's

@@ -17,8 +17,8 @@
 //                                  a line when two GPU counts of that kind were seen, a constant
 //                                  from one, the other kind's when none (0 when neither)
 //   throughput at an unobserved configuration x: the nearest observed one o times the model's
-//   ratio between x and o raised to trust = k / (k + 1), k = configurations observed — shrunk
-//   toward what was measured, the more so the less was (live.h's Predictor, with nodes)
+//   ratio between x and o raised to trust = k / (k + trust_half), k = configurations observed —
+//   shrunk toward what was measured, the more so the less was (live.h's Predictor, with nodes)
 //   efficiency(B) = gain(B) / (B / init_batch),  gain = (var + sqr) / (var / s + sqr), s = B / init
 //   (1 for every batch before the job reported statistics; then only init_batch is worth it)
 // and a job is offered at most explore x the largest GPU count it ran at, or one node when that is
@@ -62,6 +62,9 @@ struct LearnSpec {
   // While one micro-batch was measured: the share of its compute taken as fixed per step (the rest
   // grows with the micro-batch). Pollux's prior is 1/2; a quarter predicts a split batch better.
   double fixed_share = 0.25;
+  // How far a prediction away from what it measured is believed: trust = k / (k + trust_half) for k
+  // configurations measured (1: a half after one).
+  double trust_half = 1.0;
   std::vector<StepObservation> observed;
   // Requests with types: the types it may run on (none given: every type, at speed 1). Each
   // type's step times are fitted on that type's observations alone; a type it has not run on is
