@@ -329,13 +329,7 @@ class EdpDpPolicy final : public ClusterPolicy {
       pj.rebatch_s = 0;
       if (mode_ == Mode::Learned) {
         pj.learned = true;
-        pj.learn = learn_spec_of(app, cfg_.max_gpus_per_job);
-        pj.learn.fixed_share = cfg_.fixed_share;
-        pj.learn.trust_half = cfg_.trust_half;
-        pj.learn.observed = j.observed;
-        pj.learn.has_grad = j.has_grad;
-        pj.learn.grad_sqr = j.grad_sqr;
-        pj.learn.grad_var = j.grad_var;
+        pj.learn = learned_spec(j, app, cfg_.max_gpus_per_job);
         continue;
       }
       for (int n = 1; n <= std::max(max_count(app), cur); ++n) {
@@ -346,6 +340,17 @@ class EdpDpPolicy final : public ClusterPolicy {
     }
   }
 
+  // What a learned job states: its model's limits, the policy's priors, what it reported.
+  LearnSpec learned_spec(const ClusterJobView& j, const ClusterApp& app, int max_gpus) const {
+    LearnSpec l = learn_spec_of(app, max_gpus);
+    l.fixed_share = cfg_.fixed_share;
+    l.trust_half = cfg_.trust_half;
+    l.observed = j.observed;
+    l.has_grad = j.has_grad;
+    l.grad_sqr = j.grad_sqr;
+    l.grad_var = j.grad_var;
+    return l;
+  }
   // Sia's configurations of a type: 1, 2, 4 (8) GPUs on one node, then whole nodes up to the
   // profiled node limit.
   static std::vector<int> type_counts(const ClusterNodeType& t) {
@@ -426,14 +431,8 @@ class EdpDpPolicy final : public ClusterPolicy {
       if (mode_ == Mode::Learned) {
         pj.learned = true;
         LearnSpec& l = pj.learn;
-        l = learn_spec_of(ref, max_gpus);
+        l = learned_spec(j, ref, max_gpus);
         l.max_local = std::max(l.min_local, l.max_batch);  // per type below
-        l.fixed_share = cfg_.fixed_share;
-        l.trust_half = cfg_.trust_half;
-        l.observed = j.observed;
-        l.has_grad = j.has_grad;
-        l.grad_sqr = j.grad_sqr;
-        l.grad_var = j.grad_var;
         for (size_t t = 0; t < types.size(); ++t)
           l.types.push_back(TypeLearn{types[t].name, j.apps[t]->max_local, one_gpu_speed(*j.apps[t])});
         continue;

@@ -145,6 +145,18 @@ double ClusterApp::iterations(double batch, int epoch) const {
 }
 
 namespace {
+// A placement column: per-node GPU counts as digits 1-9 ("1212").
+std::vector<int> parse_placement(const detail::CsvFile& f, size_t r, size_t c) {
+  const std::string key = f.str(r, c);
+  std::vector<int> pl;
+  for (char d : key) {
+    if (d < '1' || d > '9') f.fail(r, c, "expected a string of digits 1-9, got '" + key + "'");
+    pl.push_back(d - '0');
+  }
+  if (pl.empty()) f.fail(r, c, "empty placement");
+  return pl;
+}
+
 // After the tables are read: the per-GPU batch grid, the rows sorted by batch, the best progress
 // any batch made by the end of each epoch.
 void finish_app(ClusterApp& a, const std::string& dir) {
@@ -205,13 +217,7 @@ ClusterProfiles ClusterProfiles::load(const std::string& dir) {
                  ct = f.column("step_time_s"), cs = f.column("sync_time_s");
     for (size_t r = 0; r < f.rows(); ++r) {
       ClusterApp& a = find(f, r, cm);
-      const std::string key = f.str(r, cp);
-      std::vector<int> pl;
-      for (char c : key) {
-        if (c < '1' || c > '9') f.fail(r, cp, "expected a string of digits 1-9, got '" + key + "'");
-        pl.push_back(c - '0');
-      }
-      if (pl.empty()) f.fail(r, cp, "empty placement");
+      const std::vector<int> pl = parse_placement(f, r, cp);
       const StepPoint p{f.num(r, cl), f.num(r, ct), f.num(r, cs)};
       if (!(p.step_s > 0) || p.sync_s < 0) f.fail(r, ct, "step time must be > 0 and sync time >= 0");
       a.placements[placement_key(pl)].push_back(p);
@@ -303,13 +309,7 @@ ClusterProfiles ClusterProfiles::load_sia(const std::string& sim_dir, const std:
       const size_t cp = f.column("placement"), cl = f.column("local_bsz"), ct = f.column("step_time"),
                    cs = f.column("sync_time");
       for (size_t r = 0; r < f.rows(); ++r) {
-        const std::string key = f.str(r, cp);
-        std::vector<int> p;
-        for (char c : key) {
-          if (c < '1' || c > '9') f.fail(r, cp, "expected a string of digits 1-9, got '" + key + "'");
-          p.push_back(c - '0');
-        }
-        if (p.empty()) f.fail(r, cp, "empty placement");
+        const std::vector<int> p = parse_placement(f, r, cp);
         const StepPoint pt{f.num(r, cl), f.num(r, ct), f.num(r, cs)};
         if (!(pt.step_s > 0) || pt.sync_s < 0 || !(pt.local_bsz >= 1))
           f.fail(r, ct, "local_bsz must be >= 1, step time > 0 and sync time >= 0");
