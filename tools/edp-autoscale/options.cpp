@@ -117,9 +117,9 @@ const std::vector<cli::OptionDef>& table() {
       num("learn-trust-half", "", "compare-published, sia: the configurations measured at which the learning policy "
                                   "believes a prediction away from them half (default: 1; sia 0.25)", 0.01, 100),
       num("interval", "60", "compare-published, sia: scheduling interval of the node-level simulator (s)", 1e-3, kInf),
-      num("change-margin", "150", "compare-published, sia: seconds a change of a running job must save beyond its pause "
+      num("change-margin", "150", "compare-published (sia: 300): seconds a change of a running job must save beyond its pause "
                                   "(edp's restart-aware policies)", 0, 1e6),
-      num("pause-per-gpu", "0.5", "compare-published, sia: a running job's change pause counts (1 + this x its GPUs) "
+      num("pause-per-gpu", "0.5", "compare-published (sia: 1): a running job's change pause counts (1 + this x its GPUs) "
                                   "times (edp's restart-aware policies)", 0, 1e3),
       // serve, submit, status, cancel
       opt("root", "", "the controller's directory (jobs, table, decision log)"),

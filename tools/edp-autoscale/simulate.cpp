@@ -491,12 +491,13 @@ int simulate_sia(const cli::Options& o) {
   ClusterSimConfig base;
   base.types = types;
   base.interval_s = o.f64("interval");
-  base.policy_cfg.margin_s = o.f64("change-margin");
-  base.policy_cfg.pause_per_gpu = o.f64("pause-per-gpu");
   if (o.given("rescale-penalty")) base.policy_cfg.hysteresis = o.f64("rescale-penalty");
-  // The learning priors of edp's policy on Sia's cluster (chosen on its philly and saturn
-  // workloads, docs/autoscaler.md §9): bolder than on one type, where long restarts make each
-  // cautious step of growth cost more.
+  // edp's settings on Sia's cluster (sia_policy.py's defaults; chosen on its philly and saturn
+  // workloads in this simulator, docs/autoscaler.md §9): a change must save 300 s beyond its pause,
+  // a running job's pause counts (1 + its GPUs) times, and the learning priors bolder than on one
+  // type, where restarts of up to 250 s make each cautious step of growth cost more.
+  base.policy_cfg.margin_s = o.given("change-margin") ? o.f64("change-margin") : 300;
+  base.policy_cfg.pause_per_gpu = o.given("pause-per-gpu") ? o.f64("pause-per-gpu") : 1.0;
   base.policy_cfg.fixed_share = o.given("learn-fixed-share") ? o.f64("learn-fixed-share") : 0.75;
   base.policy_cfg.trust_half = o.given("learn-trust-half") ? o.f64("learn-trust-half") : 0.25;
   struct SiaRun {
