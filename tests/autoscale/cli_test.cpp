@@ -463,6 +463,10 @@ TEST(AutoscaleCli, SimulateSiaRunsTheTypedClusterOnTheArtifactsLayout) {
     EXPECT_EQ(b.code, 2) << args << ": " << b.out;
     EXPECT_NE(b.out.find(why), std::string::npos) << args << ": " << b.out;
   }
+  std::ofstream(d / "workloads" / "philly" / "workload-3.csv") << "name,time,application,num_replicas,batch_size\nx,0,resnet,1,12\n";
+  const RunResult unknown = run(base + " --sia-workloads 3 --cluster aws:2");
+  EXPECT_EQ(unknown.code, 2) << unknown.out;
+  EXPECT_NE(unknown.out.find("model 'resnet' has no tables of GPU type 'aws'"), std::string::npos) << unknown.out;
   const RunResult none = run("simulate --sia " + (tmpdir() / "nope").string());
   EXPECT_EQ(none.code, 2) << none.out;
   EXPECT_NE(none.out.find("traces/"), std::string::npos) << none.out;

@@ -525,6 +525,11 @@ int simulate_sia(const cli::Options& o) {
         std::stable_sort(jobs.begin(), jobs.end(), [](const ClusterJob& a, const ClusterJob& b) { return a.submit_s < b.submit_s; });
         jobs.resize(size_t(o.i64("limit")));
       }
+      for (const ClusterJob& j : jobs)
+        for (size_t t = 0; t < types.size(); ++t)
+          if (std::none_of(tables[t].apps().begin(), tables[t].apps().end(), [&](const ClusterApp& a) { return a.name == j.app; }))
+            throw DataError(f.string() + ": job " + j.name + "'s model '" + j.app + "' has no tables of GPU type '" +
+                            types[t].name + "' under " + (sim / "traces").string());
       loaded.push_back(std::move(jobs));
       names.emplace_back(tr, std::stoi(w));
     }
