@@ -5,9 +5,13 @@
 // valued by the step-time model of three model shapes (synthetic_model_profiles, so the bench
 // needs no data files). The envelope/pruning work is included in the time. decide_ms: the same
 // instance through plan.h's decide() (the request's checks and the valuation of every option on
-// top of the solve), which is what plan, the simulators and serve call.
+// top of the solve), which is what plan, the simulators and serve call. Then solve_typed on
+// several GPU types: the same instance (64 jobs x 64 GPUs of 3 types, exact; 1000 jobs x 4096
+// GPUs of 4 types, decomposed), and the exact cases over --instances random instances, with the
+// pruning (the default) and without it ("exact-dense", which must give the same choices: the
+// bench stops with an error if not), as the spread of the per-instance medians.
 //
-//   bench_autoscale_solve [--reps N]
+//   bench_autoscale_solve [--reps N] [--instances N] [--only NAME]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -129,8 +133,13 @@ double median_ms(std::vector<double>& ms) {
 int main(int argc, char** argv) {
   edp::cli::Options o("bench_autoscale_solve", "Times the exact DP optimizer (solve) on the autoscaler's sizes.");
   o.add("reps", "20", "repetitions per case (median and min are reported)").int_range(1, 100000);
+  o.add("instances", "30", "random instances of each exact typed case (their spread is reported)").int_range(1, 10000);
+  o.add("only", "", "run only the cases whose name contains this");
   o.parse(argc, argv);
   const int reps = static_cast<int>(o.i64("reps"));
+  const int instances = static_cast<int>(o.i64("instances"));
+  const std::string only = o.str("only");
+  auto wanted = [&](const char* name) { return only.empty() || std::string(name).find(only) != std::string::npos; };
   const Case cases[] = {
       {"64x64_all_g<=16", 64, 64, 16, false},
       {"64x64_all_g<=64", 64, 64, 64, false},
@@ -144,6 +153,7 @@ int main(int argc, char** argv) {
   std::string json = "{\"bench\":\"autoscale_solve\",\"reps\":" + std::to_string(reps) + ",\"cases\":[";
   bool first = true;
   for (const Case& c : cases) {
+    if (!wanted(c.name)) continue;
     long raw = 0;
     const auto jobs = make_instance(c, 42, &raw);
     std::vector<double> ms;
@@ -191,6 +201,7 @@ int main(int argc, char** argv) {
               "gpus by type", "method", "median_ms", "min_ms", "objective", "gap_%");
   first = true;
   for (const TypedCase& c : typed) {
+    if (!wanted(c.name)) continue;
     const auto jobs = make_typed(c, 42);
     std::vector<double> ms;
     TypedSolution s;
@@ -213,6 +224,52 @@ int main(int argc, char** argv) {
                   med, mn, s.objective, s.bound);
     json += buf;
     first = false;
+  }
+  // The exact cases over many instances (seeds 1..instances): per instance the median of the
+  // repetitions, with pruning (the default) and without ("exact-dense"), which must agree.
+  json += "],\"typed_instances\":[";
+  std::printf("\nseveral GPU types, exact, over %d instances (per instance the median of %d reps)\n%-24s %12s %11s %11s %11s %9s %13s\n",
+              instances, reps, "case", "method", "median_ms", "p90_ms", "max_ms", "<=1ms", "median_cells");
+  first = true;
+  for (const TypedCase& c : typed) {
+    if (!wanted(c.name) || c.jobs > 64) continue;
+    for (const char* method : {"exact", "exact-dense"}) {
+      std::vector<double> med, cells;
+      for (int i = 1; i <= instances; ++i) {
+        const auto jobs = make_typed(c, static_cast<uint64_t>(i));
+        std::vector<double> ms;
+        TypedSolution s;
+        for (int r = 0; r < reps; ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          s = solve_typed(jobs, c.capacity, method);
+          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+        med.push_back(median_ms(ms));
+        cells.push_back(static_cast<double>(s.cells));
+        if (std::string(method) == "exact-dense") {
+          const TypedSolution pruned = solve_typed(jobs, c.capacity, "exact");
+          bool same = pruned.objective == s.objective;
+          for (size_t j = 0; j < jobs.size(); ++j) same = same && pruned.choices[j].option == s.choices[j].option;
+          if (!same) {
+            std::fprintf(stderr, "%s instance %d: the pruned and the dense DP disagree (%.17g vs %.17g)\n", c.name, i,
+                         pruned.objective, s.objective);
+            return 1;
+          }
+        }
+      }
+      std::sort(med.begin(), med.end());
+      const double p50 = med[med.size() / 2], p90 = med[(med.size() * 9 + 9) / 10 - 1], top = med.back();
+      const double c50 = median_ms(cells);
+      const long fast = std::count_if(med.begin(), med.end(), [](double ms) { return ms <= 1.0; });
+      std::printf("%-24s %12s %11.3f %11.3f %11.3f %9ld %13.0f\n", c.name, method, p50, p90, top, fast, c50);
+      char buf[320];
+      std::snprintf(buf, sizeof buf,
+                    "%s{\"case\":\"%s\",\"method\":\"%s\",\"instances\":%d,\"median_ms\":%.4f,\"p90_ms\":%.4f,"
+                    "\"max_ms\":%.4f,\"within_1ms\":%ld,\"median_cells\":%.0f}",
+                    first ? "" : ",", c.name, method, instances, p50, p90, top, fast, c50);
+      json += buf;
+      first = false;
+    }
   }
   json += "]}";
   std::printf("%s\n", json.c_str());

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <memory>
 #include <sstream>
 #if defined(__AVX2__)
@@ -37,17 +36,26 @@ struct Kept {
 
 // Reductions 1 and 2 for one job. The wait option (0 GPUs, value 0) comes first when allowed.
 std::vector<Kept> envelope(const DpJob& job, int capacity) {
-  std::map<int, Kept> best;  // gpus -> best option with that many GPUs
-  for (const Option& o : job.options) {
+  // The options that fit, by GPU count (stable: within a count, in the job's order), then each
+  // count's best: a later option replaces the best so far when worth more, or as much and current,
+  // or as much and neither current with a smaller batch.
+  thread_local std::vector<std::pair<int, size_t>> fit;
+  fit.clear();
+  for (size_t i = 0; i < job.options.size(); ++i) {
+    const Option& o = job.options[i];
     EDP_CHECK(o.gpus >= 1, "solve: an option has gpus=", o.gpus, " (waiting is may_wait, not an option)");
     EDP_CHECK(std::isfinite(o.value), "solve: an option has a non-finite value");
-    if (o.gpus > capacity) continue;
-    auto it = best.find(o.gpus);
-    if (it == best.end()) {
-      best.emplace(o.gpus, Kept{o.gpus, o.batch, o.value, o.tag});
+    if (o.gpus <= capacity) fit.emplace_back(o.gpus, i);
+  }
+  std::stable_sort(fit.begin(), fit.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Kept> best;  // one per GPU count, ascending
+  for (const auto& [g, i] : fit) {
+    const Option& o = job.options[i];
+    if (best.empty() || best.back().gpus != g) {
+      best.push_back(Kept{o.gpus, o.batch, o.value, o.tag});
       continue;
     }
-    Kept& k = it->second;
+    Kept& k = best.back();
     const bool o_cur = o.gpus == job.current_gpus && o.batch == job.current_batch;
     const bool k_cur = k.gpus == job.current_gpus && k.batch == job.current_batch;
     if (o.value > k.value || (o.value == k.value && (o_cur || (!k_cur && o.batch < k.batch))))
@@ -59,8 +67,8 @@ std::vector<Kept> envelope(const DpJob& job, int capacity) {
     kept.push_back(Kept{0, 0, 0.0});
     best_so_far = 0.0;
   }
-  for (const auto& [g, k] : best) {
-    const bool is_cur = g == job.current_gpus;
+  for (const Kept& k : best) {
+    const bool is_cur = k.gpus == job.current_gpus;
     if (k.value > best_so_far || (k.value == best_so_far && is_cur)) {
       kept.push_back(k);
       best_so_far = std::max(best_so_far, k.value);

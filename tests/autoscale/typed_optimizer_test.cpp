@@ -6,6 +6,7 @@
 // solution of equal value may differ in the last bits, hence 1e-12 relative.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -83,14 +84,17 @@ TEST(TypedOptimizer, ExactMatchesBruteForce) {
         brute = solve_typed_brute_force(in.jobs, in.cap);
       } catch (const Error&) {
         EXPECT_THROW(solve_typed(in.jobs, in.cap, "exact"), Error);  // both refuse
+        EXPECT_THROW(solve_typed(in.jobs, in.cap, "exact-dense"), Error);
         continue;
       }
-      const TypedSolution s = solve_typed(in.jobs, in.cap, "exact");
       SCOPED_TRACE(testing::Message() << "K=" << K << " round " << round);
-      EXPECT_TRUE(s.exact);
-      EXPECT_EQ(s.method, "exact");
-      EXPECT_NEAR(s.objective, brute.objective, 1e-12 * std::max(1.0, brute.objective));
-      expect_feasible(in, s);
+      for (const std::string m : {"exact", "exact-dense"}) {
+        const TypedSolution s = solve_typed(in.jobs, in.cap, m);
+        EXPECT_TRUE(s.exact) << m;
+        EXPECT_EQ(s.method, "exact") << m;
+        EXPECT_NEAR(s.objective, brute.objective, 1e-12 * std::max(1.0, brute.objective)) << m;
+        expect_feasible(in, s);
+      }
       ++tried;
     }
   EXPECT_GT(tried, 300);
@@ -120,6 +124,40 @@ TEST(TypedOptimizer, DecomposedIsFeasibleAndBoundsTheOptimum) {
   // written, 191 of 200 instances were solved to optimality and the mean loss was 0.34 %.
   EXPECT_GE(optimal, tried * 9 / 10);
   EXPECT_LT(gap / tried, 0.01);
+}
+
+// The exact method prunes its tables by a bound and a plan's value (docs/autoscaler.md, "Several
+// GPU types"). That must change nothing: the DP without pruning ("exact-dense") gives the same
+// choices and the same bits, on instances too large for brute force, with ties (integer values:
+// the readback then decides) and current options (which it prefers), two to four types.
+TEST(TypedOptimizer, PruningChangesNothing) {
+  Rng rng(99);
+  int tried = 0, pruned = 0;
+  for (int round = 0; round < 150; ++round) {
+    const int K = 2 + round % 3;
+    Instance in = random_instance(rng, K, 10 + round % 30, 10, round % 4 == 0, round % 3 == 0);
+    for (TypedJob& j : in.jobs) {
+      if (round % 2)
+        for (TypedOption& o : j.options) o.value = std::round(2 * o.value);
+      if (j.may_wait && rng.next_u64() % 3 == 0) j.options[rng.next_u64() % j.options.size()].current = true;
+    }
+    SCOPED_TRACE(testing::Message() << "round " << round << ", " << in.jobs.size() << " jobs, " << K << " types");
+    TypedSolution dense;
+    try {
+      dense = solve_typed(in.jobs, in.cap, "exact-dense");
+    } catch (const Error&) {
+      EXPECT_THROW(solve_typed(in.jobs, in.cap, "exact"), Error);  // both refuse
+      continue;
+    }
+    const TypedSolution s = solve_typed(in.jobs, in.cap, "exact");
+    EXPECT_EQ(s.objective, dense.objective);
+    for (size_t j = 0; j < in.jobs.size(); ++j) EXPECT_EQ(s.choices[j].option, dense.choices[j].option) << "job #" << j;
+    expect_feasible(in, s);
+    pruned += s.cells < dense.cells;
+    ++tried;
+  }
+  EXPECT_GT(tried, 120);
+  EXPECT_GT(pruned, tried * 3 / 4);  // and it does prune
 }
 
 TEST(TypedOptimizer, OneTypeIsTheOneTypeSolver) {

@@ -9,7 +9,10 @@
 //     type's rounded up to whole lanes of 8), with the one-type solver's exact reductions per job
 //     (per GPU vector the best option; an option that costs at least as much of every type as
 //     another and is worth no more is dropped). Used while the cells of all jobs' tables fit
-//     kExactCells;
+//     kExactCells. Its tables are pruned: a short descent of the dual below gives prices and a
+//     feasible plan; a cell from which even the bound (Lagrangian on all types but the largest,
+//     a one-type DP along it) cannot reach the plan's value is dropped. The answer is the same as
+//     without pruning (same choices, same bits); the descent's plan only decides what is computed;
 //   - decomposed: beyond that (hundreds of jobs on thousands of GPUs of four types), Lagrangian
 //     prices per type: at prices λ each job alone takes its best option less λ x its GPUs, which
 //     bounds the optimum from above (the dual); the primal assigns every job the type of its
@@ -63,7 +66,8 @@ constexpr int64_t kExactCells = int64_t{8} << 20;
 // Maximises the total value under capacity[t] GPUs of each type t (see above). Ties go toward
 // each job's current option. Throws edp::Error naming the field for malformed options (a GPU
 // vector of another length, no GPU, a non-finite value), and when the jobs that must run cannot
-// all fit. force: "exact" or "decomposed" (tests and benchmarks); "" chooses by size.
+// all fit. force: "exact", "exact-dense" (the exact DP without pruning) or "decomposed" (tests and
+// benchmarks); "" chooses by size.
 TypedSolution solve_typed(const std::vector<TypedJob>& jobs, const std::vector<int>& capacity,
                           const std::string& force = "");
 
