@@ -276,6 +276,12 @@ std::string SlurmBackend::type_of_node(const std::string& node) const {
   return it == gpus_.end() ? "" : it->second.type;
 }
 
+std::vector<std::string> SlurmBackend::gpu_types() const {
+  std::set<std::string> out;
+  for (const auto& [node, g] : gpus_) out.insert(g.type);
+  return {out.begin(), out.end()};
+}
+
 std::vector<SlotType> SlurmBackend::types() const {
   std::vector<SlotType> out;
   for (const auto& [t, n] : type_capacity_) out.push_back({t, n, 1.0});
@@ -676,7 +682,14 @@ std::string SlurmBackend::batch_script(const ManagedJob& j, const std::vector<st
        "# the file before each rescale.\n";
   s += "{ echo \"$SLURMD_NODENAME slots=1\"; scontrol show hostnames \"$SLURM_JOB_NODELIST\" | grep -vx \"$SLURMD_NODENAME\" "
        "| sed 's/$/ slots=1/'; } > " + q(d + "/hostfile.tmp") + " && mv " + q(d + "/hostfile.tmp") + " " + q(d + "/hostfile") + "\n";
-  s += launch::shell_join(edprun_command(j, launch)) + "\nrc=$?\n";
+  // edprun in the background, waited for: a stop signal (scancel, a time limit) is passed on and the
+  // script ends after edprun, so the job's end is edprun's. (Where Slurm tracks processes by their
+  // parents, proctrack/linuxproc, a process whose parent has exited is no longer the job's: edprun
+  // would outlive the job it stops.)
+  s += launch::shell_join(edprun_command(j, launch)) + " &\nedprun_pid=$!\n";
+  s += "trap 'kill -TERM \"$edprun_pid\" 2>/dev/null' TERM INT HUP\n"
+       "rc=0; wait \"$edprun_pid\" || rc=$?\n"
+       "while kill -0 \"$edprun_pid\" 2>/dev/null; do rc=0; wait \"$edprun_pid\" || rc=$?; done\n";
   s += "printf '{\"code\": %d, \"slurm_job\": \"%s\"}\\n' \"$rc\" \"$SLURM_JOB_ID\" > " + q(d + "/exit.json.tmp") + " && mv " +
        q(d + "/exit.json.tmp") + " " + q(d + "/exit.json") + "\nexit $rc\n";
   return s;

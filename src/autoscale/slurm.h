@@ -93,6 +93,9 @@ class SlurmBackend final : public Resources, public JobDirRunner {
   // The partition's nodes by GPU type (their GRES), when every node has GPUs of one type and
   // there are two types or more: each type's count is its share of slots(). Else none.
   std::vector<SlotType> types() const override;
+  // The GPU types of the partition's nodes, read at the start (none when the partition is untyped);
+  // types() holds those with nodes to be had now.
+  std::vector<std::string> gpu_types() const;
   void assign(ManagedJob& j, int workers, const std::vector<ManagedJob>& all) override;
   void landed(ManagedJob& j) override;
   void release(ManagedJob& j) override;

@@ -12,6 +12,10 @@
 #   serve_slurm.sh ops     grow by a new allocation (restart at the checkpoint), the controller killed
 #                          and started again, a node drained under a job, an edp job cancelled with
 #                          scancel from outside
+#   serve_slurm.sh types   nodes of two GPU types (Slurm GRES: edp-h1 and edp-h2 with two "a100",
+#                          edp-h3 with two "v100"; /dev/null stand-ins as the devices): each edp job
+#                          asked of Slurm with --gres=gpu:TYPE:2 for the type its plan chose, and
+#                          Slurm running it on nodes of that type
 # Environment (tests/cluster/CMakeLists.txt): TC, AUTOSCALE, MLP, WORK.
 set -euo pipefail
 scenario=$1
@@ -45,7 +49,11 @@ cleanup() {
 }
 trap cleanup EXIT
 "$TC" slurm-down  # a Slurm of its own: no job of an earlier test in the queue
-"$TC" slurm-up
+if [ "$scenario" = types ]; then
+  EDP_TC_GRES="edp-h1=a100:2 edp-h2=a100:2 edp-h3=v100:2" "$TC" slurm-up
+else
+  "$TC" slurm-up
+fi
 
 # wait_for SECONDS WHAT CMD...: runs CMD every 0.2 s until it succeeds.
 wait_for() {
@@ -219,6 +227,35 @@ ops)
   field "$b" error | grep -q "cancelled in Slurm" || fail "B's note: $(field "$b" error)"
   on_h1 "$AS" status --root root
   finish "$a"
+  ;;
+types)
+  # A100s twice as fast as V100s: a job of two nodes fits only the A100 nodes; one of one node then
+  # takes the V100 node.
+  serve --gpu-speeds a100=2,v100=1
+  wait_for 30 "the controller naming the types" logged "3 node(s) (2 with GPUs a100: edp-h1,edp-h2; 1 with GPUs v100: edp-h3)"
+  ! logged "no GPU here is of type" || fail "serve did not know the partition's types when it read --gpu-speeds"
+  spec a 2 2 1 > a.json; spec b 1 1 1 > b.json
+  a=$(on_h1 "$AS" submit --root root a.json)
+  wait_for 120 "A running in Slurm" is "$a" "sched['state']" RUNNING
+  b=$(on_h1 "$AS" submit --root root b.json)
+  wait_for 120 "B running in Slurm" is "$b" "sched['state']" RUNNING
+  # What edp asked for and where Slurm ran it: the job's GRES request, its nodes, their GPUs.
+  for x in "$a:a100:edp-h1 edp-h2" "$b:v100:edp-h3"; do
+    id=${x%%:*}; rest=${x#*:}; type=${rest%%:*}; nodes=${rest#*:}
+    is "$id" gpu_type "$type" || fail "job $id's type is $(field "$id" gpu_type), not $type"
+    slurm_id=$(field "$id" "sched['id']")
+    grep -q "job $id is Slurm job $slurm_id .*--gres=gpu:$type:2 " serve.log || fail "job $id was not asked with --gres=gpu:$type:2"
+    got=$(on_h1 scontrol show hostnames "$(on_h1 squeue -h -j "$slurm_id" -o %N)" | sort | xargs)
+    [ "$got" = "$nodes" ] || fail "Slurm job $slurm_id (edp job $id, $type) runs on $got, not $nodes"
+    gres=$(on_h1 scontrol show job -d "$slurm_id" | grep -o "GRES=gpu:$type:2([^)]*)" | head -1)
+    [ -n "$gres" ] || fail "Slurm job $slurm_id holds no gpu:$type:2: $(on_h1 scontrol show job -d "$slurm_id" | grep -i gres)"
+    echo "ok: edp job $id (gpu_type $type) is Slurm job $slurm_id on $got, holding $gres per node"
+  done
+  wait_for 120 "A training" steps_at_least "$a" 3
+  wait_for 120 "B training" steps_at_least "$b" 3
+  under_slurm
+  on_h1 "$AS" status --root root
+  finish "$a" "$b"
   ;;
 *) fail "unknown scenario $scenario" ;;
 esac

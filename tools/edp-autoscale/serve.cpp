@@ -283,12 +283,17 @@ int Serve::run() {
   }
   Resources& res = slurm ? static_cast<Resources&>(*slurm) : *own_res;
   // A speed for a type no GPU has is a typo: refused here; under Slurm, whose nodes come and go, said.
+  std::vector<std::string> type_names;  // the partition's under Slurm, not only those with nodes free now
+  if (slurm)
+    type_names = slurm->gpu_types();
+  else
+    for (const SlotType& t : res.types()) type_names.push_back(t.name);
   for (const auto& [name, speed] : o_.cfg.gpu_speeds) {
     std::string known;
     bool found = false;
-    for (const SlotType& t : res.types()) {
-      known += (known.empty() ? "" : ", ") + t.name;
-      found = found || t.name == name;
+    for (const std::string& t : type_names) {
+      known += (known.empty() ? "" : ", ") + t;
+      found = found || t == name;
     }
     if (found) continue;
     const std::string why = "--gpu-speeds: no GPU here is of type '" + name + "' (" +
