@@ -294,20 +294,20 @@ void relax(int lanes, const double* init, double* out, const Group* groups, size
   }
 }
 
-// Pruning by bounds (docs/autoscaler.md, "Several GPU types"). With the types but the last priced
-// at λ, the jobs j.. can add at most Σ_{u<last} λ_u r_u + H_j(r_last) with r GPUs left, where
-// H_j is the one-type DP of the jobs j.. over the last type, each option worth its value less λ x
-// its GPUs of the other types (a Lagrangian bound, exact along the last type). A cell c of table j
-// where F_j(c) + that bound at C - c is below the floor lies on no path to a plan worth the floor
-// or more: it is set to -inf, a row left with no cell is not kept (nothing reads it, and the rows
-// only it would feed are not computed), and a row's remaining cells bound the lanes the next job
-// computes from it. Every cell on the path of a plan worth at least the floor passes, so when the
-// optimum is worth that the DP finds it, with the same values along its path and the same choices
-// as without pruning.
+// Pruning by bounds (docs/autoscaler.md, "Several GPU types"). With every type priced at λ but
+// one, e, the jobs j.. can add at most Σ_{t≠e} λ_t r_t + H^e_j(r_e) with r GPUs left, where H^e_j
+// is the one-type DP of the jobs j.. over type e, each option worth its value less λ x its GPUs of
+// the other types (a Lagrangian bound, exact along e); the least of these over e bounds them too.
+// A cell c of table j where F_j(c) + that bound at C - c is below the floor lies on no path to a
+// plan worth the floor or more: it is set to -inf, a row left with no cell is not kept (nothing
+// reads it, and the rows only it would feed are not computed), and a row's remaining cells bound
+// the lanes the next job computes from it. Every cell on the path of a plan worth at least the
+// floor passes, so when the optimum is worth that the DP finds it, with the same values along its
+// path and the same choices as without pruning.
 struct Prune {
-  std::vector<double> lambda;  // per type but the last, in the DP's order of types
-  std::vector<double> tail;    // per table j = 0..J, per cell c_last of a row: H_j(C_last - c_last)
-  double floor = kNegInf;      // already lowered by the rounding tolerance
+  std::vector<double> lambda;             // per type, in the DP's order of types
+  std::vector<std::vector<double>> tail;  // per type e, per table j = 0..J: H^e_j(r), r = 0..C_e
+  double floor = kNegInf;                 // already lowered by the rounding tolerance
 };
 
 // The exact DP; with prune, cells are pruned by the bound and the result is nullopt when no plan
@@ -354,16 +354,19 @@ std::optional<TypedSolution> solve_exact(const std::vector<TypedJob>& jobs, cons
       }
     }
   }
-  // The bound's terms for table j (Prune): bias[x] = H_j(C_last - x) (-inf below lo[j]) and
-  // row_base = Σ_{u<last} λ_u C_u.
-  std::vector<double> bias(static_cast<size_t>(grid.width));
-  double row_base = 0;
+  // The bound's terms for table j (Prune), along a row: along[x] = H^last_j(C_last - x) and
+  // priced[x] = λ_last (C_last - x), both -inf below lo[j]. Per row, with s = Σ_{u<last} λ_u
+  // (C_u - c_u), the bound at x is s + min(along[x], priced[x] + min_{e<last} (H^e_j(C_e - c_e) -
+  // λ_e (C_e - c_e))).
+  std::vector<double> along_h(static_cast<size_t>(grid.width)), priced(static_cast<size_t>(grid.width));
   auto price_table = [&](size_t j) {
-    const double* tail = prune->tail.data() + j * static_cast<size_t>(grid.width);
-    for (int x = 0; x < grid.width; ++x)
-      bias[static_cast<size_t>(x)] = x >= lo[j].back() ? tail[x] : kNegInf;
-    row_base = 0;
-    for (size_t u = 0; u < m; ++u) row_base += prune->lambda[u] * capacity[u];
+    const int L = capacity.back();
+    const double* h = prune->tail[m].data() + j * static_cast<size_t>(L + 1);
+    for (int x = 0; x < grid.width; ++x) {
+      const bool in = x >= lo[j].back() && x <= L;
+      along_h[static_cast<size_t>(x)] = in ? h[L - x] : kNegInf;
+      priced[static_cast<size_t>(x)] = in ? prune->lambda[m] * (L - x) : kNegInf;
+    }
   };
   // A held row's cells that hold values: from live_a to live_b (of the last type); the others are
   // -inf (pruned) or, without pruning, below lo[j] and never read. Read only where held, so never
@@ -386,12 +389,20 @@ std::optional<TypedSolution> solve_exact(const std::vector<TypedJob>& jobs, cons
       live_b[at] = x1;
       return x0 <= x1;
     }
+    double rest = 0, other = std::numeric_limits<double>::infinity();
+    for (size_t u = 0; u < m; ++u) {
+      const int left = capacity[u] - c[u];
+      rest += prune->lambda[u] * left;
+      other = std::min(other, prune->tail[u][j * static_cast<size_t>(capacity[u] + 1) + static_cast<size_t>(left)] -
+                                  prune->lambda[u] * left);
+    }
+    const Lane shift = other - Lane{};
     for (int x = x0 / kLane * kLane; x <= x1; x += kLane) {
-      const Lane v = load(cells + x) + load(bias.data() + x);
+      const Lane a = load(along_h.data() + x), p = load(priced.data() + x) + shift;
+      const Lane v = load(cells + x) + (a < p ? a : p);
       std::memcpy(sum.data() + x, &v, sizeof v);
     }
-    double floor = prune->floor - row_base;
-    for (size_t u = 0; u < m; ++u) floor += prune->lambda[u] * c[u];
+    const double floor = prune->floor - rest;
     int a = x0;
     while (a <= x1 && !(sum[static_cast<size_t>(a)] >= floor)) ++a;
     if (a > x1) return false;
@@ -891,37 +902,44 @@ constexpr int kPruneRounds = 40, kPruneEvery = 6, kPrunePatience = 3;
 
 Prune pruning(const std::vector<TypedJob>& jobs, const std::vector<std::vector<Kept>>& kept,
               const std::vector<int>& capacity) {
-  const size_t K = capacity.size(), J = jobs.size(), m = K - 1;
+  const size_t K = capacity.size(), J = jobs.size();
   const Dual d = descend(jobs, kept, capacity, kPruneRounds, kPruneEvery, kPrunePatience);
   Prune p;
-  p.lambda.assign(d.lambda.begin(), d.lambda.end() - 1);
-  const int last = capacity.back();
-  const auto width = static_cast<size_t>(Layout(capacity).width);
-  p.tail.assign((J + 1) * width, kNegInf);
-  std::vector<double> h(static_cast<size_t>(last) + 1, 0.0), next(h.size());  // H_J = 0
+  p.lambda = d.lambda;
+  p.tail.resize(K);
   double scale = 0;  // the size of the sums compared
-  for (size_t j = J + 1; j-- > 0;) {
-    double* tail = p.tail.data() + j * width;
-    for (int x = 0; x <= last; ++x) tail[x] = h[static_cast<size_t>(last - x)];
-    if (j == 0) break;
-    const size_t i = j - 1;
-    if (jobs[i].may_wait)
-      next = h;
-    else
-      std::fill(next.begin(), next.end(), kNegInf);
+  for (size_t j = 0; j < J; ++j) {
     double most = 0;
-    for (const Kept& k : kept[i]) {
-      double v = k.value;
-      for (size_t u = 0; u < m; ++u) v -= p.lambda[u] * k.gpus[u];
-      const int g = k.gpus.back();
-      for (int r = g; r <= last; ++r)
-        next[static_cast<size_t>(r)] = std::max(next[static_cast<size_t>(r)], h[static_cast<size_t>(r - g)] + v);
-      most = std::max(most, std::fabs(k.value));
-    }
+    for (const Kept& k : kept[j]) most = std::max(most, std::fabs(k.value));
     scale += most;
-    h.swap(next);
   }
-  for (size_t u = 0; u < m; ++u) scale += p.lambda[u] * capacity[u];
+  for (size_t t = 0; t < K; ++t) scale += p.lambda[t] * capacity[t];
+  for (size_t e = 0; e < K; ++e) {
+    const auto n = static_cast<size_t>(capacity[e]) + 1;
+    std::vector<double>& tail = p.tail[e];
+    tail.assign((J + 1) * n, 0.0);  // H^e_J = 0
+    for (size_t j = J; j-- > 0;) {
+      const double* h = tail.data() + (j + 1) * n;
+      double* out = tail.data() + j * n;
+      // The options without GPUs of type e move no cell: only the best of them (or waiting) counts.
+      double flat = jobs[j].may_wait ? 0.0 : kNegInf;
+      for (const Kept& k : kept[j]) {
+        double v = k.value;
+        for (size_t t = 0; t < K; ++t)
+          if (t != e) v -= p.lambda[t] * k.gpus[t];
+        if (k.gpus[e] == 0) flat = std::max(flat, v);
+      }
+      for (size_t r = 0; r < n; ++r) out[r] = h[r] + flat;
+      for (const Kept& k : kept[j]) {
+        const auto g = static_cast<size_t>(k.gpus[e]);
+        if (g == 0) continue;
+        double v = k.value;
+        for (size_t t = 0; t < K; ++t)
+          if (t != e) v -= p.lambda[t] * k.gpus[t];
+        for (size_t r = g; r < n; ++r) out[r] = std::max(out[r], h[r - g] + v);
+      }
+    }
+  }
   if (d.have) p.floor = d.value - 1e-9 * (1 + scale);  // sums of the same terms in other orders
   return p;
 }
