@@ -31,7 +31,10 @@ LivePolicy Controller::live_policy() const {
   p.warmup_steps = cfg_.warmup_steps;
   p.types = res_.types();  // one type or none: the slots are alike
   for (SlotType& t : p.types)
-    if (const auto it = cfg_.gpu_speeds.find(t.name); it != cfg_.gpu_speeds.end()) t.speed = it->second;
+    if (const auto it = cfg_.gpu_speeds.find(t.name); it != cfg_.gpu_speeds.end()) {
+      t.speed = it->second;
+      t.given = true;
+    }
   if (p.types.size() > 1) {
     // As p.slots above, per type: a type has at least what its running jobs must keep there.
     int sum = 0;

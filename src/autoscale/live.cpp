@@ -567,6 +567,67 @@ LivePlan plan_live(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
 
 namespace {
 
+// The types' speeds: a given one as it is; the others measured where a job ran on two types at
+// the same size (workers, ranks per slot, batch; rows of at least measured_steps steps): the ratio
+// of its step times, the geometric mean over every such pair of rows of every job, chained from
+// the types whose speed is known (given; none given: the type with the most such pairs, at its
+// stated speed). A type no job links to a known one keeps its stated speed.
+std::vector<SlotType> type_speeds(const std::vector<LiveJob>& jobs, const LivePolicy& P) {
+  std::vector<SlotType> types = P.types;
+  const size_t K = types.size();
+  if (K < 2) return types;
+  auto index = [&](const std::string& name) {
+    size_t k = 0;
+    while (k < K && types[k].name != name) ++k;
+    return k;
+  };
+  // log(speed_u / speed_a) summed over pairs of rows, and their count, per pair of types (u, a).
+  std::vector<double> log_sum(K * K, 0.0);
+  std::vector<int> pairs(K * K, 0);
+  for (const LiveJob& j : jobs)
+    for (const Measured& u : j.measured)
+      for (const Measured& a : j.measured) {
+        const size_t ku = index(u.type), ka = index(a.type);
+        if (ku == K || ka == K || ku == ka || u.workers != a.workers || u.ranks_per_slot != a.ranks_per_slot ||
+            u.batch != a.batch || u.steps < P.measured_steps() || a.steps < P.measured_steps() || u.step_s <= 0 ||
+            a.step_s <= 0)
+          continue;
+        log_sum[ku * K + ka] += std::log(a.step_s / u.step_s);
+        ++pairs[ku * K + ka];
+      }
+  std::vector<bool> known(K);
+  bool any = false;
+  for (size_t k = 0; k < K; ++k) any = (known[k] = types[k].given) || any;
+  if (!any) {
+    size_t best = 0;
+    int most = 0;
+    for (size_t k = 0; k < K; ++k) {
+      int n = 0;
+      for (size_t a = 0; a < K; ++a) n += pairs[k * K + a];
+      if (n > most) best = k, most = n;
+    }
+    if (most == 0) return types;  // nothing measured on two types
+    known[best] = true;
+  }
+  for (bool grew = true; grew;) {
+    grew = false;
+    std::vector<double> sum(K, 0.0);
+    std::vector<int> n(K, 0);
+    for (size_t u = 0; u < K; ++u)
+      for (size_t a = 0; a < K; ++a)
+        if (!known[u] && known[a] && pairs[u * K + a] > 0) {
+          sum[u] += log_sum[u * K + a] + pairs[u * K + a] * std::log(types[a].speed);
+          n[u] += pairs[u * K + a];
+        }
+    for (size_t u = 0; u < K; ++u)
+      if (n[u] > 0) {
+        types[u].speed = std::exp(sum[u] / n[u]);
+        known[u] = grew = true;
+      }
+  }
+  return types;
+}
+
 // The jobs as a request of plan.h: restart-aware, each option's throughput measured or predicted
 // (Predictor), the job's measured pause (else the policy's default) for a change, the start cost
 // for a start. opts_out: the options with what the decision log says of them.
@@ -577,7 +638,7 @@ PlanRequest build_request(const std::vector<LiveJob>& jobs, const LivePolicy& P,
   if (P.typed())
     for (const SlotType& t : P.types) req.types.push_back(GpuType{t.name, t.slots, {}, 0});
   std::vector<TypeLearn> speeds;
-  for (const SlotType& t : P.types) speeds.push_back(TypeLearn{t.name, 0, t.speed});
+  for (const SlotType& t : type_speeds(jobs, P)) speeds.push_back(TypeLearn{t.name, 0, t.speed});
   req.objective = Objective::RestartAware;
   req.hysteresis = P.hysteresis;
   req.pause_s = P.default_pause_s;

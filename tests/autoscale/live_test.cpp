@@ -370,6 +370,49 @@ TEST(PlanLiveTypes, AJobMeasuredOnOneTypeGetsOptionsOnTheOther) {
   EXPECT_DOUBLE_EQ(b_own->samples_per_s, at_a);
 }
 
+// A type's speed not given (--gpu-speeds) is measured: job x ran on both types at the same sizes,
+// every step on "b" twice as fast, so job y, measured on "a" only, is projected onto "b" at twice
+// its rate (the geometric mean of the ratios: exact to rounding, 1e-12). Given speeds stand
+// whatever was measured, a type not given is measured from them; with no size in common nothing
+// is measured and the stated speed counts.
+TEST(PlanLiveTypes, SpeedsNotGivenAreMeasuredWhereAJobRanOnBothTypes) {
+  LivePolicy p = two_types();
+  p.types[1].speed = 1.0;  // stated, not given: as serve states a type no --gpu-speeds names
+  LiveJob x = on_type(measured_job("x", 1, 64, 2, 0, 1'000'000), "a");
+  x.running = false;
+  const std::vector<Measured> on_a = x.measured;
+  for (Measured m : on_a) {
+    m.type = "b";
+    m.step_s /= 2;
+    x.measured.push_back(m);
+  }
+  LiveJob y = on_type(measured_job("y", 1, 64, 2, 0, 1'000'000), "a");
+  y.running = false;
+  const double at_a = 64 / y.measured[0].step_s;
+  const Config* b = find_option(live_request({x, y}, p).jobs[1], "b", 1, 64);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NEAR(b->samples_per_s, 2 * at_a, 1e-12 * at_a);
+  // Both given: they stand, whatever was measured.
+  LivePolicy given = p;
+  given.types[1].speed = 3.0;
+  given.types[0].given = given.types[1].given = true;
+  b = find_option(live_request({x, y}, given).jobs[1], "b", 1, 64);
+  ASSERT_NE(b, nullptr);
+  EXPECT_DOUBLE_EQ(b->samples_per_s, 3 * at_a);
+  // Only b's given: a's is measured from it (1.5), the ratio is again the measured one.
+  given.types[0].given = false;
+  b = find_option(live_request({x, y}, given).jobs[1], "b", 1, 64);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NEAR(b->samples_per_s, 2 * at_a, 1e-12 * at_a);
+  // No size in common (x ran on "b" at another batch): the stated speed, 1.
+  LiveJob apart = x;
+  for (Measured& m : apart.measured)
+    if (m.type == "b") m.batch += 32;
+  b = find_option(live_request({apart, y}, p).jobs[1], "b", 1, 64);
+  ASSERT_NE(b, nullptr);
+  EXPECT_DOUBLE_EQ(b->samples_per_s, at_a);
+}
+
 // One type (or none) is the untyped plan: the same request, option for option, and the same choices.
 TEST(PlanLiveTypes, OneTypeIsTheUntypedPlan) {
   LivePolicy untyped;

@@ -89,7 +89,8 @@ const std::vector<cli::OptionDef>& table() {
                                     "k in 1, 2, 4, 8)", 1, 8, true),
       opt("gpu-speeds", "", "serve on GPUs of several types: TYPE=SPEED,... each type's speed relative to the others "
                             "(a job's throughput on a type it has not run on is predicted from where it ran, by these "
-                            "ratios; a type not named: 1)"),
+                            "ratios; a type not named: measured from jobs that ran on it and on another type at "
+                            "the same size, else 1)"),
       num("slot-memory-mib", "0", "serve: each slot's memory in MiB (a GPU's); a job spec's \"memory\" then sets the "
                                   "fewest workers it fits on (0: not limited)", 0, 1e9, true),
       num("colocation-idle", "0", "simulate: share of a rank's fixed step time (the model's a) its GPU idles; what "

@@ -91,6 +91,8 @@ struct SlotType {
   std::string name;    // a token (serve: derived from nvidia-smi's product name, docs/autoscaler.md §8)
   int slots = 0;       // how many slots are of this type
   double speed = 1.0;  // a job's speed here relative to the other types', before it was measured here
+  bool given = false;  // the speed was given (serve --gpu-speeds): else jobs that ran here and on
+                       // another type at the same size measure it (live.cpp, type_speeds)
 };
 
 struct LivePolicy {
