@@ -664,7 +664,6 @@ std::optional<TypedSolution> solve_exact(const std::vector<TypedJob>& jobs, cons
 
 // ---- decomposed: Lagrangian prices, one exact one-type DP per type ------------------------------
 
-
 // The kept options as the dual reads them, contiguous, in the jobs' order: job j's from first[j]
 // to first[j + 1].
 struct Priceable {
@@ -675,7 +674,7 @@ struct Priceable {
 struct Menu {
   std::vector<Priceable> options;
   std::vector<size_t> first;
-  Menu(const std::vector<std::vector<Kept>>& kept) : first(kept.size() + 1, 0) {
+  explicit Menu(const std::vector<std::vector<Kept>>& kept) : first(kept.size() + 1, 0) {
     for (size_t j = 0; j < kept.size(); ++j) {
       for (const Kept& k : kept[j]) options.push_back(Priceable{k.value, k.type, k.total});
       first[j + 1] = options.size();
@@ -921,21 +920,22 @@ Prune pruning(const std::vector<TypedJob>& jobs, const std::vector<std::vector<K
     for (size_t j = J; j-- > 0;) {
       const double* h = tail.data() + (j + 1) * n;
       double* out = tail.data() + j * n;
-      // The options without GPUs of type e move no cell: only the best of them (or waiting) counts.
-      double flat = jobs[j].may_wait ? 0.0 : kNegInf;
-      for (const Kept& k : kept[j]) {
+      // An option's value less the price of its GPUs of the other types.
+      auto priced = [&](const Kept& k) {
         double v = k.value;
         for (size_t t = 0; t < K; ++t)
           if (t != e) v -= p.lambda[t] * k.gpus[t];
-        if (k.gpus[e] == 0) flat = std::max(flat, v);
-      }
+        return v;
+      };
+      // The options without GPUs of type e move no cell: only the best of them (or waiting) counts.
+      double flat = jobs[j].may_wait ? 0.0 : kNegInf;
+      for (const Kept& k : kept[j])
+        if (k.gpus[e] == 0) flat = std::max(flat, priced(k));
       for (size_t r = 0; r < n; ++r) out[r] = h[r] + flat;
       for (const Kept& k : kept[j]) {
         const auto g = static_cast<size_t>(k.gpus[e]);
         if (g == 0) continue;
-        double v = k.value;
-        for (size_t t = 0; t < K; ++t)
-          if (t != e) v -= p.lambda[t] * k.gpus[t];
+        const double v = priced(k);
         for (size_t r = g; r < n; ++r) out[r] = std::max(out[r], h[r - g] + v);
       }
     }
